@@ -1,0 +1,23 @@
+// rng.h: the counter-based random generator behind every stochastic rounding in the program.
+// defines: rng_mix64(), rng_key(), rng_bits32()
+// A random word is a pure function of (seed, step, tensor id, element index): results never depend
+// on launch geometry, and a reference implementation (dev/fp4_ref.py) reproduces them bit for bit.
+// The mixer is SplitMix64's finalizer (Steele, Lea, Flood 2014), which passes BigCrush when fed a
+// Weyl sequence; we feed it key ^ (index * odd constant) and take the high 32 bits.
+#pragma once
+#include "common.h"
+
+HD uint64_t rng_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+// One key per (seed, step, tensor): computed once on the host, passed to kernels.
+HD uint64_t rng_key(uint64_t seed, uint32_t step, uint32_t tensor_id) {
+    return rng_mix64(seed ^ rng_mix64(((uint64_t)step << 32) | tensor_id));
+}
+// 32 random bits for element `index` of that tensor.
+HD uint32_t rng_bits32(uint64_t key, uint64_t index) {
+    return (uint32_t)(rng_mix64(key ^ (index * 0xD1B54A32D192ED03ull)) >> 32);
+}
