@@ -1,0 +1,105 @@
+# Makefile for train_gpt_fp4 and its tests.
+#   make            build the trainer, test_gpt_fp4 and every test binary
+#   make test       run the CPU tests everywhere, the GPU tests where a GPU is present
+# Overrides: GPU_ARCHS="90 100a", NO_CUDNN=1, NO_MPI=1, NO_NCCL=1, NVCC=..., CUDA_HOME=...
+
+NVCC      ?= nvcc
+CXX       ?= g++
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+ifeq ($(CUDA_HOME),)
+  CUDA_HOME := /usr/local/cuda
+endif
+
+# GPU architecture: the card's own where nvidia-smi sees one, else Hopper plus Blackwell (sm_100a
+# carries the native NVFP4 GEMM path).
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+ifneq ($(GPU_CC),)
+  ifeq ($(GPU_CC),100)
+    GPU_ARCHS ?= 100a
+  else
+    GPU_ARCHS ?= $(GPU_CC)
+  endif
+else
+  GPU_ARCHS ?= 90 100a
+endif
+GENCODE := $(foreach a,$(GPU_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+
+# Libraries live under the toolkit on some machines and in the system directories on others.
+SYS_INC := $(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu /usr/local/include
+SYS_LIB := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib
+find_dir = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
+
+NVCC_FLAGS := -O3 -std=c++17 --use_fast_math=false $(GENCODE) -I. -Xcompiler -Wall,-Wno-unused-function
+LDLIBS     := -lcublasLt -lcublas
+LIB_DIRS   := $(CUDA_HOME)/lib64
+
+ifeq ($(NO_CUDNN),)
+  CUDNN_INC := $(call find_dir,cudnn.h,$(SYS_INC))
+  CUDNN_LIB := $(call find_dir,libcudnn.so,$(SYS_LIB))
+endif
+ifneq ($(and $(CUDNN_INC),$(CUDNN_LIB)),)
+  NVCC_FLAGS += -DENABLE_CUDNN -I$(CUDNN_INC)
+  LDLIBS += -lcudnn
+  LIB_DIRS += $(CUDNN_LIB)
+else
+  $(info build: cuDNN not found (or NO_CUDNN=1): attention uses the program's own kernel)
+endif
+
+ifeq ($(NO_NCCL),)
+  NCCL_INC := $(call find_dir,nccl.h,$(SYS_INC))
+  NCCL_LIB := $(call find_dir,libnccl.so,$(SYS_LIB))
+endif
+ifneq ($(and $(NCCL_INC),$(NCCL_LIB)),)
+  NVCC_FLAGS += -DENABLE_NCCL -I$(NCCL_INC)
+  LDLIBS += -lnccl
+  LIB_DIRS += $(NCCL_LIB)
+else
+  $(info build: NCCL not found (or NO_NCCL=1): single GPU only)
+endif
+
+ifeq ($(NO_MPI),)
+  MPI_INC := $(call find_dir,mpi.h,/usr/lib/x86_64-linux-gnu/openmpi/include /usr/include/openmpi /usr/lib64/openmpi/include $(SYS_INC))
+  MPI_LIB := $(call find_dir,libmpi.so,/usr/lib/x86_64-linux-gnu/openmpi/lib /usr/lib64/openmpi/lib $(SYS_LIB))
+endif
+ifneq ($(and $(MPI_INC),$(MPI_LIB),$(NCCL_INC)),)
+  NVCC_FLAGS += -DENABLE_MPI -I$(MPI_INC)
+  LDLIBS += -lmpi
+  LIB_DIRS += $(MPI_LIB)
+else
+  $(info build: Open MPI not found (or NO_MPI=1): no mpirun launch; env-var launch still works with NCCL)
+endif
+
+LDFLAGS := $(foreach d,$(sort $(LIB_DIRS)),-L$(d) -Xlinker -rpath=$(d))
+
+CXX_FLAGS := -O2 -std=c++17 -Wall -Wno-unused-function -I. -I$(CUDA_HOME)/include
+
+HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+
+# Each concern adds its tests here: CPU_TESTS build with g++ and run everywhere; GPU_TESTS build with
+# nvcc and skip themselves (with a message) when no GPU is present.
+CPU_TESTS :=
+GPU_TESTS :=
+include $(wildcard mk/*.mk)
+
+.PHONY: all test clean
+all: train_gpt_fp4 test_gpt_fp4 $(CPU_TESTS) $(GPU_TESTS)
+
+train_gpt_fp4: train_gpt_fp4.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+test_gpt_fp4: test_gpt_fp4.cu train_gpt_fp4.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+build/%: dev/test/%.c $(HEADERS) dev/test/testing.h
+	@mkdir -p build
+	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
+
+build/%: dev/test/%.cu $(HEADERS) dev/test/testing.h
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+test: $(CPU_TESTS) $(GPU_TESTS) test_gpt_fp4
+	@bash scripts/run_tests.sh $(CPU_TESTS) $(GPU_TESTS) ./test_gpt_fp4
+
+clean:
+	rm -rf train_gpt_fp4 test_gpt_fp4 build
