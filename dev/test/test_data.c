@@ -1,0 +1,477 @@
+// test_data.c: the data loader (llmc/dataloader.h) and tokenizer (llmc/tokenizer.h), on the CPU.
+// Writes small shards into a temporary directory and checks batch contents, rank slicing, wrap-around,
+// shuffled coverage, determinism, resume from a saved state, every error message (in a forked child),
+// and that the shipped tokenizer decodes the shipped tinyshakespeare shards. Run from the repo root.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
+#include "dev/test/testing.h"
+
+static char tmpdir[64];
+
+// Token i of test shard s is s*5000 + i: every token says where it came from.
+#define SHARD_STRIDE 5000
+
+static void write_shard_raw(const char* path, int32_t magic, int32_t version, int32_t header_count,
+                            const uint16_t* toks, int64_t n) {
+    int32_t header[SHARD_HEADER_INTS] = {0};
+    header[0] = magic; header[1] = version; header[2] = header_count;
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, f, path);
+    if (n) fwrite_check(toks, sizeof(uint16_t), (size_t)n, f, path);
+    fclose_check(f, path);
+}
+
+// Writes shards dir/name_000.bin ... with the given token counts; returns the glob pattern.
+static const char* make_shards(const char* name, const int64_t* sizes, int n) {
+    static char pattern[256];
+    for (int s = 0; s < n; s++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/%s_%03d.bin", tmpdir, name, s);
+        uint16_t* toks = (uint16_t*)xmalloc(sizeof(uint16_t) * sizes[s]);
+        for (int64_t i = 0; i < sizes[s]; i++) toks[i] = (uint16_t)(s * SHARD_STRIDE + i);
+        write_shard_raw(path, SHARD_MAGIC, SHARD_VERSION, (int32_t)sizes[s], toks, sizes[s]);
+        free(toks);
+    }
+    snprintf(pattern, sizeof(pattern), "%s/%s_*.bin", tmpdir, name);
+    return pattern;
+}
+
+// A row as (shard, row index); -1 when the row is not a well-formed T-token window with shifted targets.
+typedef struct { int shard; int64_t row; } RowId;
+static RowId row_of(const DataLoader* dl, int b) {
+    RowId id = {-1, -1};
+    const int* in = dl->inputs + (size_t)b * dl->T;
+    const int* tg = dl->targets + (size_t)b * dl->T;
+    int shard = in[0] / SHARD_STRIDE, pos = in[0] % SHARD_STRIDE;
+    if (pos % dl->T) return id;
+    for (int t = 0; t < dl->T; t++) if (in[t] != in[0] + t || tg[t] != in[0] + t + 1) return id;
+    id.shard = shard; id.row = pos / dl->T;
+    return id;
+}
+
+// --- sequential order, wrap-around, rank slicing ---------------------------------------------------
+
+// Checks world loaders (one per rank) against the unshuffled layout for `epochs` epochs.
+static void check_sequential(const char* pattern, const int64_t* sizes, int nshards, int B, int T, int world, int epochs) {
+    DataLoader* dls = (DataLoader*)xmalloc(sizeof(DataLoader) * world);
+    for (int r = 0; r < world; r++) dataloader_init(&dls[r], pattern, B, T, r, world, 0, 0, 0);
+    int64_t expect_batches = 0;
+    for (int s = 0; s < nshards; s++) expect_batches += ((sizes[s] - 1) / T) / (world * B);
+    CHECK(dls[0].num_batches == expect_batches, "world %d: %lld batches/epoch, want %lld", world,
+          (long long)dls[0].num_batches, (long long)expect_batches);
+    int bad = 0;
+    for (int e = 0; e < epochs; e++) {
+        for (int s = 0; s < nshards; s++) {
+            int64_t nb = ((sizes[s] - 1) / T) / (world * B);
+            for (int64_t k = 0; k < nb; k++) {
+                for (int r = 0; r < world; r++) {
+                    dataloader_next_batch(&dls[r]);
+                    DataLoaderState st = dataloader_get_state(&dls[r]);
+                    if (st.epoch != e) bad++;
+                    for (int b = 0; b < B; b++) {
+                        RowId id = row_of(&dls[r], b);
+                        // rank r holds the r-th B*T slice of the k-th world*B*T chunk
+                        if (id.shard != s || id.row != (k * world + r) * B + b) bad++;
+                    }
+                }
+            }
+        }
+    }
+    CHECK(bad == 0, "sequential layout world=%d B=%d T=%d: %d rows in the wrong place", world, B, T, bad);
+    for (int r = 0; r < world; r++) dataloader_free(&dls[r]);
+    free(dls);
+}
+
+static void test_sequential(void) {
+    int64_t sizes[3] = {81, 100, 50};   // 10, 12, 6 rows of T=8
+    const char* pat = make_shards("seq", sizes, 3);
+    check_sequential(pat, sizes, 3, 2, 8, 1, 3);   // 5 + 6 + 3 batches per epoch, 3 epochs
+    check_sequential(pat, sizes, 3, 2, 8, 3, 3);   // 1 + 2 + 1 batches per epoch
+    check_sequential(pat, sizes, 3, 1, 8, 2, 2);
+
+    // first batch exactly: inputs 0..15, targets 1..16
+    DataLoader dl;
+    dataloader_init(&dl, pat, 2, 8, 0, 1, 0, 0, 0);
+    dataloader_next_batch(&dl);
+    int bad = 0;
+    for (int i = 0; i < 16; i++) bad += dl.inputs[i] != i || dl.targets[i] != i + 1;
+    CHECK(bad == 0, "first batch is not tokens 0..15 with targets 1..16");
+    dataloader_free(&dl);
+
+    // a shard with exactly B*T + 1 tokens gives exactly one batch, and the last target is its last token
+    int64_t one[1] = {17};
+    const char* pat1 = make_shards("exact", one, 1);
+    dataloader_init(&dl, pat1, 2, 8, 0, 1, 0, 0, 0);
+    CHECK(dl.num_batches == 1, "17-token shard, B*T=16: %lld batches, want 1", (long long)dl.num_batches);
+    dataloader_next_batch(&dl);
+    CHECK(dl.targets[15] == 16, "last target %d, want 16", dl.targets[15]);
+    dataloader_next_batch(&dl);   // wraps to epoch 1, same batch
+    CHECK(dl.inputs[0] == 0 && dataloader_get_state(&dl).epoch == 1, "wrap-around of a one-batch shard");
+    dataloader_free(&dl);
+}
+
+// --- shuffling -------------------------------------------------------------------------------------
+
+// Runs every rank through one epoch and counts how often each (shard, row) was seen.
+static int shuffled_epoch_coverage(DataLoader* dls, int world, const int64_t* rows, int nshards, RowId* seq) {
+    int64_t total_rows = 0;
+    for (int s = 0; s < nshards; s++) total_rows += rows[s];
+    int* seen = (int*)calloc((size_t)nshards * 64, sizeof(int));
+    int bad = 0, nseq = 0;
+    for (int64_t k = 0; k < dls[0].num_batches; k++) {
+        for (int r = 0; r < world; r++) {
+            dataloader_next_batch(&dls[r]);
+            for (int b = 0; b < dls[r].B; b++) {
+                RowId id = row_of(&dls[r], b);
+                if (id.shard < 0 || id.shard >= nshards || id.row >= rows[id.shard]) { bad++; continue; }
+                seen[id.shard * 64 + id.row]++;
+                seq[nseq++] = id;
+            }
+        }
+    }
+    for (int s = 0; s < nshards; s++)
+        for (int64_t i = 0; i < rows[s]; i++) bad += seen[s * 64 + i] != 1;
+    bad += nseq != total_rows;
+    free(seen);
+    return bad;
+}
+
+static int same_sequence(const RowId* a, const RowId* b, int n) {
+    for (int i = 0; i < n; i++) if (a[i].shard != b[i].shard || a[i].row != b[i].row) return 0;
+    return 1;
+}
+
+static void test_shuffle(void) {
+    // rows divisible by world*B = 4, so one epoch sees every row exactly once
+    int64_t sizes[4] = {65, 97, 33, 129};   // 8, 12, 4, 16 rows of T=8
+    int64_t rows[4] = {8, 12, 4, 16};
+    int n = 40;
+    const char* pat = make_shards("shuf", sizes, 4);
+    DataLoader dls[2];
+    for (int r = 0; r < 2; r++) dataloader_init(&dls[r], pat, 2, 8, r, 2, 1, 1234, 50257);
+    RowId e0[40], e1[40], e2[40];
+    CHECK(shuffled_epoch_coverage(dls, 2, rows, 4, e0) == 0, "shuffled epoch 0 does not cover every row once");
+    CHECK(shuffled_epoch_coverage(dls, 2, rows, 4, e1) == 0, "shuffled epoch 1 does not cover every row once");
+    CHECK(shuffled_epoch_coverage(dls, 2, rows, 4, e2) == 0, "shuffled epoch 2 does not cover every row once");
+    CHECK(!same_sequence(e0, e1, n) && !same_sequence(e1, e2, n), "shuffled epochs repeat the same order");
+    // not the unshuffled order
+    int identity = 1, pos = 0;
+    for (int s = 0; s < 4; s++) for (int i = 0; i < rows[s]; i++, pos++) identity &= e0[pos].shard == s && e0[pos].row == i;
+    CHECK(!identity, "shuffle on gave the unshuffled order");
+    // shard order itself is permuted across epochs: the first shard of some epoch differs
+    CHECK(e0[0].shard != e1[0].shard || e1[0].shard != e2[0].shard || e0[0].shard != 0,
+          "every epoch starts with shard 0");
+    // within an epoch a shard is read in one contiguous run (one shard in memory at a time)
+    int switches = 0;
+    for (int i = 1; i < n; i++) switches += e0[i].shard != e0[i - 1].shard;
+    CHECK(switches == 3, "epoch 0 switches shards %d times, want 3", switches);
+    // the shard order is drawn afresh each epoch: over 8 epochs not all orders agree
+    int orders[8][4], distinct = 0;
+    for (int e = 0; e < 8; e++) {
+        RowId ep[40];
+        shuffled_epoch_coverage(dls, 2, rows, 4, ep);
+        int k = 0;
+        orders[e][k++] = ep[0].shard;
+        for (int i = 1; i < n; i++) if (ep[i].shard != ep[i - 1].shard && k < 4) orders[e][k++] = ep[i].shard;
+        if (e > 0 && memcmp(orders[e], orders[0], sizeof(orders[0])) != 0) distinct++;
+    }
+    CHECK(distinct > 0, "8 shuffled epochs all read the shards in the same order");
+    for (int r = 0; r < 2; r++) dataloader_free(&dls[r]);
+
+    // one shard: its rows are drawn afresh each epoch too
+    int64_t single[1] = {8 * 16 + 1};
+    int64_t single_rows[1] = {16};
+    const char* pat1 = make_shards("single", single, 1);
+    DataLoader one;
+    dataloader_init(&one, pat1, 4, 8, 0, 1, 1, 3, 0);
+    RowId s0[16], s1[16];
+    CHECK(shuffled_epoch_coverage(&one, 1, single_rows, 1, s0) == 0, "single shard: epoch 0 coverage");
+    CHECK(shuffled_epoch_coverage(&one, 1, single_rows, 1, s1) == 0, "single shard: epoch 1 coverage");
+    CHECK(!same_sequence(s0, s1, 16), "single shard: epochs 0 and 1 read the rows in the same order");
+    dataloader_free(&one);
+
+    // determinism: same seed, same batches; another seed, other batches
+    DataLoader a, b, c;
+    dataloader_init(&a, pat, 2, 8, 1, 2, 1, 99, 0);
+    dataloader_init(&b, pat, 2, 8, 1, 2, 1, 99, 0);
+    dataloader_init(&c, pat, 2, 8, 1, 2, 1, 100, 0);
+    int differ_ab = 0, differ_ac = 0;
+    for (int k = 0; k < 25; k++) {
+        dataloader_next_batch(&a); dataloader_next_batch(&b); dataloader_next_batch(&c);
+        differ_ab += memcmp(a.inputs, b.inputs, sizeof(int) * 16) != 0 || memcmp(a.targets, b.targets, sizeof(int) * 16) != 0;
+        differ_ac += memcmp(a.inputs, c.inputs, sizeof(int) * 16) != 0;
+    }
+    CHECK(differ_ab == 0, "same seed gave different batches (%d of 25)", differ_ab);
+    CHECK(differ_ac > 0, "seeds 99 and 100 gave the same 25 batches");
+    dataloader_free(&a); dataloader_free(&b); dataloader_free(&c);
+
+    // leftover rows (not a whole batch) are skipped, but no row is ever repeated within an epoch
+    int64_t odd[2] = {8 * 7 + 1, 8 * 5 + 1};   // 7 and 5 rows, world*B = 4: 1 + 1 batches
+    int64_t odd_rows[2] = {7, 5};
+    const char* pat2 = make_shards("odd", odd, 2);
+    DataLoader d2[2];
+    for (int r = 0; r < 2; r++) dataloader_init(&d2[r], pat2, 2, 8, r, 2, 1, 7, 0);
+    CHECK(d2[0].num_batches == 2, "odd shards: %lld batches/epoch, want 2", (long long)d2[0].num_batches);
+    int dup = 0;
+    int seen[2][8] = {{0}};
+    for (int k = 0; k < 2; k++)
+        for (int r = 0; r < 2; r++) {
+            dataloader_next_batch(&d2[r]);
+            for (int bb = 0; bb < 2; bb++) {
+                RowId id = row_of(&d2[r], bb);
+                if (id.shard < 0 || id.row >= odd_rows[id.shard]) { dup++; continue; }
+                dup += seen[id.shard][id.row]++ != 0;
+            }
+        }
+    CHECK(dup == 0, "odd shards: %d repeated or malformed rows in one epoch", dup);
+    for (int r = 0; r < 2; r++) dataloader_free(&d2[r]);
+}
+
+// --- resume and reset ------------------------------------------------------------------------------
+
+static void test_resume(void) {
+    int64_t sizes[3] = {65, 97, 33};   // world=2, B=2: 2 + 3 + 1 = 6 batches per epoch
+    const char* pat = make_shards("resume", sizes, 3);
+    int stops[] = {0, 1, 2, 5, 6, 7, 11, 12, 13, 20};
+    for (int shuffle = 0; shuffle <= 1; shuffle++) {
+        for (size_t i = 0; i < sizeof(stops) / sizeof(stops[0]); i++) {
+            DataLoader a, b;
+            dataloader_init(&a, pat, 2, 8, 1, 2, shuffle, 42, 0);
+            for (int k = 0; k < stops[i]; k++) dataloader_next_batch(&a);
+            DataLoaderState st = dataloader_get_state(&a);
+            // b has been elsewhere first, so stale cached shards or permutations would show
+            dataloader_init(&b, pat, 2, 8, 1, 2, shuffle, 42, 0);
+            for (int k = 0; k < 3 + (int)i; k++) dataloader_next_batch(&b);
+            DataLoaderState copy;
+            memcpy(&copy, &st, sizeof(st));   // as if written to and read from a checkpoint
+            dataloader_set_state(&b, &copy);
+            int differ = 0;
+            for (int k = 0; k < 15; k++) {
+                dataloader_next_batch(&a); dataloader_next_batch(&b);
+                differ += memcmp(a.inputs, b.inputs, sizeof(int) * 16) != 0 || memcmp(a.targets, b.targets, sizeof(int) * 16) != 0;
+            }
+            CHECK(differ == 0, "shuffle=%d: resume after %d batches: %d of the next 15 batches differ", shuffle, stops[i], differ);
+            dataloader_free(&a); dataloader_free(&b);
+        }
+    }
+
+    // validation loader: reset() gives the same batches again
+    DataLoader v;
+    dataloader_init(&v, pat, 2, 8, 0, 1, 0, 0, 0);
+    int first[3][16];
+    for (int k = 0; k < 3; k++) { dataloader_next_batch(&v); memcpy(first[k], v.inputs, sizeof(first[k])); }
+    for (int k = 0; k < 17; k++) dataloader_next_batch(&v);
+    dataloader_reset(&v);
+    int differ = 0;
+    for (int k = 0; k < 3; k++) { dataloader_next_batch(&v); differ += memcmp(first[k], v.inputs, sizeof(first[k])) != 0; }
+    CHECK(differ == 0 && dataloader_get_state(&v).epoch == 0, "reset() does not restart at the first batch");
+    dataloader_free(&v);
+}
+
+// --- error messages --------------------------------------------------------------------------------
+
+// Runs fn(arg) in a child; checks it exits with want_status class (nonzero, or 0 when want_ok) and that
+// its stderr holds both substrings (the second may be NULL).
+static void expect_exit(const char* what, void (*fn)(const void*), const void* arg, int want_ok,
+                        const char* sub1, const char* sub2) {
+    int fds[2];
+    if (pipe(fds) != 0) { CHECK(0, "%s: pipe failed", what); return; }
+    fflush(stdout); fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        fn(arg);
+        fflush(NULL);
+        _exit(0);
+    }
+    close(fds[1]);
+    char buf[4096];
+    size_t len = 0;
+    ssize_t got;
+    while ((got = read(fds[0], buf + len, sizeof(buf) - 1 - len)) > 0) len += (size_t)got;
+    buf[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int exited = WIFEXITED(status), code = exited ? WEXITSTATUS(status) : -1;
+    if (want_ok) CHECK(exited && code == 0, "%s: child exit status %d, want 0; stderr: %s", what, code, buf);
+    else CHECK(exited && code != 0, "%s: child exit status %d (signal? %d), want a clean nonzero exit; stderr: %s",
+               what, code, !exited, buf);
+    CHECK(strstr(buf, sub1) != NULL, "%s: stderr lacks \"%s\": %s", what, sub1, buf);
+    if (sub2) CHECK(strstr(buf, sub2) != NULL, "%s: stderr lacks \"%s\": %s", what, sub2, buf);
+    if (!want_ok) CHECK(strncmp(buf, "error: ", 7) == 0 && strchr(buf, '\n') == buf + len - 1,
+                        "%s: want exactly one line starting with 'error: ', got: %s", what, buf);
+}
+
+typedef struct { const char* pattern; int B, T, world, vocab; } LoadArgs;
+static void load_one_batch(const void* p) {
+    const LoadArgs* a = (const LoadArgs*)p;
+    DataLoader dl;
+    dataloader_init(&dl, a->pattern, a->B, a->T, 0, a->world, 0, 0, a->vocab);
+    dataloader_next_batch(&dl);
+    dataloader_free(&dl);
+}
+static void resume_mismatch(const void* p) {
+    const char* pattern = (const char*)p;
+    DataLoader a, b;
+    dataloader_init(&a, pattern, 2, 8, 0, 1, 1, 5, 0);
+    dataloader_init(&b, pattern, 2, 8, 0, 1, 1, 6, 0);
+    DataLoaderState st = dataloader_get_state(&a);
+    dataloader_set_state(&b, &st);
+}
+static void tokenizer_open(const void* p) {
+    Tokenizer tok;
+    tokenizer_init(&tok, (const char*)p);
+    if (tokenizer_decode(&tok, 0) != NULL) fprintf(stderr, "decode gave text without a tokenizer\n");
+    tokenizer_print_safe(stdout, &tok, 5);
+    tokenizer_free(&tok);
+}
+
+static void test_errors(void) {
+    char path[256], pat[256];
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+
+    snprintf(pat, sizeof(pat), "%s/nothing_*.bin", tmpdir);
+    LoadArgs a = {pat, 2, 8, 1, 0};
+    expect_exit("no matching file", load_one_batch, &a, 0, "no data file matches", "nothing_*.bin");
+
+    snprintf(path, sizeof(path), "%s/badmagic.bin", tmpdir);
+    write_shard_raw(path, 12345, 1, 100, toks, 100);
+    a.pattern = path;
+    expect_exit("bad magic", load_one_batch, &a, 0, "bad magic 12345", "badmagic.bin");
+
+    snprintf(path, sizeof(path), "%s/badversion.bin", tmpdir);
+    write_shard_raw(path, SHARD_MAGIC, 7, 100, toks, 100);
+    expect_exit("bad version", load_one_batch, &a, 0, "version 7", "badversion.bin");
+
+    snprintf(path, sizeof(path), "%s/truncated.bin", tmpdir);
+    write_shard_raw(path, SHARD_MAGIC, 1, 100, toks, 90);
+    expect_exit("truncated file", load_one_batch, &a, 0, "truncated", "truncated.bin");
+
+    snprintf(path, sizeof(path), "%s/headeronly.bin", tmpdir);
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(toks, 1, 100, f, path);
+    fclose_check(f, path);
+    expect_exit("file shorter than a header", load_one_batch, &a, 0, "truncated", "headeronly.bin");
+
+    snprintf(path, sizeof(path), "%s/bigtoken.bin", tmpdir);
+    uint16_t big[100];
+    memcpy(big, toks, sizeof(big));
+    big[5] = 60000;
+    write_shard_raw(path, SHARD_MAGIC, 1, 100, big, 100);
+    a.vocab = 50257;
+    expect_exit("token out of vocabulary", load_one_batch, &a, 0, "token 60000 at position 5 is >= the vocabulary size 50257", "bigtoken.bin");
+    a.vocab = 0;
+
+    snprintf(path, sizeof(path), "%s/small.bin", tmpdir);
+    write_shard_raw(path, SHARD_MAGIC, 1, 20, toks, 20);
+    LoadArgs s = {path, 2, 8, 2, 0};
+    expect_exit("too few tokens", load_one_batch, &s, 0, "has 20 tokens, too few for one batch", "= 33 tokens are needed");
+
+    snprintf(path, sizeof(path), "%s/fine.bin", tmpdir);
+    write_shard_raw(path, SHARD_MAGIC, 1, 100, toks, 100);
+    expect_exit("resume with another seed", resume_mismatch, path, 0, "cannot resume the data loader", "seed=5");
+
+    snprintf(path, sizeof(path), "%s/no_tokenizer.bin", tmpdir);
+    expect_exit("missing tokenizer", tokenizer_open, path, 1, "warning: tokenizer file", "no_tokenizer.bin");
+    snprintf(path, sizeof(path), "%s/fine.bin", tmpdir);   // a shard is not a tokenizer
+    expect_exit("tokenizer bad magic", tokenizer_open, path, 0, "bad magic 20240520", "fine.bin");
+    snprintf(path, sizeof(path), "%s/headeronly.bin", tmpdir);
+    expect_exit("tokenizer truncated", tokenizer_open, path, 0, "truncated", "headeronly.bin");
+}
+
+// --- the shipped dataset and tokenizer --------------------------------------------------------------
+
+#define SHIPPED_TOKENIZER "data/gpt2_tokenizer.bin"
+#define SHIPPED_TRAIN "data/tinyshakespeare/tiny_shakespeare_train.bin"
+#define SHIPPED_VAL "data/tinyshakespeare/tiny_shakespeare_val.bin"
+
+static int64_t decoded_length(const Tokenizer* tok, const char* path) {
+    DataLoader dl;   // only for its header checks and shard loading
+    dataloader_init(&dl, path, 1, 1, 0, 1, 0, 0, (int)tok->vocab_size);
+    dataloader_load_shard_(&dl, 0);
+    int64_t len = 0;
+    for (int64_t i = 0; i < dl.shard_tokens[0]; i++)
+        if (dl.tokens[i] != tok->eot_token) len += tokenizer_token_length(tok, dl.tokens[i]);
+    dataloader_free(&dl);
+    return len;
+}
+
+static void test_shipped(void) {
+    if (access(SHIPPED_TOKENIZER, R_OK) != 0 || access(SHIPPED_VAL, R_OK) != 0 || access(SHIPPED_TRAIN, R_OK) != 0) {
+        CHECK(0, "shipped data missing (%s, %s, %s): run the tests from the repo root", SHIPPED_TOKENIZER, SHIPPED_VAL, SHIPPED_TRAIN);
+        return;
+    }
+    Tokenizer tok;
+    tokenizer_init(&tok, SHIPPED_TOKENIZER);
+    CHECK(tok.init_ok && tok.vocab_size == 50257 && tok.eot_token == 50256,
+          "shipped tokenizer: ok=%d vocab=%u eot=%u", tok.init_ok, tok.vocab_size, tok.eot_token);
+    if (!tok.init_ok) return;
+    CHECK(strcmp(tokenizer_decode(&tok, 50256), "<|endoftext|>") == 0, "token 50256 is not <|endoftext|>");
+    CHECK(tokenizer_decode(&tok, 50257) == NULL, "an out-of-range id decodes");
+
+    // a known sequence: GPT-2 ids of "First Citizen:\nBefore"
+    int known[5] = {5962, 22307, 25, 198, 8421};
+    char text[256];
+    tokenizer_decode_ids(&tok, known, 5, text, sizeof(text));
+    CHECK(strcmp(text, "First Citizen:\nBefore") == 0, "ids 5962 22307 25 198 8421 decode to \"%s\"", text);
+
+    // the validation shard is the start of the text: <|endoftext|>First Citizen:\nBefore we proceed ...
+    DataLoader dl;
+    dataloader_init(&dl, SHIPPED_VAL, 1, 64, 0, 1, 0, 0, 50257);
+    dataloader_next_batch(&dl);
+    CHECK(dl.inputs[0] == 50256, "val shard starts with token %d, want <|endoftext|> 50256", dl.inputs[0]);
+    CHECK(memcmp(dl.inputs + 1, known, sizeof(known)) == 0, "val shard tokens 1..5 are not \"First Citizen:\\nBefore\"");
+    size_t n = tokenizer_decode_ids(&tok, dl.inputs + 1, 63, text, sizeof(text));
+    CHECK(n < sizeof(text) && strncmp(text, "First Citizen:\nBefore we proceed any further, hear me speak.", 60) == 0,
+          "val shard decodes to \"%.60s\"", text);
+    dataloader_free(&dl);
+
+    // the trainer's default: the train shard loads and every token is in the vocabulary
+    dataloader_init(&dl, SHIPPED_TRAIN, 4, 64, 0, 1, 1, 1337, 50257);
+    dataloader_next_batch(&dl);
+    CHECK(dl.num_batches > 1000, "train shard gives only %lld batches of 4x64", (long long)dl.num_batches);
+    dataloader_free(&dl);
+
+    // together the shards decode to all of tinyshakespeare's input.txt (1,115,394 bytes)
+    int64_t total = decoded_length(&tok, SHIPPED_VAL) + decoded_length(&tok, SHIPPED_TRAIN);
+    CHECK(total == 1115394, "shipped shards decode to %lld bytes, want 1115394", (long long)total);
+
+    // safe printing escapes control bytes
+    int ctrl = -1;
+    for (int i = 0; i < 256 && ctrl < 0; i++)
+        if (tokenizer_token_length(&tok, i) == 1 && tokenizer_decode(&tok, i)[0] == 0x01) ctrl = i;
+    CHECK(ctrl >= 0, "no single-byte token for 0x01");
+    FILE* f = tmpfile();
+    tokenizer_print_safe(f, &tok, (uint32_t)ctrl);
+    tokenizer_print_safe(f, &tok, 5962);
+    tokenizer_print_safe(f, &tok, 198);
+    tokenizer_print_safe(f, &tok, 99999);
+    rewind(f);
+    char out[64] = {0};
+    size_t got = fread(out, 1, sizeof(out) - 1, f);
+    fclose(f);
+    CHECK(got > 0 && strcmp(out, "\\x01First\n<99999>") == 0, "safe print gave \"%s\"", out);
+    tokenizer_free(&tok);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_data_XXXXXX");
+    if (mkdtemp(tmpdir) == NULL) { printf("cannot make a temporary directory\n"); return 1; }
+    test_sequential();
+    test_shuffle();
+    test_resume();
+    test_errors();
+    test_shipped();
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) printf("note: could not remove %s\n", tmpdir);
+    return test_summary("data");
+}

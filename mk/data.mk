@@ -1,0 +1,2 @@
+# data.mk: the data loader and tokenizer tests (CPU only).
+CPU_TESTS += build/test_data
