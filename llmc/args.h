@@ -123,6 +123,8 @@ static inline int parse_options(const Option* opts, int n, int argc, char** argv
             for (int k = 0; k < n; k++)
                 if (opts[k].alias && opts[k].alias == arg[1]) found = &opts[k];
             fail_if(!found, "unknown option '%s' (see --help)", arg);
+        } else if (arg[0] == '-') {
+            fail("unknown option '%s': long options start with -- (see --help)", arg);
         } else {
             fail("unexpected argument '%s': options start with -- (see --help)", arg);
         }

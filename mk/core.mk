@@ -1,0 +1,1 @@
+CPU_TESTS += build/test_core
