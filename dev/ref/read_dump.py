@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Reads a gpt_ref.py dump with numpy only, prints what it holds, and checks it independently.
+
+The checks do not use torch: a plain numpy float64 forward pass (written separately from the
+torch reference) recomputes logits and loss from the stored initial parameters, and central
+finite differences of that numpy loss are compared with a few stored gradients per tensor.
+Exit status is nonzero when a check fails.
+
+  python3 dev/ref/read_dump.py [dev/ref/gpt_ref.bin] [--no-check]
+"""
+import argparse
+import math
+import sys
+
+import numpy as np
+
+MAGIC = 20261129
+NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+         "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+
+
+def shapes(L, C, Vp, maxT):
+    return {"wte": (Vp, C), "wpe": (maxT, C), "ln1w": (L, C), "ln1b": (L, C),
+            "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
+            "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
+            "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,)}
+
+
+def read(path):
+    buf = open(path, "rb").read()
+    off = 0
+
+    def take(dtype, n):
+        nonlocal off
+        a = np.frombuffer(buf, dtype=dtype, count=n, offset=off)
+        off += a.nbytes
+        return a
+
+    h = take("<i4", 256)
+    if h[0] != MAGIC:
+        sys.exit(f"{path}: bad magic {h[0]} (expected {MAGIC}); not a gpt_ref dump")
+    if h[1] != 1:
+        sys.exit(f"{path}: version {h[1]}, this reader knows version 1")
+    L, NH, C, V, Vp, maxT, B, T, nsteps, N, seed = (int(v) for v in h[2:13])
+    hyper = take("<f4", 16)
+    d = dict(L=L, NH=NH, C=C, V=V, Vp=Vp, maxT=maxT, B=B, T=T, nsteps=nsteps, N=N, seed=seed,
+             dtype_bits=int(h[13]), header=h, hyper=hyper)
+    d["params"] = take("<f4", N)
+    d["x"] = take("<i4", B * T).reshape(B, T)
+    d["y"] = take("<i4", B * T).reshape(B, T)
+    d["logits"] = take("<f4", B * T * V).reshape(B, T, V)
+    d["loss"] = float(take("<f4", 1)[0])
+    d["grads"] = take("<f4", N)
+    d["step_losses"] = take("<f4", nsteps)
+    d["grad_norms"] = take("<f4", nsteps)
+    d["params_after"] = take("<f4", N)
+    if off != len(buf):
+        sys.exit(f"{path}: {len(buf) - off} bytes left over after the last field; layout mismatch")
+    d["size"] = len(buf)
+    return d
+
+
+def split(flat, shp):
+    out, off = {}, 0
+    for n in NAMES:
+        k = int(np.prod(shp[n]))
+        out[n] = flat[off:off + k].reshape(shp[n])
+        off += k
+    assert off == flat.size, f"parameter block holds {flat.size} floats, layout needs {off}"
+    return out
+
+
+# ---- independent numpy forward (float64) ----
+def np_layernorm(x, w, b):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + 1e-5) * w + b
+
+
+def np_forward(p, x, d):
+    L, NH, C, V = d["L"], d["NH"], d["C"], d["V"]
+    B, T = x.shape
+    HS = C // NH
+    h = p["wte"][x] + p["wpe"][:T][None]
+    mask = np.triu(np.ones((T, T), dtype=bool), 1)
+    for l in range(L):
+        a = np_layernorm(h, p["ln1w"][l], p["ln1b"][l])
+        qkv = a @ p["qkvw"][l].T + p["qkvb"][l]
+        out = np.empty((B, T, C))
+        for hd in range(NH):
+            sl = slice(hd * HS, (hd + 1) * HS)
+            q = qkv[:, :, sl]
+            k = qkv[:, :, C:][:, :, sl]
+            v = qkv[:, :, 2 * C:][:, :, sl]
+            s = np.einsum("btd,bsd->bts", q, k) / math.sqrt(HS)
+            s[:, mask] = -np.inf
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            out[:, :, sl] = np.einsum("bts,bsd->btd", s, v)
+        h = h + out @ p["attprojw"][l].T + p["attprojb"][l]
+        a = np_layernorm(h, p["ln2w"][l], p["ln2b"][l])
+        u = a @ p["fcw"][l].T + p["fcb"][l]
+        u = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
+        h = h + u @ p["fcprojw"][l].T + p["fcprojb"][l]
+    h = np_layernorm(h, p["lnfw"], p["lnfb"])
+    return (h @ p["wte"].T)[:, :, :V]
+
+
+def np_loss(logits, y):
+    z = logits - logits.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    picked = np.take_along_axis(z, y[..., None], -1)[..., 0]
+    return float((lse - picked).mean())
+
+
+def check(d, rng):
+    ok = True
+
+    def report(name, good, msg):
+        nonlocal ok
+        ok &= bool(good)
+        print(f"  {'ok  ' if good else 'FAIL'} {name}: {msg}")
+
+    shp = shapes(d["L"], d["C"], d["Vp"], d["maxT"])
+    flat = d["params"].astype(np.float64)
+    p = split(flat, shp)
+    x, y = d["x"].astype(np.int64), d["y"].astype(np.int64)
+    print("checks (numpy float64, independent of torch):")
+    report("tokens", x.min() >= 0 and x.max() < d["V"] and y.min() >= 0 and y.max() < d["V"],
+           f"x in [{x.min()},{x.max()}], y in [{y.min()},{y.max()}]")
+    report("targets", np.array_equal(y[:, :-1], x[:, 1:]), "y[b,t] == x[b,t+1] for t < T-1")
+    pad = slice(d["V"] * d["C"], d["Vp"] * d["C"])
+    report("padding", not d["params"][pad].any() and not d["grads"][pad].any()
+           and not d["params_after"][pad].any(), "padded wte rows are zero in params, grads, params_after")
+    logits = np_forward(p, x, d)
+    err = np.abs(logits - d["logits"]).max()
+    report("logits", err < 1e-4, f"max |numpy - dump| = {err:.3e}")
+    loss = np_loss(logits, y)
+    report("loss", abs(loss - d["loss"]) < 1e-5, f"numpy {loss:.7f} dump {d['loss']:.7f}")
+    report("step_losses[0]", d["step_losses"][0] == np.float32(d["loss"]), "equals loss")
+    gn = float(np.sqrt((d["grads"].astype(np.float64) ** 2).sum()))
+    report("grad_norms[0]", abs(gn - d["grad_norms"][0]) < 1e-5 * max(1.0, gn),
+           f"norm(grads) {gn:.7f} dump {d['grad_norms'][0]:.7f}")
+
+    # Central differences at a few entries per tensor, picked among the largest gradients so the
+    # difference quotient is well above float64 noise; plus one random entry.
+    offsets, off = {}, 0
+    for n in NAMES:
+        offsets[n] = off
+        off += int(np.prod(shp[n]))
+    h = 1e-5
+    worst = 0.0
+    for n in NAMES:
+        k = int(np.prod(shp[n]))
+        g = d["grads"][offsets[n]:offsets[n] + k]
+        idx = list(np.argsort(-np.abs(g))[:2]) + [int(rng.integers(k))]
+        for i in idx:
+            j = offsets[n] + i
+            saved = flat[j]
+            flat[j] = saved + h
+            lp = np_loss(np_forward(split(flat, shp), x, d), y)
+            flat[j] = saved - h
+            lm = np_loss(np_forward(split(flat, shp), x, d), y)
+            flat[j] = saved
+            fd = (lp - lm) / (2 * h)
+            rel = abs(fd - g[i]) / max(abs(fd), abs(float(g[i])), 1e-6)
+            if abs(fd) > 1e-6:
+                worst = max(worst, rel)
+            if rel > 1e-2 and abs(fd - g[i]) > 1e-6:
+                report(f"grad {n}[{i}]", False, f"finite difference {fd:.6e} dump {g[i]:.6e}")
+    report("grads", True if worst < 1e-2 else False,
+           f"finite differences at {3 * len(NAMES)} entries, worst relative error {worst:.2e}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Read and check a gpt_ref.py dump")
+    ap.add_argument("path", nargs="?", default="dev/ref/gpt_ref.bin")
+    ap.add_argument("--no-check", action="store_true", help="only print the contents")
+    args = ap.parse_args()
+    d = read(args.path)
+    hy = d["hyper"]
+    print(f"{args.path}: {d['size']} bytes, version {d['header'][1]}, computed in float{d['dtype_bits']}")
+    print(f"  L={d['L']} NH={d['NH']} C={d['C']} V={d['V']} Vp={d['Vp']} maxT={d['maxT']} "
+          f"B={d['B']} T={d['T']} nsteps={d['nsteps']} num_parameters={d['N']} seed={d['seed']}")
+    print(f"  lr={hy[0]:g} beta1={hy[1]:g} beta2={hy[2]:g} eps={hy[3]:g} wd={hy[4]:g} grad_clip={hy[5]:g}")
+    p = split(d["params"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
+    g = split(d["grads"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
+    pa = split(d["params_after"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
+    print(f"  {'tensor':9s} {'shape':>15s} {'param std':>10s} {'param mean':>10s} {'|grad| max':>10s} "
+          f"{'grad rms':>10s} {'|delta| max':>11s}")
+    for n in NAMES:
+        print(f"  {n:9s} {str(p[n].shape):>15s} {p[n].std():10.4g} {p[n].mean():10.4g} "
+              f"{np.abs(g[n]).max():10.4g} {np.sqrt((g[n].astype(np.float64) ** 2).mean()):10.4g} "
+              f"{np.abs(pa[n] - p[n]).max():11.4g}")
+    print(f"  x[0,:8]={d['x'][0, :8].tolist()} y[0,:8]={d['y'][0, :8].tolist()}")
+    print(f"  logits {d['logits'].shape} [0,0,:4]={d['logits'][0, 0, :4].tolist()}")
+    print(f"  loss {d['loss']:.6f}")
+    print(f"  step_losses {np.array2string(d['step_losses'], precision=5)}")
+    print(f"  grad_norms  {np.array2string(d['grad_norms'], precision=5)}")
+    if args.no_check:
+        return
+    if not check(d, np.random.default_rng(0)):
+        sys.exit("read_dump: some checks FAILED")
+    print("read_dump: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
