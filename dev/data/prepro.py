@@ -202,6 +202,15 @@ def main():
         os.makedirs(os.path.dirname(os.path.abspath(args.tokenizer_out)), exist_ok=True)
         write_tokenizer(enc, args.tokenizer_out)
 
+    # shards of an earlier run with other settings would match the trainer's glob: remove them
+    stale = [q for split in ("train", "val") for q in
+             glob.glob(os.path.join(args.out_dir, f"{args.name}_{split}_[0-9][0-9][0-9][0-9][0-9][0-9].bin")) +
+             glob.glob(os.path.join(args.out_dir, f"{args.name}_{split}.bin"))]
+    for q in stale:
+        os.remove(q)
+    if stale:
+        print(f"removed {len(stale)} shard(s) of an earlier run from {args.out_dir}")
+
     train = ShardWriter(args.out_dir, args.name, "train", args.shard_size, args.plain_names)
     val = ShardWriter(args.out_dir, args.name, "val", args.shard_size, args.plain_names)
     if val_inputs:
