@@ -29,7 +29,7 @@ SYS_INC := $(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu /usr/
 SYS_LIB := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib
 find_dir = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
 
-NVCC_FLAGS := -O3 -std=c++17 --use_fast_math=false $(GENCODE) -I. -Xcompiler -Wall,-Wno-unused-function
+NVCC_FLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wno-unused-function
 LDLIBS     := -lcublasLt -lcublas
 LIB_DIRS   := $(CUDA_HOME)/lib64
 

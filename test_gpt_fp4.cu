@@ -1,0 +1,215 @@
+// test_gpt_fp4.cu: the whole model against the PyTorch reference dump (dev/ref/gpt_ref.py).
+// Checks the forward logits and loss, every parameter gradient, determinism (bit-identical
+// gradients on a second run, which is what makes resuming bit for bit possible), and 10 AdamW steps
+// with FP32 and with BF16 (stochastically rounded) master weights.
+//
+// The reference computes in FP32 from BF16-representable parameters; this program keeps activations
+// and GEMM operands in BF16 (8 significant bits, relative rounding error up to 2^-9 = 0.2% per
+// rounding) with FP32 accumulation. Each tolerance below says what it allows for.
+#define TESTING
+#include "train_gpt_fp4.cu"
+#include "dev/test/testing.h"
+
+#define DUMP_MAGIC 20261129
+
+typedef struct {
+    int32_t header[256];
+    float hyper[16];
+    float* params;
+    int* x;
+    int* y;
+    float* logits;
+    float loss;
+    float* grads;
+    float* step_losses;
+    float* grad_norms;
+    float* params_after;
+} RefDump;
+
+static void read_dump(RefDump* d, const char* path) {
+    FILE* f = fopen(path, "rb");
+    fail_if(!f, "cannot open the reference dump '%s'; regenerate it with: python3 dev/ref/gpt_ref.py", path);
+    fread_check(d->header, sizeof(int32_t), 256, f, path);
+    fail_if(d->header[0] != DUMP_MAGIC || d->header[1] != 1, "'%s' is not a version-1 reference dump", path);
+    fread_check(d->hyper, sizeof(float), 16, f, path);
+    int V = d->header[5], B = d->header[8], T = d->header[9], nsteps = d->header[10];
+    size_t np = (size_t)d->header[11];
+    d->params = (float*)xmalloc(np * sizeof(float));
+    d->x = (int*)xmalloc((size_t)B * T * sizeof(int));
+    d->y = (int*)xmalloc((size_t)B * T * sizeof(int));
+    d->logits = (float*)xmalloc((size_t)B * T * V * sizeof(float));
+    d->grads = (float*)xmalloc(np * sizeof(float));
+    d->step_losses = (float*)xmalloc(nsteps * sizeof(float));
+    d->grad_norms = (float*)xmalloc(nsteps * sizeof(float));
+    d->params_after = (float*)xmalloc(np * sizeof(float));
+    fread_check(d->params, sizeof(float), np, f, path);
+    fread_check(d->x, sizeof(int), (size_t)B * T, f, path);
+    fread_check(d->y, sizeof(int), (size_t)B * T, f, path);
+    fread_check(d->logits, sizeof(float), (size_t)B * T * V, f, path);
+    fread_check(&d->loss, sizeof(float), 1, f, path);
+    fread_check(d->grads, sizeof(float), np, f, path);
+    fread_check(d->step_losses, sizeof(float), nsteps, f, path);
+    fread_check(d->grad_norms, sizeof(float), nsteps, f, path);
+    fread_check(d->params_after, sizeof(float), np, f, path);
+    fclose(f);
+}
+
+static float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// ||a - b|| / ||b|| over n elements
+static double rel_l2(const float* a, const float* b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void load_params(GPT* m, const float* params) {
+    size_t n = m->num_parameters;
+    uint16_t* hp = (uint16_t*)xmalloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) hp[i] = bf16_bits_rne(params[i]);
+    cuda_check(cudaMemcpy(m->params_memory, hp, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    if (m->master) cuda_check(cudaMemcpy(m->master, params, n * sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemset(m->adam_m, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+    m->adam_t = 0;
+    free(hp);
+}
+
+static void params_to_host(GPT* m, float* out) {
+    size_t n = m->num_parameters;
+    if (m->master) {
+        cuda_check(cudaMemcpy(out, m->master, n * sizeof(float), cudaMemcpyDeviceToHost));
+        return;
+    }
+    uint16_t* hp = (uint16_t*)xmalloc(n * sizeof(uint16_t));
+    cuda_check(cudaMemcpy(hp, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_float(hp[i]);
+    free(hp);
+}
+
+// 10 AdamW steps on the dump's batch; checks each step's loss and the final parameter change.
+static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master, const char* label) {
+    int B = d->header[8], T = d->header[9], nsteps = d->header[10];
+    GPT m;
+    gpt_allocate(&m, c, B, T, fp32_master);
+    load_params(&m, d->params);
+    OptimizerConfig o = {d->hyper[0], d->hyper[1], d->hyper[2], d->hyper[3], d->hyper[4], d->hyper[5]};
+    for (int step = 0; step < nsteps; step++) {
+        gpt_zero_grad(&m);
+        float loss = gpt_forward(&m, d->x, d->y, B, T, 1, 1.0f / (B * T));
+        gpt_backward(&m, d->x, B, T);
+        float norm = gpt_grad_norm(&m);
+        // BF16 activations put ~1e-3 relative noise on the loss (a mean of B*T log-probabilities);
+        // 10 steps of parameter drift add at most a few times that: 2% of the loss bounds it with room,
+        // while a wrong update (sign, bias correction, decay on the wrong tensors) moves it by more.
+        printf("  %s step %d: loss %.6f (ref %.6f), grad norm %.5f (ref %.5f)\n", label, step, loss,
+               d->step_losses[step], norm, d->grad_norms[step]);
+        CHECK_CLOSE(loss, d->step_losses[step], 0.0, 2e-2, "training loss");
+        CHECK_CLOSE(norm, d->grad_norms[step], 0.0, 5e-2, "gradient norm");
+        gpt_update(&m, &o, o.lr, norm, step, 42);
+    }
+    size_t n = m.num_parameters;
+    float* after = (float*)xmalloc(n * sizeof(float));
+    params_to_host(&m, after);
+    // The parameter change over 10 steps: Adam normalises each coordinate, so coordinates with tiny
+    // gradients can move differently under BF16 noise; the change as a whole must still agree.
+    float* ours = (float*)xmalloc(n * sizeof(float));
+    float* ref = (float*)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        ours[i] = after[i] - bf16_to_float(bf16_bits_rne(d->params[i]));
+        ref[i] = d->params_after[i] - d->params[i];
+    }
+    double err = rel_l2(ours, ref, n);
+    printf("  %s: relative L2 error of the 10-step parameter change: %.4f\n", label, err);
+    // FP32 masters: the only differences are the BF16 forward/backward (gradient error of a few %,
+    // mostly on coordinates with tiny gradients). BF16 masters add stochastic rounding noise of up to
+    // one BF16 ulp per step, comparable to lr-sized updates of weights near 0.02.
+    CHECK(err < (fp32_master ? 0.15 : 0.35), "%s: parameter change differs from the reference by %.4f", label, err);
+    free(after); free(ours); free(ref);
+    gpt_free(&m);
+}
+
+int main(int argc, char** argv) {
+    const char* path = argc > 1 ? argv[1] : "dev/ref/gpt_ref.bin";
+    if (device_count_or_zero() == 0) {
+        test_skip("test_gpt_fp4 (model vs PyTorch reference)", "no CUDA GPU on this machine");
+        return test_summary("test_gpt_fp4");
+    }
+    RefDump d;
+    read_dump(&d, path);
+    GPTConfig c;
+    c.num_layers = d.header[2]; c.num_heads = d.header[3]; c.channels = d.header[4];
+    c.vocab_size = d.header[5]; c.padded_vocab_size = d.header[6]; c.max_seq_len = d.header[7];
+    int B = d.header[8], T = d.header[9], V = c.vocab_size, Vp = c.padded_vocab_size;
+    size_t N = (size_t)B * T;
+    printf("reference: L=%d NH=%d C=%d V=%d B=%d T=%d, loss %.6f\n", c.num_layers, c.num_heads, c.channels, V, B, T, d.loss);
+
+    matmul_init();
+    attention_init();
+    printf("attention backend: %s\n", attention_backend_name());
+    GPT m;
+    gpt_allocate(&m, &c, B, T, 1);
+    fail_if(m.num_parameters != (size_t)d.header[11], "parameter count %zu != dump's %d", m.num_parameters, d.header[11]);
+    load_params(&m, d.params);
+
+    // forward: logits and loss
+    float loss = gpt_forward(&m, d.x, d.y, B, T, 0, 0.0f);
+    uint16_t* logits_bf16 = (uint16_t*)xmalloc(N * Vp * sizeof(uint16_t));
+    cuda_check(cudaMemcpy(logits_bf16, m.acts.logits, N * Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    float* logits = (float*)xmalloc(N * V * sizeof(float));
+    for (size_t i = 0; i < N; i++)
+        for (int v = 0; v < V; v++) logits[i * V + v] = bf16_to_float(logits_bf16[i * Vp + v]);
+    double logit_err = rel_l2(logits, d.logits, N * V);
+    double max_abs = 0.0;
+    for (size_t i = 0; i < N * V; i++) max_abs = fmax(max_abs, fabs((double)logits[i] - d.logits[i]));
+    printf("logits: relative L2 error %.5f, max abs error %.5f; loss %.6f (ref %.6f)\n", logit_err, max_abs, loss, d.loss);
+    // BF16 rounding of every activation (2^-9 relative) through 2 blocks: ~1% relative in the logits.
+    CHECK(logit_err < 2e-2, "logits: relative L2 error %.5f >= 2e-2", logit_err);
+    // The loss averages B*T terms, so per-token logit noise mostly cancels: 0.5% of the loss.
+    CHECK_CLOSE(loss, d.loss, 0.0, 5e-3, "loss");
+
+    // backward: every parameter gradient
+    gpt_zero_grad(&m);
+    gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
+    gpt_backward(&m, d.x, B, T);
+    size_t np = m.num_parameters;
+    float* grads = (float*)xmalloc(np * sizeof(float));
+    float* grads2 = (float*)xmalloc(np * sizeof(float));
+    cuda_check(cudaMemcpy(grads, m.grads_memory, np * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t off = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        size_t n = m.param_sizes[id];
+        double err = rel_l2(grads + off, d.grads + off, n);
+        // Gradients pass through BF16 activations and BF16 dY operands in both GEMMs of each layer;
+        // a few percent relative error per tensor is what BF16 training has (llm.c sees the same).
+        // Small tensors (biases, LayerNorm) sum over all tokens, which averages the noise down.
+        double tol = 6e-2;
+        printf("  grad %-9s n=%-8zu relative L2 error %.5f\n", PARAM_INFO[id].name, n, err);
+        CHECK(err < tol, "gradient of %s: relative L2 error %.5f >= %.2f", PARAM_INFO[id].name, err, tol);
+        off += n;
+    }
+
+    // determinism: the same step again gives bit-identical gradients (resume depends on it)
+    gpt_zero_grad(&m);
+    gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
+    gpt_backward(&m, d.x, B, T);
+    cuda_check(cudaMemcpy(grads2, m.grads_memory, np * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(memcmp(grads, grads2, np * sizeof(float)) == 0, "gradients differ between two identical runs");
+    gpt_free(&m);
+
+    check_training(&d, &c, 1, "fp32 master");
+    check_training(&d, &c, 0, "bf16 master + SR");
+
+    attention_destroy();
+    matmul_destroy();
+    return test_summary("test_gpt_fp4");
+}

@@ -1,0 +1,984 @@
+// train_gpt_fp4.cu: GPT-2 pretraining in C/CUDA whose linear layers can run their GEMMs in FP4.
+//
+// One file owns the story: the model's configuration, its parameter and activation tensors, the
+// forward and backward passes, the AdamW update, and the training loop with its flags, logs and
+// checkpoints. Each kernel lives in a header of its own under llmc/.
+//
+// Precision (BF16 build): BF16 parameters, activations and GEMM operands; FP32 GEMM accumulation,
+// LayerNorm statistics, softmax and loss; FP32 parameter gradients and optimizer state; BF16 master
+// weights updated with stochastic rounding (or FP32 master weights with --master-weights fp32).
+
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <unistd.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <vector>
+
+#include "llmc/common.h"           // defines: fail, fail_if, xmalloc, file helpers
+#include "llmc/cuda_common.cuh"    // defines: floatX, cuda_check
+#include "llmc/rng.h"              // defines: rng_key, rng_bits32
+#include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_dgrad, matmul_wgrad
+#include "llmc/adamw.cuh"          // defines: adamw_update
+#include "llmc/encoder.cuh"        // defines: encoder_forward, encoder_backward
+#include "llmc/layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "llmc/gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
+#include "llmc/attention.cuh"      // defines: attention_forward, attention_backward
+#include "llmc/fused_classifier.cuh" // defines: fused_classifier
+#include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
+#include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
+#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
+#include "llmc/args.h"             // defines: Option, parse_options, print_usage
+#include "llmc/logger.h"           // defines: Logger, logger_line, make_dirs
+#include "llmc/schedule.h"         // defines: LRSchedule, lr_at_step
+#include "llmc/checkpoint.h"       // defines: ckpt_begin, ckpt_write, ckpt_commit, find_latest_checkpoint
+
+// ----------------------------------------------------------------------------------------------
+// Model configuration
+
+typedef struct {
+    int max_seq_len;        // positions in wpe
+    int vocab_size;         // real tokens
+    int padded_vocab_size;  // rows of wte: vocab rounded up to a multiple of 128 for fast GEMMs
+    int num_layers;
+    int num_heads;
+    int channels;
+} GPTConfig;
+
+// GPT-2 shapes by depth: d12 is GPT-2 124M, d24 350M, d36 774M, d48 1.5B.
+static GPTConfig config_from_descriptor(const char* d) {
+    GPTConfig c;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    if (strcmp(d, "d6") == 0)       { c.num_layers = 6;  c.channels = 384;  c.num_heads = 6; }
+    else if (strcmp(d, "d12") == 0) { c.num_layers = 12; c.channels = 768;  c.num_heads = 12; }
+    else if (strcmp(d, "d24") == 0) { c.num_layers = 24; c.channels = 1024; c.num_heads = 16; }
+    else if (strcmp(d, "d36") == 0) { c.num_layers = 36; c.channels = 1280; c.num_heads = 20; }
+    else if (strcmp(d, "d48") == 0) { c.num_layers = 48; c.channels = 1600; c.num_heads = 25; }
+    else fail("unknown --model '%s': use d6, d12, d24, d36 or d48 (or --init-from a checkpoint)", d);
+    return c;
+}
+
+static void config_check(const GPTConfig* c) {
+    fail_if(c->num_layers <= 0 || c->channels <= 0 || c->num_heads <= 0 || c->vocab_size <= 0 ||
+            c->max_seq_len <= 0, "model config: every size must be positive");
+    fail_if(c->channels % c->num_heads != 0, "model config: channels %d not divisible by heads %d",
+            c->channels, c->num_heads);
+    fail_if(c->channels % 8 != 0, "model config: channels must be a multiple of 8 (got %d)", c->channels);
+    fail_if(c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0,
+            "model config: padded vocab %d must be >= vocab %d and a multiple of 128",
+            c->padded_vocab_size, c->vocab_size);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Parameters: a registry of named tensors, laid out in one allocation in this order (the same order
+// as the PyTorch reference dump, dev/ref/gpt_ref.py).
+
+enum {
+    P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, NUM_PARAM_TENSORS
+};
+
+typedef struct {
+    const char* name;
+    int per_layer;      // stacked over layers, layer index outermost
+    int decay;          // matrices get weight decay; biases and LayerNorm parameters do not
+    int residual_proj;  // init scaled by 1/sqrt(2L) (GPT-2)
+} ParamInfo;
+
+static const ParamInfo PARAM_INFO[NUM_PARAM_TENSORS] = {
+    {"wte", 0, 1, 0},      {"wpe", 0, 1, 0},       {"ln1w", 1, 0, 0},     {"ln1b", 1, 0, 0},
+    {"qkvw", 1, 1, 0},     {"qkvb", 1, 0, 0},      {"attprojw", 1, 1, 1}, {"attprojb", 1, 0, 0},
+    {"ln2w", 1, 0, 0},     {"ln2b", 1, 0, 0},      {"fcw", 1, 1, 0},      {"fcb", 1, 0, 0},
+    {"fcprojw", 1, 1, 1},  {"fcprojb", 1, 0, 0},   {"lnfw", 0, 0, 0},     {"lnfb", 0, 0, 0},
+};
+
+// Elements of one tensor (all layers).
+static void param_sizes(const GPTConfig* c, size_t sizes[NUM_PARAM_TENSORS]) {
+    size_t Vp = c->padded_vocab_size, C = c->channels, L = c->num_layers, maxT = c->max_seq_len;
+    sizes[P_WTE] = Vp * C;          sizes[P_WPE] = maxT * C;
+    sizes[P_LN1W] = L * C;          sizes[P_LN1B] = L * C;
+    sizes[P_QKVW] = L * 3 * C * C;  sizes[P_QKVB] = L * 3 * C;
+    sizes[P_ATTPROJW] = L * C * C;  sizes[P_ATTPROJB] = L * C;
+    sizes[P_LN2W] = L * C;          sizes[P_LN2B] = L * C;
+    sizes[P_FCW] = L * 4 * C * C;   sizes[P_FCB] = L * 4 * C;
+    sizes[P_FCPROJW] = L * C * 4 * C; sizes[P_FCPROJB] = L * C;
+    sizes[P_LNFW] = C;              sizes[P_LNFB] = C;
+}
+
+// Typed views into one flat buffer of parameters (or gradients).
+template <typename T>
+struct ParamTensors {
+    T* t[NUM_PARAM_TENSORS];
+    // layer l's slice of a per-layer tensor
+    T* layer(int id, int l, size_t per_layer) const { return t[id] + (size_t)l * per_layer; }
+};
+
+template <typename T>
+static void point_params(ParamTensors<T>* p, T* base, const size_t sizes[NUM_PARAM_TENSORS]) {
+    size_t off = 0;
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Activations kept for the backward pass, per layer unless noted. N = B*T tokens.
+
+typedef struct {
+    floatX* encoded;     // (N, C) token + position embeddings
+    floatX* ln1;         // (L, N, C)
+    float* ln1_mean;     // (L, N)
+    float* ln1_rstd;     // (L, N)
+    floatX* qkv;         // (L, N, 3C)
+    floatX* atty;        // (L, N, C) attention output before the projection
+    float* att_stats;    // (L, B, NH, T) softmax log-sum-exp
+    floatX* residual2;   // (L, N, C) after the attention block
+    floatX* ln2;         // (L, N, C)
+    float* ln2_mean;     // (L, N)
+    float* ln2_rstd;     // (L, N)
+    floatX* fch;         // (L, N, 4C) MLP hidden, before GELU
+    floatX* fch_gelu;    // (L, N, 4C)
+    floatX* residual3;   // (L, N, C) after the MLP block
+    floatX* lnf;         // (N, C)
+    float* lnf_mean;     // (N)
+    float* lnf_rstd;     // (N)
+    floatX* logits;      // (N, Vp); the classifier overwrites it with dlogits
+    float* losses;       // (N)
+    floatX* proj_out;    // (N, C) scratch: output of attproj / fcproj before the residual add
+    // backward scratch
+    floatX* dresidual;   // (N, C) gradient of the residual stream
+    floatX* dbuf_c;      // (N, C)
+    floatX* dbuf_3c;     // (N, 3C)
+    floatX* dbuf_4c;     // (N, 4C)
+} Activations;
+
+typedef struct {
+    GPTConfig config;
+    int B, T;                       // largest batch the buffers hold
+    size_t param_sizes[NUM_PARAM_TENSORS];
+    size_t num_parameters;
+    ParamTensors<floatX> params;    // BF16 weights used by the forward pass
+    ParamTensors<float> grads;      // FP32, accumulated over micro-steps
+    float* master;                  // FP32 master weights, or NULL (BF16 + stochastic rounding)
+    float* adam_m;
+    float* adam_v;
+    floatX* params_memory;
+    float* grads_memory;
+    Activations acts;
+    void* ln_scratch;
+    void* bias_scratch;
+    void* norm_scratch;
+    float* norm_device;             // one float: sum of squares of all gradients
+    EncoderBackward encoder_bw;
+    int* inputs_device;
+    int* targets_device;
+    float* losses_host;
+    int adam_t;                     // updates applied so far (bias correction)
+    cudaStream_t stream;
+} GPT;
+
+static size_t gpt_per_layer(const GPT* m, int id) {
+    return m->param_sizes[id] / m->config.num_layers;
+}
+
+template <typename T>
+static T* device_alloc(size_t count, size_t* total_bytes) {
+    T* p = NULL;
+    cuda_check(cudaMalloc((void**)&p, count * sizeof(T)));
+    if (total_bytes) *total_bytes += count * sizeof(T);
+    return p;
+}
+
+static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int fp32_master) {
+    config_check(config);
+    fail_if(T > config->max_seq_len, "sequence length %d exceeds the model's %d positions", T, config->max_seq_len);
+    memset(m, 0, sizeof(*m));
+    m->config = *config;
+    m->B = B;
+    m->T = T;
+    param_sizes(config, m->param_sizes);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) m->num_parameters += m->param_sizes[i];
+    size_t n = m->num_parameters, bytes = 0;
+    m->params_memory = device_alloc<floatX>(n, &bytes);
+    m->grads_memory = device_alloc<float>(n, &bytes);
+    m->adam_m = device_alloc<float>(n, &bytes);
+    m->adam_v = device_alloc<float>(n, &bytes);
+    m->master = fp32_master ? device_alloc<float>(n, &bytes) : NULL;
+    cuda_check(cudaMemset(m->adam_m, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
+    point_params(&m->params, m->params_memory, m->param_sizes);
+    point_params(&m->grads, m->grads_memory, m->param_sizes);
+
+    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, Vp = config->padded_vocab_size;
+    size_t N = (size_t)B * T;
+    Activations* a = &m->acts;
+    a->encoded = device_alloc<floatX>(N * C, &bytes);
+    a->ln1 = device_alloc<floatX>(L * N * C, &bytes);
+    a->ln1_mean = device_alloc<float>(L * N, &bytes);
+    a->ln1_rstd = device_alloc<float>(L * N, &bytes);
+    a->qkv = device_alloc<floatX>(L * N * 3 * C, &bytes);
+    a->atty = device_alloc<floatX>(L * N * C, &bytes);
+    a->att_stats = device_alloc<float>(L * B * NH * T, &bytes);
+    a->residual2 = device_alloc<floatX>(L * N * C, &bytes);
+    a->ln2 = device_alloc<floatX>(L * N * C, &bytes);
+    a->ln2_mean = device_alloc<float>(L * N, &bytes);
+    a->ln2_rstd = device_alloc<float>(L * N, &bytes);
+    a->fch = device_alloc<floatX>(L * N * 4 * C, &bytes);
+    a->fch_gelu = device_alloc<floatX>(L * N * 4 * C, &bytes);
+    a->residual3 = device_alloc<floatX>(L * N * C, &bytes);
+    a->lnf = device_alloc<floatX>(N * C, &bytes);
+    a->lnf_mean = device_alloc<float>(N, &bytes);
+    a->lnf_rstd = device_alloc<float>(N, &bytes);
+    a->logits = device_alloc<floatX>(N * Vp, &bytes);
+    a->losses = device_alloc<float>(N, &bytes);
+    a->proj_out = device_alloc<floatX>(N * C, &bytes);
+    a->dresidual = device_alloc<floatX>(N * C, &bytes);
+    a->dbuf_c = device_alloc<floatX>(N * C, &bytes);
+    a->dbuf_3c = device_alloc<floatX>(N * 3 * C, &bytes);
+    a->dbuf_4c = device_alloc<floatX>(N * 4 * C, &bytes);
+
+    m->ln_scratch = device_alloc<char>(layernorm_backward_scratch_bytes((int)N, (int)C), &bytes);
+    m->bias_scratch = device_alloc<char>(bias_backward_scratch_bytes((int)N, (int)(4 * C)), &bytes);
+    m->norm_scratch = device_alloc<char>(sum_squares_scratch_bytes(n), &bytes);
+    m->norm_device = device_alloc<float>(1, &bytes);
+    m->inputs_device = device_alloc<int>(N, &bytes);
+    m->targets_device = device_alloc<int>(N, &bytes);
+    m->losses_host = (float*)xmalloc(N * sizeof(float));
+    encoder_backward_init(&m->encoder_bw, B, T, config->channels);
+    cuda_check(cudaStreamCreate(&m->stream));
+    printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters; "
+           "GPU memory for model + activations: %.2f GiB\n", config->num_layers, config->num_heads,
+           config->channels, config->vocab_size, config->padded_vocab_size, n, bytes / (double)(1 << 30));
+}
+
+static void gpt_free(GPT* m) {
+    cudaFree(m->params_memory); cudaFree(m->grads_memory); cudaFree(m->adam_m); cudaFree(m->adam_v);
+    cudaFree(m->master);
+    Activations* a = &m->acts;
+    void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
+                    a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
+                    a->lnf_rstd, a->logits, a->losses, a->proj_out, a->dresidual, a->dbuf_c, a->dbuf_3c,
+                    a->dbuf_4c, m->ln_scratch, m->bias_scratch, m->norm_scratch, m->norm_device,
+                    m->inputs_device, m->targets_device};
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
+    encoder_backward_free(&m->encoder_bw);
+    free(m->losses_host);
+    cudaStreamDestroy(m->stream);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Initialisation (GPT-2): weights N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0,
+// LayerNorm weights 1. Normals come from the counter-based generator keyed on (seed, tensor id),
+// so the init is the same whatever the GPU.
+
+__global__ void init_normal_kernel(floatX* p, float* master, size_t n, float std, uint64_t key) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    // Box-Muller from two 32-bit words of element i
+    uint32_t a = rng_bits32(key, 2 * i), b = rng_bits32(key, 2 * i + 1);
+    float u1 = ((a >> 8) + 1.0f) * (1.0f / 16777216.0f);   // (0, 1]
+    float u2 = (b >> 8) * (1.0f / 16777216.0f);            // [0, 1)
+    float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    float v = std * z;
+    p[i] = __ushort_as_bfloat16(bf16_bits_rne(v));
+    if (master) master[i] = __bfloat162float(p[i]);
+}
+
+__global__ void fill_kernel(floatX* p, float* master, size_t n, float value) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    p[i] = __float2bfloat16(value);
+    if (master) master[i] = value;
+}
+
+static void gpt_init_random(GPT* m, uint64_t seed) {
+    const int block = 256;
+    float residual_std = 0.02f / sqrtf(2.0f * m->config.num_layers);
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        size_t n = m->param_sizes[id];
+        float* master = m->master ? m->master + (m->params.t[id] - m->params_memory) : NULL;
+        unsigned grid = (unsigned)ceil_div((int64_t)n, block);
+        int is_ln_weight = id == P_LN1W || id == P_LN2W || id == P_LNFW;
+        int is_matrix = PARAM_INFO[id].decay;
+        if (is_matrix) {
+            float std = PARAM_INFO[id].residual_proj ? residual_std : 0.02f;
+            init_normal_kernel<<<grid, block>>>(m->params.t[id], master, n, std, rng_key(seed, 0, (uint32_t)id));
+        } else {
+            fill_kernel<<<grid, block>>>(m->params.t[id], master, n, is_ln_weight ? 1.0f : 0.0f);
+        }
+        cuda_check_last();
+    }
+    // the padded vocabulary rows are never a target: keep them zero
+    const GPTConfig* c = &m->config;
+    size_t pad = (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
+    size_t start = (size_t)c->vocab_size * c->channels;
+    cuda_check(cudaMemset(m->params.t[P_WTE] + start, 0, pad * sizeof(floatX)));
+    if (m->master) cuda_check(cudaMemset(m->master + start, 0, pad * sizeof(float)));
+    cuda_check(cudaDeviceSynchronize());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Linear layers. Every transformer linear layer goes through these two functions, so the precision
+// recipe of its three GEMMs (forward, data gradient, weight gradient) is decided in one place.
+
+static void linear_forward(GPT* m, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                           int N, int K, int OC) {
+    matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+}
+
+// dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout.
+static void linear_backward(GPT* m, floatX* dinp, float* dweight, float* dbias, const floatX* dout,
+                            const floatX* inp, const floatX* weight, int N, int K, int OC) {
+    matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
+    matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+    if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward pass. With targets, also the per-token losses (and, when `backward` is set, the
+// classifier writes dlogits in place, scaled by dloss); returns the mean loss (NAN without targets).
+
+static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, int backward, float dloss) {
+    fail_if(B > m->B || T > m->T, "internal: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    const GPTConfig* c = &m->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
+    int N = B * T;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    cuda_check(cudaMemcpyAsync(m->inputs_device, inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) cuda_check(cudaMemcpyAsync(m->targets_device, targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
+
+    encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p->t[P_LN1W], p->t[P_LN1B], N, C, s);
+    for (int l = 0; l < L; l++) {
+        size_t nc = (size_t)N * C;
+        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * nc;
+        floatX* ln1 = a->ln1 + l * nc;
+        floatX* qkv = a->qkv + l * 3 * nc;
+        floatX* atty = a->atty + l * nc;
+        float* stats = a->att_stats + (size_t)l * B * NH * T;
+        floatX* residual2 = a->residual2 + l * nc;
+        floatX* ln2 = a->ln2 + l * nc;
+        floatX* fch = a->fch + l * 4 * nc;
+        floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
+        floatX* residual3 = a->residual3 + l * nc;
+
+        linear_forward(m, qkv, ln1, p->layer(P_QKVW, l, gpt_per_layer(m, P_QKVW)),
+                       p->layer(P_QKVB, l, 3 * C), N, C, 3 * C);
+        attention_forward(atty, stats, qkv, B, T, NH, C / NH, s);
+        linear_forward(m, a->proj_out, atty, p->layer(P_ATTPROJW, l, (size_t)C * C),
+                       p->layer(P_ATTPROJB, l, C), N, C, C);
+        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
+                                         residual, a->proj_out, p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
+        linear_forward(m, fch, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), p->layer(P_FCB, l, 4 * C), N, C, 4 * C);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
+        linear_forward(m, a->proj_out, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C),
+                       p->layer(P_FCPROJB, l, C), N, 4 * C, C);
+        // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
+        if (l + 1 < L) {
+            fused_residual_layernorm_forward(residual3, a->ln1 + (l + 1) * nc, a->ln1_mean + (size_t)(l + 1) * N,
+                                             a->ln1_rstd + (size_t)(l + 1) * N, residual2, a->proj_out,
+                                             p->layer(P_LN1W, l + 1, C), p->layer(P_LN1B, l + 1, C), N, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->proj_out,
+                                             p->t[P_LNFW], p->t[P_LNFB], N, C, s);
+        }
+    }
+    matmul_forward(a->logits, a->lnf, p->t[P_WTE], NULL, N, C, Vp, NULL, s);
+    if (!targets) return NAN;
+    fused_classifier(a->logits, a->losses, dloss, m->targets_device, N, V, Vp, backward, s);
+    cuda_check(cudaMemcpyAsync(m->losses_host, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaStreamSynchronize(s));
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += m->losses_host[i];
+    return (float)(sum / N);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward pass: after gpt_forward(..., backward=1), accumulates into the FP32 gradients.
+
+static void gpt_zero_grad(GPT* m) {
+    cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), m->stream));
+}
+
+static void gpt_backward(GPT* m, const int* inputs, int B, int T) {
+    const GPTConfig* c = &m->config;
+    int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
+    int N = B * T;
+    size_t nc = (size_t)N * C;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    ParamTensors<float>* g = &m->grads;
+
+    // classifier: a->logits holds dlogits
+    matmul_dgrad(a->dbuf_c, a->logits, p->t[P_WTE], N, C, Vp, NULL, s);
+    matmul_wgrad(g->t[P_WTE], a->logits, a->lnf, N, C, Vp, NULL, s);
+    cuda_check(cudaMemsetAsync(a->dresidual, 0, nc * sizeof(floatX), s));
+    layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], m->ln_scratch, a->dbuf_c,
+                       a->residual3 + (L - 1) * nc, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, s);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * nc;
+        const floatX* ln1 = a->ln1 + l * nc;
+        const floatX* qkv = a->qkv + l * 3 * nc;
+        const floatX* atty = a->atty + l * nc;
+        const float* stats = a->att_stats + (size_t)l * B * NH * T;
+        const floatX* residual2 = a->residual2 + l * nc;
+        const floatX* ln2 = a->ln2 + l * nc;
+        const floatX* fch = a->fch + l * 4 * nc;
+        const floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
+
+        // MLP: dresidual is the gradient of residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        linear_backward(m, a->dbuf_4c, g->layer(P_FCPROJW, l, (size_t)4 * C * C), g->layer(P_FCPROJB, l, C),
+                        a->dresidual, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C), N, 4 * C, C);
+        gelu_backward_inplace(a->dbuf_4c, fch, (size_t)N * 4 * C, s);
+        linear_backward(m, a->dbuf_c, g->layer(P_FCW, l, (size_t)4 * C * C), g->layer(P_FCB, l, 4 * C),
+                        a->dbuf_4c, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), N, C, 4 * C);
+        layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
+                           residual2, p->layer(P_LN2W, l, C), a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, s);
+        // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
+        linear_backward(m, a->dbuf_c, g->layer(P_ATTPROJW, l, (size_t)C * C), g->layer(P_ATTPROJB, l, C),
+                        a->dresidual, atty, p->layer(P_ATTPROJW, l, (size_t)C * C), N, C, C);
+        attention_backward(a->dbuf_3c, a->dbuf_c, qkv, atty, stats, B, T, NH, C / NH, s);
+        linear_backward(m, a->dbuf_c, g->layer(P_QKVW, l, (size_t)3 * C * C), g->layer(P_QKVB, l, 3 * C),
+                        a->dbuf_3c, ln1, p->layer(P_QKVW, l, (size_t)3 * C * C), N, C, 3 * C);
+        layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
+                           residual, p->layer(P_LN1W, l, C), a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, s);
+    }
+    encoder_backward(&m->encoder_bw, g->t[P_WTE], g->t[P_WPE], a->dresidual, inputs, B, T, C, s);
+}
+
+// Global L2 norm of all gradients (one host synchronisation per step).
+static float gpt_grad_norm(GPT* m) {
+    sum_squares(m->norm_device, m->norm_scratch, m->grads_memory, m->num_parameters, m->stream);
+    float sq = 0.0f;
+    cuda_check(cudaMemcpyAsync(&sq, m->norm_device, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
+    cuda_check(cudaStreamSynchronize(m->stream));
+    return sqrtf(sq);
+}
+
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+} OptimizerConfig;
+
+// AdamW on every tensor; `step` keys the stochastic rounding. grad_norm is the pre-clip norm.
+static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_norm, int step, uint64_t seed) {
+    m->adam_t++;
+    AdamWParams a;
+    a.lr = lr;
+    a.beta1 = o->beta1;
+    a.beta2 = o->beta2;
+    a.eps = o->eps;
+    a.t = m->adam_t;
+    a.grad_scale = (o->grad_clip > 0.0f && grad_norm > o->grad_clip) ? o->grad_clip / grad_norm : 1.0f;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        size_t off = m->params.t[id] - m->params_memory;
+        a.weight_decay = PARAM_INFO[id].decay ? o->weight_decay : 0.0f;
+        a.rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)id);
+        adamw_update(m->params.t[id], m->master ? m->master + off : NULL, m->grads_memory + off,
+                     m->adam_m + off, m->adam_v + off, m->param_sizes[id], 0, &a, m->stream);
+    }
+}
+
+
+// ----------------------------------------------------------------------------------------------
+// Loss-spike detector: running mean and variance (exponential) of the loss and the gradient norm;
+// an update whose loss or norm sits more than z standard deviations above its mean is skipped.
+
+typedef struct {
+    double count, loss_mean, loss_var, norm_mean, norm_var;
+} SpikeState;
+
+static int spike_check(SpikeState* s, float z, float loss, float norm, char* why, size_t cap) {
+    const double decay = 0.95;
+    const int min_history = 20;
+    int spike = 0;
+    if (z > 0 && s->count >= min_history) {
+        double lz = (loss - s->loss_mean) / sqrt(s->loss_var + 1e-12);
+        double nz = (norm - s->norm_mean) / sqrt(s->norm_var + 1e-12);
+        if (lz > z) { spike = 1; snprintf(why, cap, "loss %.4f is %.1f sd above its mean %.4f", loss, lz, s->loss_mean); }
+        else if (nz > z) { spike = 1; snprintf(why, cap, "grad norm %.4f is %.1f sd above its mean %.4f", norm, nz, s->norm_mean); }
+    }
+    if (!spike) {  // spikes do not pollute the statistics
+        if (s->count == 0) { s->loss_mean = loss; s->norm_mean = norm; }
+        double dl = loss - s->loss_mean, dn = norm - s->norm_mean;
+        s->loss_mean += (1 - decay) * dl;
+        s->loss_var = decay * (s->loss_var + (1 - decay) * dl * dl);
+        s->norm_mean += (1 - decay) * dn;
+        s->norm_var = decay * (s->norm_var + (1 - decay) * dn * dn);
+        s->count++;
+    }
+    return spike;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Checkpoints: model, optimizer state, data position and run state in one file (llmc/checkpoint.h
+// makes it atomic). Layout: int32 header[256], then BF16 params, FP32 master params (if any),
+// FP32 Adam m and v, DataLoaderState, SpikeState.
+
+enum {
+    H_MAGIC, H_VERSION, H_LAYERS, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T, H_STEP, H_ADAM_T,
+    H_HAS_MASTER, H_B, H_T, H_GRAD_ACCUM, H_WORLD, H_LOADER_BYTES, H_SPIKE_BYTES, H_SEED_LO, H_SEED_HI,
+    H_RECIPE_BYTES
+};
+#define CKPT_HEADER_INTS 256
+#define CKPT_CHUNK (64ull << 20)
+
+static void write_device(CheckpointWriter* w, const void* dev, size_t bytes, char* staging) {
+    for (size_t off = 0; off < bytes; off += CKPT_CHUNK) {
+        size_t n = bytes - off < CKPT_CHUNK ? bytes - off : CKPT_CHUNK;
+        cuda_check(cudaMemcpy(staging, (const char*)dev + off, n, cudaMemcpyDeviceToHost));
+        ckpt_write(w, staging, n);
+    }
+}
+
+static void read_device(FILE* f, void* dev, size_t bytes, char* staging, const char* path) {
+    for (size_t off = 0; off < bytes; off += CKPT_CHUNK) {
+        size_t n = bytes - off < CKPT_CHUNK ? bytes - off : CKPT_CHUNK;
+        fread_check(staging, 1, n, f, path);
+        cuda_check(cudaMemcpy((char*)dev + off, staging, n, cudaMemcpyHostToDevice));
+    }
+}
+
+typedef struct {
+    int step, grad_accum, world;
+    uint64_t seed;
+    DataLoaderState loader;
+    SpikeState spike;
+    const char* recipe;
+} RunState;
+
+static void save_checkpoint(GPT* m, const char* path, const RunState* rs) {
+    int32_t h[CKPT_HEADER_INTS] = {0};
+    const GPTConfig* c = &m->config;
+    h[H_MAGIC] = CKPT_MAGIC; h[H_VERSION] = CKPT_VERSION;
+    h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
+    h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
+    h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
+    h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
+    h[H_LOADER_BYTES] = sizeof(DataLoaderState); h[H_SPIKE_BYTES] = sizeof(SpikeState);
+    h[H_SEED_LO] = (int32_t)(rs->seed & 0xFFFFFFFFu); h[H_SEED_HI] = (int32_t)(rs->seed >> 32);
+    h[H_RECIPE_BYTES] = (int32_t)strlen(rs->recipe);
+    cuda_check(cudaDeviceSynchronize());
+    char* staging = (char*)xmalloc(CKPT_CHUNK);
+    CheckpointWriter w;
+    ckpt_begin(&w, path);
+    ckpt_write(&w, h, sizeof(h));
+    ckpt_write(&w, rs->recipe, strlen(rs->recipe));
+    size_t n = m->num_parameters;
+    write_device(&w, m->params_memory, n * sizeof(floatX), staging);
+    if (m->master) write_device(&w, m->master, n * sizeof(float), staging);
+    write_device(&w, m->adam_m, n * sizeof(float), staging);
+    write_device(&w, m->adam_v, n * sizeof(float), staging);
+    ckpt_write(&w, &rs->loader, sizeof(rs->loader));
+    ckpt_write(&w, &rs->spike, sizeof(rs->spike));
+    ckpt_commit(&w);
+    free(staging);
+}
+
+static void read_checkpoint_header(const char* path, int32_t h[CKPT_HEADER_INTS], GPTConfig* c) {
+    FILE* f = fopen_check(path, "rb");
+    fread_check(h, sizeof(int32_t), CKPT_HEADER_INTS, f, path);
+    fclose(f);
+    fail_if(h[H_MAGIC] != CKPT_MAGIC, "'%s' is not a train_gpt_fp4 checkpoint (bad magic %d)", path, h[H_MAGIC]);
+    fail_if(h[H_VERSION] != CKPT_VERSION, "checkpoint '%s' has version %d; this program reads version %d",
+            path, h[H_VERSION], CKPT_VERSION);
+    c->num_layers = h[H_LAYERS]; c->num_heads = h[H_HEADS]; c->channels = h[H_CHANNELS];
+    c->vocab_size = h[H_VOCAB]; c->padded_vocab_size = h[H_PADDED_VOCAB]; c->max_seq_len = h[H_MAX_T];
+    config_check(c);
+}
+
+// Loads parameters (always) and, when rs is given, the optimizer and run state. The file's size is
+// checked first, so a truncated checkpoint is refused before anything is overwritten.
+static void load_checkpoint(GPT* m, const char* path, RunState* rs, char* recipe_out, size_t recipe_cap) {
+    int32_t h[CKPT_HEADER_INTS];
+    GPTConfig c;
+    read_checkpoint_header(path, h, &c);
+    fail_if(c.num_layers != m->config.num_layers || c.channels != m->config.channels ||
+            c.num_heads != m->config.num_heads || c.padded_vocab_size != m->config.padded_vocab_size ||
+            c.max_seq_len != m->config.max_seq_len, "checkpoint '%s' holds a different model shape", path);
+    size_t n = m->num_parameters;
+    int has_master = h[H_HAS_MASTER];
+    size_t expect = sizeof(int32_t) * CKPT_HEADER_INTS + h[H_RECIPE_BYTES] + n * sizeof(floatX) +
+                    (has_master ? n * sizeof(float) : 0) + 2 * n * sizeof(float) + h[H_LOADER_BYTES] + h[H_SPIKE_BYTES];
+    struct stat st;
+    fail_if(stat(path, &st) != 0, "cannot stat checkpoint '%s'", path);
+    fail_if((size_t)st.st_size != expect, "checkpoint '%s' is %lld bytes, expected %zu: truncated or corrupt",
+            path, (long long)st.st_size, expect);
+    fail_if(h[H_LOADER_BYTES] != (int)sizeof(DataLoaderState) || h[H_SPIKE_BYTES] != (int)sizeof(SpikeState),
+            "checkpoint '%s' was written by an incompatible build", path);
+    FILE* f = fopen_check(path, "rb");
+    fseek(f, sizeof(int32_t) * CKPT_HEADER_INTS, SEEK_SET);
+    char recipe[1024] = {0};
+    fail_if(h[H_RECIPE_BYTES] < 0 || h[H_RECIPE_BYTES] >= (int)sizeof(recipe), "checkpoint '%s': bad recipe length", path);
+    fread_check(recipe, 1, h[H_RECIPE_BYTES], f, path);
+    if (recipe_out) snprintf(recipe_out, recipe_cap, "%s", recipe);
+    char* staging = (char*)xmalloc(CKPT_CHUNK);
+    read_device(f, m->params_memory, n * sizeof(floatX), staging, path);
+    if (has_master && m->master) {
+        read_device(f, m->master, n * sizeof(float), staging, path);
+    } else if (has_master) {
+        fseek(f, (long)(n * sizeof(float)), SEEK_CUR);  // FP32 masters not wanted: the BF16 params suffice
+    } else if (m->master) {
+        // no master in the file: start the FP32 masters from the BF16 params (exact)
+        float* hm = (float*)xmalloc(n * sizeof(float));
+        uint16_t* hp = (uint16_t*)xmalloc(n * sizeof(uint16_t));
+        cuda_check(cudaMemcpy(hp, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) { uint32_t u = (uint32_t)hp[i] << 16; memcpy(&hm[i], &u, 4); }
+        cuda_check(cudaMemcpy(m->master, hm, n * sizeof(float), cudaMemcpyHostToDevice));
+        free(hm); free(hp);
+    }
+    if (rs) {
+        read_device(f, m->adam_m, n * sizeof(float), staging, path);
+        read_device(f, m->adam_v, n * sizeof(float), staging, path);
+        fread_check(&rs->loader, sizeof(rs->loader), 1, f, path);
+        fread_check(&rs->spike, sizeof(rs->spike), 1, f, path);
+        rs->step = h[H_STEP];
+        rs->grad_accum = h[H_GRAD_ACCUM];
+        rs->world = h[H_WORLD];
+        rs->seed = ((uint64_t)(uint32_t)h[H_SEED_HI] << 32) | (uint32_t)h[H_SEED_LO];
+        m->adam_t = h[H_ADAM_T];
+    }
+    free(staging);
+    fclose(f);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Evaluation and samples
+
+static float evaluate(GPT* m, DataLoader* val, int max_batches) {
+    dataloader_reset(val);
+    int n = val->num_batches < max_batches || max_batches <= 0 ? (int)val->num_batches : max_batches;
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        sum += gpt_forward(m, val->inputs, val->targets, val->B, val->T, 0, 0.0f);
+    }
+    return (float)(sum / n);
+}
+
+// Samples `count` tokens after <|endoftext|> at temperature 1. Each token re-runs the forward over a
+// window of T_gen positions (causal attention makes the padding after the cursor irrelevant).
+static void sample_text(GPT* m, const Tokenizer* tok, int count, uint64_t seed, int step, char* out, size_t cap) {
+    const int T_gen = m->T < 256 ? m->T : 256;
+    int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
+    int* ids = (int*)xmalloc(sizeof(int) * T_gen);
+    uint16_t* row = (uint16_t*)xmalloc(sizeof(uint16_t) * Vp);
+    float* probs = (float*)xmalloc(sizeof(float) * V);
+    for (int i = 0; i < T_gen; i++) ids[i] = eot;
+    uint64_t key = rng_key(seed, (uint32_t)step, 0xFFFF0001u);
+    int len = 1;
+    for (; len < T_gen && len <= count; len++) {
+        gpt_forward(m, ids, NULL, 1, T_gen, 0, 0.0f);
+        cuda_check(cudaMemcpy(row, m->acts.logits + (size_t)(len - 1) * Vp, sizeof(uint16_t) * Vp, cudaMemcpyDeviceToHost));
+        float mx = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            uint32_t u = (uint32_t)row[v] << 16;
+            memcpy(&probs[v], &u, 4);
+            mx = fmaxf(mx, probs[v]);
+        }
+        double z = 0.0;
+        for (int v = 0; v < V; v++) { probs[v] = expf(probs[v] - mx); z += probs[v]; }
+        double r = (rng_bits32(key, (uint64_t)len) + 0.5) / 4294967296.0 * z, acc = 0.0;
+        int next = V - 1;
+        for (int v = 0; v < V; v++) { acc += probs[v]; if (acc >= r) { next = v; break; } }
+        ids[len] = next;
+    }
+    size_t o = 0;
+    out[0] = '\0';
+    for (int i = 1; i < len && tok->init_ok; i++) {
+        const char* piece = tokenizer_decode(tok, (uint32_t)ids[i]);
+        if (piece) o += snprintf(out + o, o < cap ? cap - o : 0, "%s", piece);
+        if (o >= cap) break;
+    }
+    free(ids); free(row); free(probs);
+}
+
+#ifndef TESTING
+// ----------------------------------------------------------------------------------------------
+// Command line
+
+typedef struct {
+    const char* train_data;
+    const char* val_data;
+    const char* tokenizer;
+    const char* out_dir;
+    const char* model;
+    const char* init_from;
+    const char* resume;
+    int batch_size, seq_len, total_batch, steps;
+    float lr, final_lr_frac, wsd_decay_frac;
+    int warmup;
+    const char* schedule;
+    float beta1, beta2, eps, weight_decay, grad_clip;
+    const char* master_weights;
+    int seed;
+    int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
+    float spike_z;
+    int shuffle;
+    float peak_tflops;
+    int allow_recipe_change;
+} TrainConfig;
+
+static TrainConfig default_config(void) {
+    TrainConfig t;
+    memset(&t, 0, sizeof(t));
+    t.train_data = "data/tinyshakespeare/tiny_shakespeare_train.bin";
+    t.val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
+    t.tokenizer = "data/gpt2_tokenizer.bin";
+    t.out_dir = "out";
+    t.model = "d12";
+    t.init_from = "";
+    t.resume = "";
+    t.batch_size = 8; t.seq_len = 1024; t.total_batch = 0; t.steps = 100;
+    t.lr = 6e-4f; t.warmup = 10; t.schedule = "cosine"; t.final_lr_frac = 0.1f; t.wsd_decay_frac = 0.2f;
+    t.beta1 = 0.9f; t.beta2 = 0.95f; t.eps = 1e-8f; t.weight_decay = 0.1f; t.grad_clip = 1.0f;
+    t.master_weights = "bf16";
+    t.seed = 1337;
+    t.val_every = 25; t.val_batches = 20; t.sample_every = 50; t.sample_tokens = 64; t.ckpt_every = 0;
+    t.spike_z = 0.0f;
+    t.shuffle = 1;
+    t.peak_tflops = 989.0f;
+    return t;
+}
+
+int main(int argc, char** argv) {
+    TrainConfig tc = default_config();
+    const Option options[] = {
+        {"train-data", 'i', OPT_STRING, &tc.train_data, NULL, "training shards (glob pattern, llm.c .bin format)"},
+        {"val-data", 'j', OPT_STRING, &tc.val_data, NULL, "validation shards (glob pattern); empty: no validation"},
+        {"tokenizer", 0, OPT_STRING, &tc.tokenizer, NULL, "tokenizer file for decoding samples"},
+        {"out-dir", 'o', OPT_STRING, &tc.out_dir, NULL, "directory for log.jsonl and checkpoints"},
+        {"model", 'e', OPT_CHOICE, &tc.model, "d6|d12|d24|d36|d48", "model size (GPT-2 shapes; d12 = 124M)"},
+        {"init-from", 0, OPT_STRING, &tc.init_from, NULL, "start from this checkpoint's weights (fresh optimizer)"},
+        {"resume", 0, OPT_STRING, &tc.resume, NULL, "resume a run: a checkpoint path, or 'latest' in --out-dir"},
+        {"batch-size", 'b', OPT_INT, &tc.batch_size, NULL, "micro-batch size (sequences per GPU per micro-step)"},
+        {"seq-len", 't', OPT_INT, &tc.seq_len, NULL, "sequence length"},
+        {"total-batch", 'd', OPT_INT, &tc.total_batch, NULL, "tokens per optimizer step (0: one micro-batch); gradient accumulation makes up the rest"},
+        {"steps", 'x', OPT_INT, &tc.steps, NULL, "optimizer steps"},
+        {"lr", 'l', OPT_FLOAT, &tc.lr, NULL, "peak learning rate"},
+        {"warmup", 'u', OPT_INT, &tc.warmup, NULL, "linear warmup steps"},
+        {"schedule", 0, OPT_CHOICE, &tc.schedule, "cosine|linear|constant|wsd", "learning-rate schedule after warmup"},
+        {"final-lr-frac", 'q', OPT_FLOAT, &tc.final_lr_frac, NULL, "final learning rate as a fraction of the peak"},
+        {"wsd-decay-frac", 0, OPT_FLOAT, &tc.wsd_decay_frac, NULL, "wsd: fraction of steps spent decaying"},
+        {"beta1", 0, OPT_FLOAT, &tc.beta1, NULL, "AdamW beta1"},
+        {"beta2", 0, OPT_FLOAT, &tc.beta2, NULL, "AdamW beta2"},
+        {"eps", 0, OPT_FLOAT, &tc.eps, NULL, "AdamW epsilon"},
+        {"weight-decay", 'c', OPT_FLOAT, &tc.weight_decay, NULL, "AdamW weight decay (matrices only)"},
+        {"grad-clip", 0, OPT_FLOAT, &tc.grad_clip, NULL, "clip the global gradient norm to this (0: off)"},
+        {"master-weights", 0, OPT_CHOICE, &tc.master_weights, "bf16|fp32", "bf16: BF16 weights updated with stochastic rounding; fp32: FP32 master copy"},
+        {"seed", 0, OPT_INT, &tc.seed, NULL, "seed for init, data order and stochastic rounding"},
+        {"val-every", 'v', OPT_INT, &tc.val_every, NULL, "validation loss every N steps and at the end (0: off)"},
+        {"val-batches", 'm', OPT_INT, &tc.val_batches, NULL, "batches per validation (0: the whole split)"},
+        {"sample-every", 's', OPT_INT, &tc.sample_every, NULL, "print a text sample every N steps (0: off)"},
+        {"sample-tokens", 'g', OPT_INT, &tc.sample_tokens, NULL, "tokens per sample"},
+        {"ckpt-every", 'n', OPT_INT, &tc.ckpt_every, NULL, "checkpoint every N steps (0: at the end only); always at the end"},
+        {"spike-z", 0, OPT_FLOAT, &tc.spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
+        {"shuffle", 0, OPT_BOOL, &tc.shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
+        {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
+    };
+    const int num_options = (int)(sizeof(options) / sizeof(options[0]));
+    if (parse_options(options, num_options, argc, argv)) return 0;
+
+    fail_if(tc.batch_size <= 0, "--batch-size must be positive (got %d)", tc.batch_size);
+    fail_if(tc.seq_len <= 0, "--seq-len must be positive (got %d)", tc.seq_len);
+    fail_if(tc.steps <= 0, "--steps must be positive (got %d)", tc.steps);
+    fail_if(tc.lr <= 0.0f, "--lr must be positive");
+    fail_if(tc.warmup < 0, "--warmup must be >= 0");
+    fail_if(tc.final_lr_frac < 0.0f || tc.final_lr_frac > 1.0f, "--final-lr-frac must be in [0, 1]");
+    fail_if(tc.wsd_decay_frac < 0.0f || tc.wsd_decay_frac > 1.0f, "--wsd-decay-frac must be in [0, 1]");
+    fail_if(tc.beta1 < 0.0f || tc.beta1 >= 1.0f || tc.beta2 < 0.0f || tc.beta2 >= 1.0f, "--beta1/--beta2 must be in [0, 1)");
+    fail_if(tc.eps <= 0.0f || tc.weight_decay < 0.0f || tc.grad_clip < 0.0f, "--eps must be > 0, --weight-decay and --grad-clip >= 0");
+    fail_if(tc.val_every < 0 || tc.sample_every < 0 || tc.ckpt_every < 0 || tc.val_batches < 0 || tc.sample_tokens < 0,
+            "--val-every, --val-batches, --sample-every, --sample-tokens and --ckpt-every must be >= 0");
+    fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
+
+    int world = 1, rank = 0;
+    int B = tc.batch_size, T = tc.seq_len;
+    int tokens_per_micro = B * T * world;
+    if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
+    fail_if(tc.total_batch % tokens_per_micro != 0,
+            "--total-batch %d must be a multiple of batch-size * seq-len * processes = %d",
+            tc.total_batch, tokens_per_micro);
+    int grad_accum = tc.total_batch / tokens_per_micro;
+
+    fail_if(device_count_or_zero() == 0, "no CUDA GPU found: train_gpt_fp4 needs an NVIDIA GPU (the tests' CPU part runs without one)");
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s (compute capability %d.%d, %d SMs, %.0f GiB)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount, prop.totalGlobalMem / (double)(1 << 30));
+
+    make_dirs(tc.out_dir);
+    char resume_path[4096] = "";
+    if (tc.resume[0]) {
+        if (strcmp(tc.resume, "latest") == 0) {
+            fail_if(!find_latest_checkpoint(tc.out_dir, resume_path, sizeof(resume_path)),
+                    "--resume latest: no checkpoint (ckpt_XXXXXXXX.bin) in '%s'", tc.out_dir);
+        } else {
+            snprintf(resume_path, sizeof(resume_path), "%s", tc.resume);
+        }
+    }
+    const char* weights_from = resume_path[0] ? resume_path : tc.init_from;
+    GPTConfig config;
+    if (weights_from[0]) {
+        int32_t h[CKPT_HEADER_INTS];
+        read_checkpoint_header(weights_from, h, &config);
+    } else {
+        config = config_from_descriptor(tc.model);
+    }
+
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, tc.train_data, B, T, rank, world, tc.shuffle, (uint64_t)tc.seed, config.vocab_size);
+    dataloader_print(&train_loader, "train");
+    int have_val = tc.val_data[0] != '\0' && tc.val_every > 0;
+    if (have_val) {
+        dataloader_init(&val_loader, tc.val_data, B, T, rank, world, 0, 0, config.vocab_size);
+        dataloader_print(&val_loader, "val");
+    }
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, tc.tokenizer);
+
+    matmul_init();
+    attention_init();
+    GPT model;
+    gpt_allocate(&model, &config, B, T, strcmp(tc.master_weights, "fp32") == 0);
+    const char* recipe = "bf16";
+    RunState rs;
+    memset(&rs, 0, sizeof(rs));
+    rs.grad_accum = grad_accum;
+    rs.world = world;
+    rs.seed = (uint64_t)tc.seed;
+    rs.recipe = recipe;
+    if (resume_path[0]) {
+        RunState saved;
+        memset(&saved, 0, sizeof(saved));
+        char saved_recipe[1024];
+        load_checkpoint(&model, resume_path, &saved, saved_recipe, sizeof(saved_recipe));
+        fail_if(saved.grad_accum != grad_accum || saved.world != world,
+                "cannot resume '%s' bit for bit: it was written with gradient accumulation %d on %d process(es); "
+                "this run has %d on %d", resume_path, saved.grad_accum, saved.world, grad_accum, world);
+        fail_if(saved.seed != rs.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
+                resume_path, (unsigned long long)saved.seed, tc.seed);
+        fail_if(strcmp(saved_recipe, recipe) != 0, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s'",
+                resume_path, saved_recipe, recipe);
+        dataloader_set_state(&train_loader, &saved.loader);
+        rs.step = saved.step;
+        rs.spike = saved.spike;
+        printf("resumed from %s at step %d\n", resume_path, rs.step);
+    } else if (tc.init_from[0]) {
+        load_checkpoint(&model, tc.init_from, NULL, NULL, 0);
+        printf("weights from %s\n", tc.init_from);
+    } else {
+        gpt_init_random(&model, (uint64_t)tc.seed);
+    }
+    fail_if(rs.step >= tc.steps, "nothing to do: the run is already at step %d of --steps %d", rs.step, tc.steps);
+
+    OptimizerConfig opt = {tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};
+    LRSchedule sched = {tc.schedule, tc.lr, tc.warmup, tc.steps, tc.final_lr_frac, tc.wsd_decay_frac};
+    double flops_per_token = 6.0 * model.num_parameters + 12.0 * config.num_layers * config.channels * T;
+
+    Logger logger;
+    logger_open(&logger, tc.out_dir, resume_path[0] != '\0');
+    char esc[3][1024];
+    logger_line(&logger,
+        "{\"type\":\"config\",\"model\":\"%s\",\"layers\":%d,\"heads\":%d,\"channels\":%d,\"vocab\":%d,"
+        "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%d,\"grad_accum\":%d,\"processes\":%d,"
+        "\"steps\":%d,\"lr\":%g,\"warmup\":%d,\"schedule\":\"%s\",\"final_lr_frac\":%g,\"beta1\":%g,\"beta2\":%g,"
+        "\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"master_weights\":\"%s\",\"seed\":%d,\"recipe\":\"%s\","
+        "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"resumed_at\":%d}",
+        weights_from[0] ? "checkpoint" : tc.model, config.num_layers, config.num_heads, config.channels,
+        config.vocab_size, model.num_parameters, B, T, tc.total_batch, grad_accum, world, tc.steps, tc.lr,
+        tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
+        tc.master_weights, tc.seed, recipe, json_escape(tc.train_data, esc[0], sizeof(esc[0])),
+        json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
+        json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
+    printf("training: %d steps of %d tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
+           "master weights %s, recipe %s, attention: %s\n", tc.steps, tc.total_batch, B, T, grad_accum,
+           grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, recipe, attention_backend_name());
+
+    double ema_ms = 0.0;
+    char ckpt_path[4200];
+    char sample[4096], sample_esc[8192];
+    for (int step = rs.step; step < tc.steps; step++) {
+        int last = step == tc.steps - 1;
+        if (have_val && (step % tc.val_every == 0 || last)) {
+            float val_loss = evaluate(&model, &val_loader, tc.val_batches);
+            printf("step %d | val loss %.4f\n", step, val_loss);
+            logger_line(&logger, "{\"type\":\"val\",\"step\":%d,\"tokens\":%lld,\"val_loss\":%.6f}", step,
+                        (long long)step * tc.total_batch, val_loss);
+            fail_if(!isfinite(val_loss), "validation loss is %f at step %d; stopping (last checkpoint kept)", val_loss, step);
+        }
+        if (tc.sample_every > 0 && step > 0 && step % tc.sample_every == 0 && tokenizer.init_ok) {
+            sample_text(&model, &tokenizer, tc.sample_tokens, (uint64_t)tc.seed, step, sample, sizeof(sample));
+            printf("step %d | sample: %s\n", step, sample);
+            logger_line(&logger, "{\"type\":\"sample\",\"step\":%d,\"text\":\"%s\"}", step,
+                        json_escape(sample, sample_esc, sizeof(sample_esc)));
+        }
+
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        gpt_zero_grad(&model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < grad_accum; micro++) {
+            dataloader_next_batch(&train_loader);
+            loss_sum += gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1,
+                                    1.0f / (float)(B * T * grad_accum));
+            gpt_backward(&model, train_loader.inputs, B, T);
+        }
+        float loss = (float)(loss_sum / grad_accum);
+        float norm = gpt_grad_norm(&model);
+        fail_if(!isfinite(loss) || !isfinite(norm),
+                "loss %f, gradient norm %f at step %d: training diverged; stopping without an update "
+                "(the last checkpoint in '%s' is intact; try a lower --lr or --spike-z)", loss, norm, step, tc.out_dir);
+        float lr = lr_at_step(&sched, step);
+        char why[256] = "";
+        int skipped = spike_check(&rs.spike, tc.spike_z, loss, norm, why, sizeof(why));
+        if (skipped) {
+            printf("step %d | skipping the update: %s\n", step, why);
+            logger_line(&logger, "{\"type\":\"event\",\"step\":%d,\"event\":\"skip\",\"why\":\"%s\"}", step, why);
+        } else {
+            gpt_update(&model, &opt, lr, norm, step, (uint64_t)tc.seed);
+        }
+        cuda_check(cudaStreamSynchronize(model.stream));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        if (step > rs.step) ema_ms = ema_ms == 0.0 ? ms : 0.9 * ema_ms + 0.1 * ms;  // the first step builds plans
+        double tok_s = tc.total_batch / (ms * 1e-3);
+        double mfu = tok_s * flops_per_token / (tc.peak_tflops * 1e12);
+        double eta_s = (tc.steps - step - 1) * (ema_ms > 0 ? ema_ms : ms) * 1e-3;
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %dh%02dm%02ds%s\n",
+               step + 1, tc.steps, loss, lr, norm, ms, tok_s, 100.0 * mfu, (int)(eta_s / 3600),
+               (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
+        logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
+                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1,
+                    (long long)(step + 1) * tc.total_batch, loss, lr, norm, ms, tok_s, mfu, skipped);
+
+        if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
+            rs.step = step + 1;
+            rs.loader = dataloader_get_state(&train_loader);
+            snprintf(ckpt_path, sizeof(ckpt_path), "%s/ckpt_%08d.bin", tc.out_dir, step + 1);
+            save_checkpoint(&model, ckpt_path, &rs);
+            printf("checkpoint: %s\n", ckpt_path);
+            logger_line(&logger, "{\"type\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}", step + 1,
+                        json_escape(ckpt_path, esc[0], sizeof(esc[0])));
+        }
+    }
+    size_t free_b, total_b;
+    cuda_check(cudaMemGetInfo(&free_b, &total_b));
+    logger_line(&logger, "{\"type\":\"event\",\"event\":\"done\",\"gpu_memory_used_gib\":%.3f}",
+                (total_b - free_b) / (double)(1 << 30));
+    logger_close(&logger);
+    gpt_free(&model);
+    attention_destroy();
+    matmul_destroy();
+    dataloader_free(&train_loader);
+    if (have_val) dataloader_free(&val_loader);
+    tokenizer_free(&tokenizer);
+    return 0;
+}
+#endif
