@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Training throughput of train_gpt_fp4: d12 (GPT-2 124M), B=64, T=1024, total batch 65536 on one GPU.
+# Prints tokens/s and MFU (median of the steps after warm-up) for each recipe given, and the ratio of
+# each recipe's step time to the first one's (the baseline, measured in the same run).
+# usage: dev/bench/bench_train.sh [recipe ...]      (default: bf16; recipes need the FP4 build)
+# env: STEPS (default 30), MODEL (d12), B (64), T (1024), DATA (tinyshakespeare train shard)
+set -euo pipefail
+STEPS=${STEPS:-30}; MODEL=${MODEL:-d12}; B=${B:-64}; T=${T:-1024}
+DATA=${DATA:-data/tinyshakespeare/tiny_shakespeare_train.bin}
+OUT=${BENCH_OUT:-/tmp/bench_train}
+recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(bf16)
+mkdir -p "$OUT"
+for r in "${recipes[@]}"; do
+    extra=()
+    [ "$r" = bf16 ] || extra=(--recipe "$r")
+    ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
+        --train-data "$DATA" --val-every 0 --sample-every 0 --out-dir "$OUT/$r" "${extra[@]}" > "$OUT/$r.txt"
+done
+python3 - "$OUT" "${recipes[@]}" <<'PY'
+import json, statistics, sys
+out, recipes = sys.argv[1], sys.argv[2:]
+rows = []
+for r in recipes:
+    steps = [d for d in map(json.loads, open(f"{out}/{r}/log.jsonl")) if d.get("type") == "train"]
+    warm = steps[5:] if len(steps) > 10 else steps[1:]
+    ms = statistics.median(d["ms"] for d in warm)
+    tok = statistics.median(d["tok_per_s"] for d in warm)
+    mfu = statistics.median(d["mfu"] for d in warm)
+    mem = [d for d in map(json.loads, open(f"{out}/{r}/log.jsonl")) if d.get("event") == "done"]
+    rows.append((r, ms, tok, mfu, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"]))
+base = rows[0][1]
+print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'GPU GiB':>9}{'last loss':>11}")
+for r, ms, tok, mfu, mem, loss in rows:
+    print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{mem:>9.1f}{loss:>11.4f}")
+PY
