@@ -1,0 +1,555 @@
+// test_kernels.cu: the elementwise, normalization and loss kernels against plain CPU references.
+// Covers encoder.cuh, layernorm.cuh, gelu.cuh, fused_classifier.cuh, reduce.cuh.
+// Every output is poisoned (all bits set: NaN in bf16 and fp32) before each run so an unwritten
+// element fails; accumulated gradients start from random nonzero values so "+=" is checked; guard
+// elements past the end of each pure output must stay poisoned; every kernel runs twice and the
+// two results must be bit-identical (training resumes bit for bit).
+// Tolerances. A bf16 output rounds once to nearest: |error| <= half an ulp <= 2^-8 |exact|, hence
+// rtol = 2^-8 (BF16_RTOL) on every bf16 result, plus a small atol for the fp32 arithmetic before
+// that rounding (which can tip a near-tie to the other neighbour). fp32 sums are checked against
+// an atol scaled by the sum of |terms|, with the factor chosen from the longest chain of
+// sequential fp32 additions in the kernel (about 100 here: 100 * 2^-24 = 6e-6 < 1e-5).
+#include <vector>
+#include <math.h>
+#include "llmc/encoder.cuh"           // encoder_forward, encoder_backward
+#include "llmc/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "llmc/gelu.cuh"              // gelu_forward, gelu_backward_inplace
+#include "llmc/fused_classifier.cuh"  // fused_classifier
+#include "llmc/reduce.cuh"            // bias_backward, sum_squares
+#include "dev/test/testing.h"
+
+#define BF16_RTOL 0.00390625          // 2^-8: half an ulp of bf16, relative
+#define SUM_RTOL 1e-5                 // fp32 sums, relative to the sum of |terms|
+#define GUARD 64                      // poisoned elements past the end of pure outputs
+
+// ---------------------------------------------------------------------------------------------
+// host helpers
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+static double uniform01(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return ((rng_state >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static double randn(void) {
+    return sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01());
+}
+static float bf(floatX x) { return __bfloat162float(x); }
+static floatX tobf(double x) { return __float2bfloat16_rn((float)x); }
+
+template <class T> static T* dev_alloc(size_t n, size_t guard = 0) {
+    T* p;
+    cuda_check(cudaMalloc((void**)&p, (n + guard) * sizeof(T)));
+    return p;
+}
+template <class T> static T* dev_upload(const std::vector<T>& h) {
+    T* p = dev_alloc<T>(h.size());
+    cuda_check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+}
+template <class T> static void dev_set(T* p, const std::vector<T>& h) {
+    cuda_check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <class T> static std::vector<T> dev_download(const T* p, size_t n) {
+    std::vector<T> h(n);
+    cuda_check(cudaDeviceSynchronize());
+    cuda_check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+}
+template <class T> static void poison(T* p, size_t n) { cuda_check(cudaMemset(p, 0xFF, n * sizeof(T))); }
+
+static std::vector<floatX> rand_bf16(size_t n, double scale, double offset = 0.0) {
+    std::vector<floatX> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = tobf(offset + scale * randn());
+    return v;
+}
+static std::vector<float> rand_f32(size_t n, double scale) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(scale * randn());
+    return v;
+}
+
+// Compares n values; tol[i] (or atol + rtol |want|) is the allowed |got - want|. Prints the worst
+// few with their index and one CHECK line per array.
+static void check_array(const char* what, const std::vector<double>& got, const std::vector<double>& want,
+                        const std::vector<double>& tol) {
+    size_t bad = 0, first = (size_t)-1, worst = 0;
+    double worst_ratio = 0.0;
+    for (size_t i = 0; i < want.size(); i++) {
+        double err = fabs(got[i] - want[i]);
+        bool ok = err <= tol[i];                           // NaN fails
+        double ratio = ok ? err / (tol[i] > 0 ? tol[i] : 1e-300) : INFINITY;
+        if (!ok) {
+            if (bad < 5) printf("  %s[%zu]: got %.9g want %.9g (|err| %.3g > tol %.3g)\n", what, i, got[i], want[i], err, tol[i]);
+            if (first == (size_t)-1) first = i;
+            bad++;
+        }
+        if (ratio > worst_ratio || i == 0) { worst_ratio = ratio; worst = i; }
+    }
+    CHECK(bad == 0, "%s: %zu of %zu elements out of tolerance (first at %zu)", what, bad, want.size(), first);
+    if (bad == 0) printf("  ok %-44s n=%-9zu worst err/tol %.3f at %zu\n", what, want.size(), worst_ratio, worst);
+}
+static void check_array_rel(const char* what, const std::vector<double>& got, const std::vector<double>& want,
+                            double atol, double rtol) {
+    std::vector<double> tol(want.size());
+    for (size_t i = 0; i < want.size(); i++) tol[i] = atol + rtol * fabs(want[i]);
+    check_array(what, got, want, tol);
+}
+static std::vector<double> as_double(const std::vector<floatX>& v) {
+    std::vector<double> d(v.size());
+    for (size_t i = 0; i < v.size(); i++) d[i] = bf(v[i]);
+    return d;
+}
+static std::vector<double> as_double(const std::vector<float>& v) {
+    std::vector<double> d(v.size());
+    for (size_t i = 0; i < v.size(); i++) d[i] = v[i];
+    return d;
+}
+template <class T> static void check_bits(const char* what, const std::vector<T>& a, const std::vector<T>& b) {
+    size_t first = (size_t)-1, bad = 0;
+    for (size_t i = 0; i < a.size(); i++)
+        if (memcmp(&a[i], &b[i], sizeof(T)) != 0) { if (first == (size_t)-1) first = i; bad++; }
+    CHECK(bad == 0 && a.size() == b.size(), "%s: run 2 differs from run 1 in %zu of %zu elements (first at %zu)",
+          what, bad, a.size(), first);
+}
+// The GUARD elements after n must still be all-ones bytes.
+template <class T> static void check_guard(const char* what, const T* p, size_t n) {
+    std::vector<T> g = dev_download(p + n, GUARD);
+    std::vector<unsigned char> ones(GUARD * sizeof(T), 0xFF);
+    CHECK(memcmp(g.data(), ones.data(), ones.size()) == 0, "%s: wrote past its end (element %zu..)", what, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// encoder
+
+static void test_encoder(int B, int T, int C, int V, double p_hot) {
+    printf("encoder B=%d T=%d C=%d V=%d (fraction of the hot token %.2f)\n", B, T, C, V, p_hot);
+    int N = B * T;
+    std::vector<int> inp(N);
+    for (int i = 0; i < N; i++) {
+        double u = uniform01();
+        inp[i] = u < p_hot ? 7 % V : u < p_hot + 0.1 ? 3 % V : (int)(uniform01() * V) % V;
+    }
+    std::vector<floatX> wte = rand_bf16((size_t)V * C, 0.1), wpe = rand_bf16((size_t)T * C, 0.05);
+    std::vector<floatX> dout = rand_bf16((size_t)N * C, 1.0);
+    std::vector<float> dwte0 = rand_f32((size_t)V * C, 0.5), dwpe0 = rand_f32((size_t)T * C, 0.5);
+    int* d_inp = dev_upload(inp);
+    floatX *d_wte = dev_upload(wte), *d_wpe = dev_upload(wpe), *d_dout = dev_upload(dout);
+    floatX* d_out = dev_alloc<floatX>((size_t)N * C, GUARD);
+    float *d_dwte = dev_upload(dwte0), *d_dwpe = dev_upload(dwpe0);
+
+    // forward: the kernel's fp32 add and one rounding, reproduced exactly on the CPU.
+    std::vector<floatX> runs[2];
+    for (int r = 0; r < 2; r++) {
+        poison(d_out, (size_t)N * C + GUARD);
+        encoder_forward(d_out, d_inp, d_wte, d_wpe, B, T, C, 0);
+        runs[r] = dev_download(d_out, (size_t)N * C);
+    }
+    std::vector<double> want((size_t)N * C);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++)
+            want[(size_t)i * C + c] = bf(tobf(bf(wte[(size_t)inp[i] * C + c]) + bf(wpe[(size_t)(i % T) * C + c])));
+    check_array_rel("encoder_forward out (exact)", as_double(runs[0]), want, 0.0, 0.0);
+    check_bits("encoder_forward", runs[0], runs[1]);
+    check_guard("encoder_forward", d_out, (size_t)N * C);
+
+    // backward, called twice back to back (exercises the pinned buffer reuse): grads += 2 * sum.
+    EncoderBackward eb;
+    encoder_backward_init(&eb, B, T, C);
+    std::vector<float> gte[2], gpe[2];
+    for (int r = 0; r < 2; r++) {
+        dev_set(d_dwte, dwte0);
+        dev_set(d_dwpe, dwpe0);
+        encoder_backward(&eb, d_dwte, d_dwpe, d_dout, inp.data(), B, T, C, 0);
+        encoder_backward(&eb, d_dwte, d_dwpe, d_dout, inp.data(), B, T, C, 0);
+        gte[r] = dev_download(d_dwte, (size_t)V * C);
+        gpe[r] = dev_download(d_dwpe, (size_t)T * C);
+    }
+    std::vector<double> wte_sum((size_t)V * C, 0.0), wte_abs((size_t)V * C, 0.0);
+    std::vector<double> wpe_sum((size_t)T * C, 0.0), wpe_abs((size_t)T * C, 0.0);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            double d = bf(dout[(size_t)i * C + c]);
+            wte_sum[(size_t)inp[i] * C + c] += d; wte_abs[(size_t)inp[i] * C + c] += fabs(d);
+            wpe_sum[(size_t)(i % T) * C + c] += d; wpe_abs[(size_t)(i % T) * C + c] += fabs(d);
+        }
+    std::vector<double> w1((size_t)V * C), t1((size_t)V * C), w2((size_t)T * C), t2((size_t)T * C);
+    for (size_t k = 0; k < w1.size(); k++) {
+        w1[k] = dwte0[k] + 2 * wte_sum[k];
+        t1[k] = SUM_RTOL * (fabs(dwte0[k]) + 2 * wte_abs[k]) + 1e-7;
+    }
+    for (size_t k = 0; k < w2.size(); k++) {
+        w2[k] = dwpe0[k] + 2 * wpe_sum[k];
+        t2[k] = SUM_RTOL * (fabs(dwpe0[k]) + 2 * wpe_abs[k]) + 1e-7;
+    }
+    check_array("encoder_backward dwte", as_double(gte[0]), w1, t1);
+    check_array("encoder_backward dwpe", as_double(gpe[0]), w2, t2);
+    check_bits("encoder_backward dwte", gte[0], gte[1]);
+    check_bits("encoder_backward dwpe", gpe[0], gpe[1]);
+    encoder_backward_free(&eb);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_wte)); cuda_check(cudaFree(d_wpe));
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_dwte)); cuda_check(cudaFree(d_dwpe));
+}
+
+// ---------------------------------------------------------------------------------------------
+// layernorm
+
+// Row statistics in double from the bf16 values.
+static void ln_stats(const std::vector<double>& x, int N, int C, std::vector<double>& mean, std::vector<double>& rstd) {
+    mean.assign(N, 0.0); rstd.assign(N, 0.0);
+    for (int i = 0; i < N; i++) {
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[(size_t)i * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) { double d = x[(size_t)i * C + c] - m; v += d * d; }
+        mean[i] = m;
+        rstd[i] = 1.0 / sqrt(v / C + 1e-5);
+    }
+}
+
+// Per-row offsets and scales, so that the mean is far from zero on some rows (tests the two-pass variance).
+static std::vector<floatX> ln_input(int N, int C) {
+    std::vector<floatX> x((size_t)N * C);
+    for (int i = 0; i < N; i++) {
+        double off = 4.0 * (uniform01() - 0.5), sc = 0.2 + 2.0 * uniform01();
+        for (int c = 0; c < C; c++) x[(size_t)i * C + c] = tobf(off + sc * randn());
+    }
+    return x;
+}
+
+static void test_layernorm_forward(int N, int C, bool fused) {
+    const char* name = fused ? "fused_residual_layernorm_forward" : "layernorm_forward";
+    printf("%s N=%d C=%d\n", name, N, C);
+    size_t n = (size_t)N * C;
+    std::vector<floatX> in1 = ln_input(N, C), in2 = rand_bf16(n, 0.5);
+    std::vector<floatX> w = rand_bf16(C, 0.1, 1.0), b = rand_bf16(C, 0.1);
+    floatX *d_in1 = dev_upload(in1), *d_in2 = dev_upload(in2), *d_w = dev_upload(w), *d_b = dev_upload(b);
+    floatX *d_out = dev_alloc<floatX>(n, GUARD), *d_res = dev_alloc<floatX>(n, GUARD);
+    float *d_mean = dev_alloc<float>(N, GUARD), *d_rstd = dev_alloc<float>(N, GUARD);
+    std::vector<floatX> out[2], res[2];
+    std::vector<float> mean[2], rstd[2];
+    for (int r = 0; r < 2; r++) {
+        poison(d_out, n + GUARD); poison(d_res, n + GUARD); poison(d_mean, N + GUARD); poison(d_rstd, N + GUARD);
+        if (fused) fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, N, C, 0);
+        else layernorm_forward(d_out, d_mean, d_rstd, d_in1, d_w, d_b, N, C, 0);
+        out[r] = dev_download(d_out, n); mean[r] = dev_download(d_mean, N); rstd[r] = dev_download(d_rstd, N);
+        if (fused) res[r] = dev_download(d_res, n);
+    }
+    // The normalized input: for the fused kernel the bf16-rounded fp32 sum (exactly reproducible).
+    std::vector<double> x(n);
+    for (size_t i = 0; i < n; i++) x[i] = fused ? bf(tobf(bf(in1[i]) + bf(in2[i]))) : bf(in1[i]);
+    std::vector<double> m, rs;
+    ln_stats(x, N, C, m, rs);
+    std::vector<double> want(n), tol(n);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)i * C + c;
+            double xhat = (x[k] - m[i]) * rs[i];
+            want[k] = xhat * bf(w[c]) + bf(b[c]);
+            // Before the one bf16 rounding: fp32 arithmetic (~1e-6 relative of |xhat w| + |b|) and the
+            // fp32 mean's error (mtol below, 5e-6 (|mean| + std)) scaled by rstd |w|.
+            tol[k] = BF16_RTOL * fabs(want[k]) + 1e-5 * (fabs(xhat * bf(w[c])) + fabs(bf(b[c])))
+                   + 5e-6 * (fabs(m[i]) * rs[i] + 1.0) * fabs(bf(w[c])) + 1e-6;
+        }
+    char what[128];
+    snprintf(what, sizeof what, "%s out C=%d", name, C);
+    check_array(what, as_double(out[0]), want, tol);
+    // mean: an fp32 sum with chains of at most 56 + 5 additions: 61 * 2^-24 * mean|x| < 5e-6 (|mean| + std).
+    // rstd: the fp32 variance (same chains, ~4e-6 relative) and rsqrtf (2 ulp), halved by the square root.
+    std::vector<double> mtol(N);
+    for (int i = 0; i < N; i++) mtol[i] = 5e-6 * (fabs(m[i]) + 1.0 / rs[i]) + 1e-7;
+    snprintf(what, sizeof what, "%s mean C=%d", name, C);
+    check_array(what, as_double(mean[0]), m, mtol);
+    snprintf(what, sizeof what, "%s rstd C=%d", name, C);
+    check_array_rel(what, as_double(rstd[0]), rs, 0.0, 2e-5);
+    if (fused) {
+        snprintf(what, sizeof what, "%s residual C=%d (exact)", name, C);
+        check_array_rel(what, as_double(res[0]), x, 0.0, 0.0);
+        check_bits("fused residual", res[0], res[1]);
+        check_guard("fused residual", d_res, n);
+    }
+    check_bits("layernorm out", out[0], out[1]);
+    check_bits("layernorm mean", mean[0], mean[1]);
+    check_bits("layernorm rstd", rstd[0], rstd[1]);
+    check_guard("layernorm out", d_out, n);
+    check_guard("layernorm mean", d_mean, N);
+    check_guard("layernorm rstd", d_rstd, N);
+    cuda_check(cudaFree(d_in1)); cuda_check(cudaFree(d_in2)); cuda_check(cudaFree(d_w)); cuda_check(cudaFree(d_b));
+    cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_res)); cuda_check(cudaFree(d_mean)); cuda_check(cudaFree(d_rstd));
+}
+
+static void test_layernorm_backward(int N, int C) {
+    printf("layernorm_backward N=%d C=%d\n", N, C);
+    size_t n = (size_t)N * C;
+    std::vector<floatX> inp = ln_input(N, C), dout = rand_bf16(n, 1.0), dinp0 = rand_bf16(n, 0.5);
+    std::vector<floatX> w = rand_bf16(C, 0.1, 1.0);
+    std::vector<float> dw0 = rand_f32(C, 1.0), db0 = rand_f32(C, 1.0);
+    std::vector<double> x = as_double(inp), md, rd;
+    ln_stats(x, N, C, md, rd);
+    std::vector<float> mean(N), rstd(N);                   // the saved statistics, as the forward keeps them
+    for (int i = 0; i < N; i++) { mean[i] = (float)md[i]; rstd[i] = (float)rd[i]; }
+    floatX *d_inp = dev_upload(inp), *d_dout = dev_upload(dout), *d_dinp = dev_upload(dinp0), *d_w = dev_upload(w);
+    float *d_mean = dev_upload(mean), *d_rstd = dev_upload(rstd), *d_dw = dev_upload(dw0), *d_db = dev_upload(db0);
+    size_t scratch_bytes = layernorm_backward_scratch_bytes(N, C);
+    void* d_scratch;
+    cuda_check(cudaMalloc(&d_scratch, scratch_bytes));
+    std::vector<floatX> dinp[2];
+    std::vector<float> dw[2], db[2];
+    for (int r = 0; r < 2; r++) {
+        dev_set(d_dinp, dinp0); dev_set(d_dw, dw0); dev_set(d_db, db0);
+        cuda_check(cudaMemset(d_scratch, 0xFF, scratch_bytes));
+        layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0);
+        dinp[r] = dev_download(d_dinp, n); dw[r] = dev_download(d_dw, C); db[r] = dev_download(d_db, C);
+    }
+    std::vector<double> want(n), tol(n), wdw(C), wdb(C), adw(C, 0.0), adb(C, 0.0);
+    for (int c = 0; c < C; c++) { wdw[c] = dw0[c]; wdb[c] = db0[c]; adw[c] = fabs(dw0[c]); adb[c] = fabs(db0[c]); }
+    for (int i = 0; i < N; i++) {
+        double m = mean[i], rs = rstd[i], sg = 0, sgx = 0, ag = 0, agx = 0;
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)i * C + c;
+            double g = bf(dout[k]) * bf(w[c]), xhat = (x[k] - m) * rs;
+            sg += g; sgx += g * xhat; ag += fabs(g); agx += fabs(g * xhat);
+        }
+        sg /= C; sgx /= C; ag /= C; agx /= C;
+        for (int c = 0; c < C; c++) {
+            size_t k = (size_t)i * C + c;
+            double d = bf(dout[k]), g = d * bf(w[c]), xhat = (x[k] - m) * rs;
+            double term = rs * (g - sg - xhat * sgx);
+            want[k] = bf(dinp0[k]) + term;
+            // Before the one bf16 rounding: the fp32 row means (chains <= 61 additions: < 4e-6 of the
+            // mean |term|) and the fp32 arithmetic and add (~1e-6 relative).
+            tol[k] = BF16_RTOL * fabs(want[k]) + 1e-5 * (fabs(bf(dinp0[k])) + rs * (fabs(g) + ag + fabs(xhat) * agx)) + 1e-6;
+            wdw[c] += d * xhat; adw[c] += fabs(d * xhat);
+            wdb[c] += d; adb[c] += fabs(d);
+        }
+    }
+    std::vector<double> tdw(C), tdb(C);
+    for (int c = 0; c < C; c++) { tdw[c] = SUM_RTOL * adw[c]; tdb[c] = SUM_RTOL * adb[c]; }
+    char what[128];
+    snprintf(what, sizeof what, "layernorm_backward dinp C=%d", C);
+    check_array(what, as_double(dinp[0]), want, tol);
+    snprintf(what, sizeof what, "layernorm_backward dweight C=%d", C);
+    check_array(what, as_double(dw[0]), wdw, tdw);
+    snprintf(what, sizeof what, "layernorm_backward dbias C=%d", C);
+    check_array(what, as_double(db[0]), wdb, tdb);
+    check_bits("layernorm_backward dinp", dinp[0], dinp[1]);
+    check_bits("layernorm_backward dweight", dw[0], dw[1]);
+    check_bits("layernorm_backward dbias", db[0], db[1]);
+    cuda_check(cudaFree(d_inp)); cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_dinp)); cuda_check(cudaFree(d_w));
+    cuda_check(cudaFree(d_mean)); cuda_check(cudaFree(d_rstd)); cuda_check(cudaFree(d_dw)); cuda_check(cudaFree(d_db));
+    cuda_check(cudaFree(d_scratch));
+}
+
+// ---------------------------------------------------------------------------------------------
+// gelu
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_d(double x) {
+    double th = tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * sqrt(2.0 / M_PI) * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+static void test_gelu(size_t n) {
+    printf("gelu n=%zu\n", n);
+    std::vector<floatX> x = rand_bf16(n, 3.0), dout = rand_bf16(n, 1.0);
+    floatX *d_x = dev_upload(x), *d_out = dev_alloc<floatX>(n, GUARD), *d_d = dev_alloc<floatX>(n, GUARD);
+    std::vector<floatX> fw[2], bw[2];
+    for (int r = 0; r < 2; r++) {
+        poison(d_out, n + GUARD);
+        gelu_forward(d_out, d_x, n, 0);
+        fw[r] = dev_download(d_out, n);
+        poison(d_d, n + GUARD);
+        dev_set(d_d, dout);
+        gelu_backward_inplace(d_d, d_x, n, 0);
+        bw[r] = dev_download(d_d, n);
+    }
+    std::vector<double> wf(n), tf(n), wb(n), tb(n);
+    for (size_t i = 0; i < n; i++) {
+        double xi = bf(x[i]), di = bf(dout[i]);
+        wf[i] = gelu_d(xi);
+        // fp32 tanh and 1 + tanh: ~1e-7 absolute, times |x| / 2.
+        tf[i] = BF16_RTOL * fabs(wf[i]) + 1e-6 * (1.0 + fabs(xi));
+        wb[i] = di * gelu_grad_d(xi);
+        // 1 - tanh^2 cancels for large |u|; its fp32 error ~1e-7 is scaled by x * du ~ x^3.
+        tb[i] = BF16_RTOL * fabs(wb[i]) + 1e-6 * fabs(di) * (1.0 + fabs(xi) * (1.0 + xi * xi));
+    }
+    check_array("gelu_forward", as_double(fw[0]), wf, tf);
+    check_array("gelu_backward_inplace", as_double(bw[0]), wb, tb);
+    check_bits("gelu_forward", fw[0], fw[1]);
+    check_bits("gelu_backward_inplace", bw[0], bw[1]);
+    check_guard("gelu_forward", d_out, n);
+    check_guard("gelu_backward_inplace", d_d, n);
+    cuda_check(cudaFree(d_x)); cuda_check(cudaFree(d_out)); cuda_check(cudaFree(d_d));
+}
+
+// ---------------------------------------------------------------------------------------------
+// fused classifier
+
+static void test_classifier(int N, int V, int Vp) {
+    printf("fused_classifier N=%d V=%d Vp=%d\n", N, V, Vp);
+    size_t n = (size_t)N * Vp;
+    std::vector<floatX> logits(n);
+    floatX nan_bf = __ushort_as_bfloat16((unsigned short)0x7FC0);
+    for (int i = 0; i < N; i++) {
+        double sc = 0.5 + 3.0 * uniform01();
+        for (int v = 0; v < Vp; v++) logits[(size_t)i * Vp + v] = v < V ? tobf(sc * randn()) : nan_bf;  // padding must be ignored
+    }
+    std::vector<int> targets(N);
+    for (int i = 0; i < N; i++) targets[i] = i % 7 == 3 ? -1 : (int)(uniform01() * V) % V;
+    if (N > 1) targets[1] = V - 1;                         // last valid column
+    float dloss = 1.0f / (float)N;
+    floatX* d_logits = dev_alloc<floatX>(n, GUARD);
+    float* d_losses = dev_alloc<float>(N, GUARD);
+    int* d_targets = dev_upload(targets);
+
+    // reference
+    std::vector<double> loss(N), dl(n), tdl(n), tloss(N);
+    for (int i = 0; i < N; i++) {
+        const floatX* row = &logits[(size_t)i * Vp];
+        double m = -INFINITY, s = 0;
+        for (int v = 0; v < V; v++) m = fmax(m, bf(row[v]));
+        for (int v = 0; v < V; v++) s += exp(bf(row[v]) - m);
+        int t = targets[i];
+        loss[i] = t < 0 ? 0.0 : m + log(s) - bf(row[t]);
+        // fp32: max exact, sum of exps < 2e-5 relative (=> log s within 2e-5), logf and the subtraction.
+        tloss[i] = 2e-5 + 2e-6 * (fabs(m) + fabs(log(s)) + fabs(bf(row[t < 0 ? 0 : t])));
+        for (int v = 0; v < Vp; v++) {
+            size_t k = (size_t)i * Vp + v;
+            double p = v < V ? exp(bf(row[v]) - m) / s : 0.0;
+            dl[k] = (t < 0 || v >= V) ? 0.0 : (p - (v == t)) * dloss;
+            // p from fp32 expf and a sum with chains of <= ~260 additions: < 2e-5 relative.
+            tdl[k] = BF16_RTOL * fabs(dl[k]) + 3e-5 * p * dloss + 1e-12;
+        }
+    }
+    for (int write = 0; write <= 1; write++) {
+        std::vector<floatX> out[2];
+        std::vector<float> losses[2];
+        for (int r = 0; r < 2; r++) {
+            poison(d_logits, n + GUARD);
+            cuda_check(cudaMemcpy(d_logits, logits.data(), n * sizeof(floatX), cudaMemcpyHostToDevice));
+            poison(d_losses, N + GUARD);
+            fused_classifier(d_logits, d_losses, dloss, d_targets, N, V, Vp, write, 0);
+            out[r] = dev_download(d_logits, n);
+            losses[r] = dev_download(d_losses, N);
+        }
+        char what[128];
+        snprintf(what, sizeof what, "fused_classifier losses V=%d write=%d", V, write);
+        check_array(what, as_double(losses[0]), loss, tloss);
+        if (write) {
+            snprintf(what, sizeof what, "fused_classifier dlogits V=%d", V);
+            check_array(what, as_double(out[0]), dl, tdl);
+        } else {
+            check_bits("fused_classifier write=0 leaves logits", out[0], logits);
+        }
+        check_bits("fused_classifier losses", losses[0], losses[1]);
+        check_bits("fused_classifier dlogits", out[0], out[1]);
+        check_guard("fused_classifier logits", d_logits, n);
+        check_guard("fused_classifier losses", d_losses, N);
+    }
+    cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_losses)); cuda_check(cudaFree(d_targets));
+}
+
+// ---------------------------------------------------------------------------------------------
+// reduce
+
+static void test_bias_backward(int N, int OC) {
+    printf("bias_backward N=%d OC=%d\n", N, OC);
+    std::vector<floatX> dout = rand_bf16((size_t)N * OC, 1.0);
+    std::vector<float> db0 = rand_f32(OC, 1.0);
+    floatX* d_dout = dev_upload(dout);
+    float* d_db = dev_upload(db0);
+    size_t sb = bias_backward_scratch_bytes(N, OC);
+    void* d_scratch;
+    cuda_check(cudaMalloc(&d_scratch, sb));
+    std::vector<float> got[2];
+    for (int r = 0; r < 2; r++) {
+        dev_set(d_db, db0);
+        cuda_check(cudaMemset(d_scratch, 0xFF, sb));
+        bias_backward(d_db, d_scratch, d_dout, N, OC, 0);
+        got[r] = dev_download(d_db, OC);
+    }
+    std::vector<double> want(OC), tol(OC);
+    for (int c = 0; c < OC; c++) {
+        double s = db0[c], a = fabs(db0[c]);
+        for (int i = 0; i < N; i++) { double d = bf(dout[(size_t)i * OC + c]); s += d; a += fabs(d); }
+        want[c] = s; tol[c] = SUM_RTOL * a;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "bias_backward N=%d OC=%d", N, OC);
+    check_array(what, as_double(got[0]), want, tol);
+    check_bits("bias_backward", got[0], got[1]);
+    cuda_check(cudaFree(d_dout)); cuda_check(cudaFree(d_db)); cuda_check(cudaFree(d_scratch));
+}
+
+// offset: start the input that many floats into the buffer (misaligned pointers).
+static void test_sum_squares(size_t n, size_t offset) {
+    printf("sum_squares n=%zu offset=%zu\n", n, offset);
+    std::vector<float> v = rand_f32(n + offset, 0.01);
+    float* d_v = dev_upload(v);
+    size_t sb = sum_squares_scratch_bytes(n);
+    void* d_scratch;
+    cuda_check(cudaMalloc(&d_scratch, sb));
+    float* d_out = dev_alloc<float>(1, GUARD);
+    float got[2];
+    for (int r = 0; r < 2; r++) {
+        poison(d_out, 1 + GUARD);
+        cuda_check(cudaMemset(d_scratch, 0xFF, sb));
+        sum_squares(d_out, d_scratch, d_v + offset, n, 0);
+        got[r] = dev_download(d_out, 1)[0];
+    }
+    double want = 0;
+    for (size_t i = 0; i < n; i++) want += (double)v[offset + i] * v[offset + i];
+    char what[128];
+    snprintf(what, sizeof what, "sum_squares n=%zu offset=%zu", n, offset);
+    CHECK_CLOSE(got[0], want, 1e-30, SUM_RTOL, what);
+    CHECK(memcmp(&got[0], &got[1], 4) == 0, "sum_squares n=%zu: run 2 (%.9g) differs from run 1 (%.9g)", n, got[1], got[0]);
+    check_guard("sum_squares out", d_out, 1);
+    if (n > 1000) {                                        // one NaN, then one Inf, must reach the result
+        float bad[2] = {NAN, INFINITY};
+        for (int b = 0; b < 2; b++) {
+            size_t at = offset + n / 3 + b;
+            cuda_check(cudaMemcpy(d_v + at, &bad[b], 4, cudaMemcpyHostToDevice));
+            sum_squares(d_out, d_scratch, d_v + offset, n, 0);
+            float g = dev_download(d_out, 1)[0];
+            CHECK(b == 0 ? isnan(g) : isinf(g), "sum_squares with %s at %zu: got %g", b ? "Inf" : "NaN", at - offset, g);
+            cuda_check(cudaMemcpy(d_v + at, &v[at], 4, cudaMemcpyHostToDevice));
+        }
+    }
+    cuda_check(cudaFree(d_v)); cuda_check(cudaFree(d_scratch)); cuda_check(cudaFree(d_out));
+}
+
+int main(void) {
+    if (device_count_or_zero() == 0) {
+        test_skip("test_kernels", "no CUDA GPU on this machine");
+        return test_summary("test_kernels");
+    }
+    test_encoder(8, 128, 768, 500, 0.4);       // hot token: 400+ positions, split into chunks and merged
+    test_encoder(2, 33, 64, 50, 1.0);          // every position the same token; odd N
+    test_encoder(4, 64, 1600, 5000, 0.0);      // mostly unique tokens; C=1600: partial channel tile
+
+    int Cs[] = {64, 128, 768, 1024, 1280, 1600};
+    for (int c : Cs) test_layernorm_forward(515, c, false);
+    for (int c : Cs) test_layernorm_forward(515, c, true);
+    for (int c : Cs) test_layernorm_backward(515, c);
+    test_layernorm_backward(20000, 64);         // many rows per warp; last block partial
+    test_layernorm_backward(3, 768);            // fewer rows than warps
+
+    test_gelu(1000003);                         // tail of 3 after the 16-byte vectors
+    test_gelu(8);
+
+    test_classifier(37, 1000, 1024);
+    test_classifier(16, 1001, 1008);            // V not a multiple of 8: the last chunk straddles V
+    test_classifier(24, 50257, 50304);          // GPT-2
+    test_classifier(4, 131000, 131072);         // row too large for shared memory: the re-read path
+
+    test_bias_backward(515, 64);
+    test_bias_backward(8192, 3072);
+    test_bias_backward(1000, 6400);
+    test_bias_backward(7, 2304);
+
+    test_sum_squares(10000003, 0);
+    test_sum_squares(10000003, 1);              // misaligned start: scalar head
+    test_sum_squares(5, 3);
+    test_sum_squares(1, 0);
+    test_sum_squares(0, 0);
+    return test_summary("test_kernels");
+}
