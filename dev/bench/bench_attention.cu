@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
         cuda_check_last();
         const double fwd_flops = 0.5 * 4.0 * c.B * c.NH * (double)c.T * c.T * c.HS, bwd_flops = 2.5 * fwd_flops;
         for (int own = 0; own <= 1; own++) {
+            if (!own) { attention_destroy(); attention_init(); }   // each shape gets its own chance at cuDNN
             attention_force_own_kernel(own);
             const char* backend = attention_backend_name();
             if (!own && strcmp(backend, "cudnn") != 0) {
