@@ -1,9 +1,11 @@
 // stochastic_round.cuh: rounding a float onto a coarser grid, to nearest-even or stochastically.
-// defines: bf16_bits_rne(), bf16_bits_sr()
-// The random bits come from llmc/rng.h, keyed on (seed, step, tensor id, element index).
+// defines: bf16_bits_rne(), bf16_bits_sr(), sr_bits16(), grid_round_sr()
+// The random bits come from llmc/rng.h, keyed on (seed, step, tensor id, element index). Plain HD
+// functions (no kernels): the CPU tests compile this file with g++.
 #pragma once
 #include "common.h"
 #include "rng.h"
+#include "fp4_formats.h"
 
 // FP32 -> BF16 bit pattern, round to nearest even; NaN stays a (quiet) NaN.
 HD uint16_t bf16_bits_rne(float x) {
@@ -22,4 +24,34 @@ HD uint16_t bf16_bits_sr(float x, uint32_t rbits) {
     if ((u & 0x7F800000u) == 0x7F800000u) return bf16_bits_rne(x);
     u += (rbits & 0xFFFFu);
     return (uint16_t)(u >> 16);
+}
+
+// 16 random bits for element `index` of a tensor: one 32-bit draw rng_bits32(key, index / 2) serves
+// the element pair (2j, 2j+1), low half for the even element, high half for the odd one. Still a
+// pure function of (key, index), so independent of launch geometry, at half the hashing cost.
+HD uint32_t sr_bits16(uint64_t key, uint64_t index) {
+    uint32_t r = rng_bits32(key, index >> 1);
+    return (index & 1) ? (r >> 16) : (r & 0xFFFFu);
+}
+
+// Stochastic rounding onto a 4-bit grid: between neighbouring levels lo <= |v| < hi, round up to hi
+// with probability (|v| - lo) / (hi - lo), using 16 random bits r16. The fraction is exact (|v| - lo
+// is exact by Sterbenz's lemma and every gap is a power of two), and "up" means
+// (r16 + 1/2) / 2^16 < fraction, so P(up) is within 2^-17 of the fraction: the bias is at most
+// 2^-17 of a gap, either sign. |v| >= max saturates to max; NaN -> +max, as grid_round_rne.
+HD uint8_t grid_round_sr(const GridTraits* g, float v, uint32_t r16) {
+    uint32_t u = f32_bits(v);
+    uint8_t sign = (uint8_t)((u >> 28) & 8u);
+    float a = f32_from_bits(u & 0x7FFFFFFFu);
+    if (a != a) return 7;
+    if (!(a < g->maxval)) return (uint8_t)(7 | sign);
+    int c = 0;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+    for (int i = 1; i < 7; i++) c += (a >= g->levels[i]);
+    float lo = g->levels[c], hi = g->levels[c + 1];
+    float frac = (a - lo) / (hi - lo);
+    int up = (float)(2u * (r16 & 0xFFFFu) + 1u) < frac * 131072.0f;
+    return (uint8_t)((c + up) | sign);
 }

@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""
+fp4_ref.py: an independent numpy reference for the program's 4-bit quantizers, written from
+../shared/docs/FP4_NUMERICS.md (and the project's free choices documented in llmc/fp4_formats.h,
+llmc/stochastic_round.cuh, llmc/hadamard.cuh, llmc/fp4_quant_cpu.h), not from the C code.
+It writes the golden vectors that dev/test/test_fp4_cpu.c (CI) and dev/test/test_fp4_gpu.cu (GPU)
+must reproduce bit for bit.
+
+Methods deliberately differ from the C side where the spec allows: E4M3 and the 4-bit grids round by
+searching a table of all representable values (nearest, ties to the even code), E8M0 exponents come
+from frexp and float64 comparisons, the amax uses numpy reductions with explicit NaN checks.
+
+Usage: python3 dev/fp4_ref.py [--out dev/golden/fp4_golden.bin] [--check]
+  --check also runs the reference's own sanity checks (orthonormality, SR bias) and prints a summary.
+
+Golden file: b"FP4GOLD1", then records (u32 type, u32 payload bytes, payload), little endian:
+  1 RNG       u32 n; u64 seed[n]; u32 step[n]; u32 tid[n]; u64 index[n]; u64 key[n]; u32 bits[n]
+  3 E4M3      u32 n; f32 in[n]; f32 out[n]; u8 bits[n]
+  4 GRID_RNE  u32 grid; u32 n; f32 in[n]; u8 code[n]
+  5 GRID_SR   u32 grid; u32 n; f32 in[n]; u32 r16[n]; u8 code[n]
+  6 BF16      u32 n; f32 in[n]; u32 rbits[n]; u16 rne[n]; u16 sr[n]
+  7 HADAMARD  u32 size; u32 groups; u32 signs[4]; f32 in[groups*size]; f32 out[groups*size]
+  8 QUANT     char name[48]; char spec[80]; u32 rows, cols, axis, pad; u64 key; u16 in[rows*cols];
+              f32 amax; f32 scale_dec; u16 fake[rows*cols]; u8 codes[M*K/2]; u8 scales[M*K/L];
+              u16 deq[rows*cols]   (deq = BF16(FP32(q*block_scale)*scale_dec), view layout)
+"""
+import argparse
+import os
+import struct
+import sys
+
+import numpy as np
+
+M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+# ---------------------------------------------------------------------------------------------------
+# RNG (llmc/rng.h semantics: SplitMix64 finalizer, uint64 wraparound)
+
+
+def mix64(x):
+    x = np.asarray(x, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def rng_key(seed, step, tid):
+    inner = mix64((np.uint64(step) << np.uint64(32)) | np.uint64(tid))
+    return mix64(np.uint64(seed) ^ inner)
+
+
+def rng_bits32(key, index):
+    index = np.asarray(index, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = mix64(np.uint64(key) ^ (index * np.uint64(0xD1B54A32D192ED03)))
+    return (h >> np.uint64(32)).astype(np.uint32)
+
+
+def sr_bits16(key, index):
+    """16 random bits per element: draw rng_bits32(key, index // 2); even index low half, odd high."""
+    index = np.asarray(index, dtype=np.uint64)
+    r = rng_bits32(key, index >> np.uint64(1))
+    odd = (index & np.uint64(1)).astype(bool)
+    return np.where(odd, r >> np.uint32(16), r & np.uint32(0xFFFF)).astype(np.uint32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# BF16
+
+
+def f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def bits_of(x):
+    return f32(x).view(np.uint32)
+
+
+def from_bits(u):
+    return np.asarray(u, dtype=np.uint32).view(np.float32)
+
+
+def bf16_rne_bits(x):
+    u = bits_of(x).astype(np.uint64)
+    nan = ((u & 0x7F800000) == 0x7F800000) & ((u & 0x007FFFFF) != 0)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    r = np.where(nan, ((u >> 16) | 0x40) & 0xFFFF, r)
+    return r.astype(np.uint16)
+
+
+def bf16_sr_bits(x, rbits):
+    """BF16 stochastic rounding as llmc/stochastic_round.cuh: add 16 random bits below the kept bits."""
+    u = bits_of(x).astype(np.uint64)
+    nonfinite = (u & 0x7F800000) == 0x7F800000
+    r = ((u + (np.asarray(rbits, dtype=np.uint64) & 0xFFFF)) >> 16) & 0xFFFF
+    return np.where(nonfinite, bf16_rne_bits(x).astype(np.uint64), r).astype(np.uint16)
+
+
+def bf16_to_f32(b):
+    return from_bits(np.asarray(b, dtype=np.uint32) << np.uint32(16))
+
+
+def round_bf16(x):
+    return bf16_to_f32(bf16_rne_bits(x))
+
+
+# ---------------------------------------------------------------------------------------------------
+# E4M3: all finite non-negative values, enumerated from the bit patterns.
+
+
+def _e4m3_table():
+    vals = []
+    for b in range(0x7F):  # 0x7F is NaN
+        e, m = b >> 3, b & 7
+        v = m * 2.0 ** -9 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+        vals.append(v)
+    return np.array(vals, dtype=np.float64)
+
+
+E4M3_VALS = _e4m3_table()  # increasing, index == bit pattern
+
+
+def e4m3_rne_satfinite(y):
+    """Nearest E4M3 value, ties to the even bit pattern, |y| >= 448 -> 448 (NaN -> 448)."""
+    y = f32(y).astype(np.float64)
+    a = np.abs(y)
+    a = np.where(np.isnan(a), 448.0, np.minimum(a, 448.0))
+    hi = np.clip(np.searchsorted(E4M3_VALS, a, side="left"), 0, len(E4M3_VALS) - 1)
+    lo = np.clip(hi - 1, 0, None)
+    dlo, dhi = a - E4M3_VALS[lo], E4M3_VALS[hi] - a
+    pick_hi = (dhi < dlo) | ((dhi == dlo) & (hi % 2 == 0))
+    idx = np.where(pick_hi, hi, lo)
+    out = E4M3_VALS[idx] * np.where(np.signbit(y), -1.0, 1.0)
+    return out.astype(np.float32), idx.astype(np.uint8) | np.where(np.signbit(y), 0x80, 0).astype(np.uint8)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The 4-bit grids (sign-magnitude codes, bit 3 = sign)
+
+GRIDS = {
+    "e2m1": [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0],
+    "int4": [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0],
+    "e1m2": [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5],
+}
+GRID_ID = {"bf16": 0, "e2m1": 1, "int4": 2, "e1m2": 3}
+
+
+def grid_rne(grid, v):
+    lv = np.array(GRIDS[grid], dtype=np.float64)
+    v = f32(v)
+    a = np.abs(v.astype(np.float64))
+    nan = np.isnan(a)
+    a = np.where(nan, lv[-1], np.minimum(a, lv[-1]))
+    d = np.abs(a[..., None] - lv)                      # distance to every level
+    best = d.min(axis=-1, keepdims=True)
+    cand = d == best
+    # at a tie there are two candidates: the even code wins
+    even = cand & (np.arange(8) % 2 == 0)
+    idx = np.where(even.any(axis=-1), np.argmax(even, axis=-1), np.argmax(cand, axis=-1))
+    sign = np.where(np.signbit(v) & ~nan, 8, 0)
+    return (idx + sign).astype(np.uint8)
+
+
+def grid_sr(grid, v, r16):
+    """Round up with probability (|v|-lo)/(hi-lo); up iff (r16 + 1/2)/2^16 < that fraction."""
+    lv = np.array(GRIDS[grid], dtype=np.float64)
+    v = f32(v)
+    a = np.abs(v.astype(np.float64))
+    nan = np.isnan(a)
+    sat = ~nan & (a >= lv[-1])
+    a_c = np.where(nan | sat, 0.0, a)
+    lo_idx = np.clip(np.searchsorted(lv, a_c, side="right") - 1, 0, 6)
+    lo, hi = lv[lo_idx], lv[lo_idx + 1]
+    frac = (a_c - lo) / (hi - lo)
+    up = (np.asarray(r16, dtype=np.float64) + 0.5) / 65536.0 < frac
+    idx = np.where(sat | nan, 7, lo_idx + up)
+    sign = np.where(np.signbit(v) & ~nan, 8, 0)
+    return (idx + sign).astype(np.uint8)
+
+
+def code_value(grid, codes):
+    lv = np.array(GRIDS[grid], dtype=np.float32)
+    codes = np.asarray(codes)
+    mag = lv[codes & 7]
+    return np.where(codes & 8, -mag, mag).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Hadamard (sign flips, then the FP32 butterfly h = 1, 2, 4, ..., then one multiply by 1/sqrt(n))
+
+
+def hadamard_scale(n):
+    k = int(np.log2(n))
+    s = np.float32(2.0 ** -(k // 2))
+    if k % 2:
+        s = np.float32(s * np.float32(np.sqrt(0.5)))
+    return s
+
+
+def sign_mask(spec):
+    n = spec["hadamard"]
+    mask = [0, 0, 0, 0]
+    if not n or spec["signs"] == "plain":
+        return mask
+    key = rng_key(spec["seed"], 0, 0xFFFFFFF0)
+    for i in range(n):
+        if spec["signs"] == "fixed":
+            bit = (0xD7E8 >> (i % 16)) & 1
+        else:
+            bit = int(rng_bits32(key, i)) >> 31
+        mask[i // 32] |= bit << (i % 32)
+    return mask
+
+
+def hadamard_f32(x, n, mask):
+    """x: (..., n) float32, transforms the last axis."""
+    x = f32(x).copy()
+    s = np.array([(mask[i // 32] >> (i % 32)) & 1 for i in range(n)], dtype=bool)
+    x[..., s] = -x[..., s]
+    h = 1
+    while h < n:
+        y = x.reshape(x.shape[:-1] + (n // (2 * h), 2, h))
+        a, b = y[..., 0, :].copy(), y[..., 1, :].copy()
+        y[..., 0, :] = a + b
+        y[..., 1, :] = a - b
+        x = y.reshape(x.shape)
+        h *= 2
+    return (x * hadamard_scale(n)).astype(np.float32)
+
+
+def hadamard_matrix(n, mask):
+    i = np.arange(n)
+    pc = np.vectorize(lambda v: bin(v).count("1"))(i[:, None] & i[None, :])
+    H = np.where(pc % 2, -1.0, 1.0)
+    s = np.array([-1.0 if (mask[k // 32] >> (k % 32)) & 1 else 1.0 for k in range(n)])
+    return s[:, None] * H / np.sqrt(n)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Spec parsing (the subset of the grammar the golden cases use; keys match llmc/fp4_formats.h)
+
+PRESETS = {
+    "nvfp4": dict(grid="e2m1", w=1, l=16, scale="e4m3"),
+    "nvfp4-2d": dict(grid="e2m1", w=16, l=16, scale="e4m3"),
+    "mxfp4": dict(grid="e2m1", w=1, l=32, scale="e8m0"),
+    "mxfp4-ceil": dict(grid="e2m1", w=1, l=32, scale="e8m0ceil"),
+    "mxfp4-2d": dict(grid="e2m1", w=32, l=32, scale="e8m0ceil"),
+    "int4": dict(grid="int4", w=1, l=16, scale="e4m3"),
+    "e1m2": dict(grid="e1m2", w=1, l=16, scale="e4m3"),
+}
+
+
+def parse_spec(text):
+    s = dict(grid="e2m1", w=1, l=16, scale="e4m3", rounding="rne", hadamard=0, signs="plain", seed=0)
+    for j, tok in enumerate(text.split(",")):
+        if j == 0 and tok in PRESETS:
+            s.update(PRESETS[tok])
+        elif tok in GRIDS:
+            s["grid"] = tok
+        elif tok in ("e4m3", "e8m0", "e8m0ceil"):
+            s["scale"] = tok
+        elif tok in ("rne", "sr"):
+            s["rounding"] = tok
+        elif tok in ("plain", "fixed"):
+            s["signs"] = tok
+        elif tok.startswith("seed="):
+            s["signs"], s["seed"] = "seeded", int(tok[5:], 0)
+        elif tok.startswith("h"):
+            s["hadamard"] = int(tok[1:])
+            if s["hadamard"] and s["signs"] == "plain":
+                s["signs"] = "fixed"
+        elif "x" in tok:
+            w, l = tok.split("x")
+            s["w"], s["l"] = int(w), int(l)
+        else:
+            raise ValueError("unknown option " + tok)
+    if not s["hadamard"]:
+        s["signs"] = "plain"
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------
+# The quantizer
+
+
+def amax_nan(a):
+    a = f32(a)
+    if np.isnan(a).any():
+        return np.float32(np.nan)
+    return np.float32(np.abs(a).max()) if a.size else np.float32(0)
+
+
+def e8m0_exp(bamax, maxval, ceil_rule):
+    """floor: floor(log2 bamax) - floor(log2 maxval); ceil: smallest e with maxval*2^e >= bamax.
+    Clamped to [-127, 127]; bamax == 0 -> -127."""
+    if bamax == 0:
+        return -127
+    _, ex = np.frexp(np.float64(bamax))        # bamax = m * 2^ex, m in [0.5, 1)
+    _, exm = np.frexp(np.float64(maxval))
+    e = (int(ex) - 1) - (int(exm) - 1)
+    if ceil_rule and np.float64(maxval) * 2.0 ** e < np.float64(bamax):
+        e += 1
+    return int(min(max(e, -127), 127))
+
+
+def quantize(spec, x_bits, rows, cols, axis, key):
+    """x_bits: uint16 BF16 array (rows, cols). Returns dict with amax, scale_dec, fake, codes, scales, deq."""
+    sp = parse_spec(spec)
+    grid, W, L, n = sp["grid"], sp["w"], sp["l"], sp["hadamard"]
+    maxval = np.float32(GRIDS[grid][-1])
+    x = bf16_to_f32(x_bits.reshape(rows, cols))
+    T = x if axis == 1 else x.T                 # operand: M x K, K = reduction
+    M, K = T.shape
+    assert K % L == 0 and M % W == 0 and (n == 0 or K % n == 0)
+    T = T.astype(np.float32)
+    if n:
+        mask = sign_mask(sp)
+        T = round_bf16(hadamard_f32(T.reshape(M, K // n, n), n, mask).reshape(M, K))
+    amax = amax_nan(T)
+    if sp["scale"] == "e4m3":
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            s_enc = np.fmin(np.float32(maxval * np.float32(448)) / amax, np.float32(np.finfo(np.float32).max))
+        if amax == 0 or s_enc == 0:
+            s_enc = np.float32(1)
+        s_enc = np.float32(s_enc)
+        s_dec_t = np.float32(np.float32(1) / s_enc)
+    else:
+        s_enc = s_dec_t = np.float32(1)
+    ii = np.arange(M)[:, None]
+    kk = np.arange(K)[None, :]
+    idx = (ii * cols + kk) if axis == 1 else (kk * cols + ii)
+    codes = np.zeros((M, K), dtype=np.uint8)
+    fake = np.zeros((M, K), dtype=np.uint16)
+    scales = np.zeros((M, K // L), dtype=np.uint8)
+    sdec_full = np.zeros((M, K), dtype=np.float32)
+    for i0 in range(0, M, W):
+        for k0 in range(0, K, L):
+            blk = T[i0:i0 + W, k0:k0 + L]
+            bamax = amax_nan(blk)
+            nan_block = False
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                if sp["scale"] == "e4m3":
+                    mult = np.float32(s_enc * np.float32(np.float32(1) / maxval))
+                    sdec, sbits = e4m3_rne_satfinite(np.fmin(np.float32(bamax * mult), np.float32(3.4028235e38)))
+                    sdec = np.float32(sdec)
+                    inv = np.fmin(np.float32(1) / np.float32(sdec * s_dec_t), np.float32(3.4028235e38))
+                elif not np.isfinite(bamax):
+                    nan_block, sdec, sbits, inv = True, np.float32(np.nan), 0xFF, np.float32(0)
+                else:
+                    e = e8m0_exp(bamax, maxval, sp["scale"] == "e8m0ceil")
+                    sdec, sbits, inv = np.float32(2.0 ** e), e + 127, np.float32(2.0 ** -e)
+                v = (blk * np.float32(inv)).astype(np.float32)
+            if nan_block:
+                c = np.zeros(blk.shape, dtype=np.uint8)
+                fk = np.full(blk.shape, 0x7FC0, dtype=np.uint16)
+            else:
+                if sp["rounding"] == "sr":
+                    c = grid_sr(grid, v, sr_bits16(key, idx[i0:i0 + W, k0:k0 + L]))
+                else:
+                    c = grid_rne(grid, v)
+                fk = bf16_rne_bits(code_value(grid, c) * np.float32(sdec))
+            codes[i0:i0 + W, k0:k0 + L] = c
+            fake[i0:i0 + W, k0:k0 + L] = fk
+            scales[i0:i0 + W, k0 // L] = sbits
+            sdec_full[i0:i0 + W, k0:k0 + L] = sdec
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        deqf = (code_value(grid, codes) * sdec_full).astype(np.float32) * s_dec_t
+    deq = bf16_rne_bits(deqf.astype(np.float32))
+    deq = np.where(np.isnan(sdec_full), np.uint16(0x7FC0), deq).astype(np.uint16)
+    back = (lambda a: a) if axis == 1 else (lambda a: a.T)
+    return dict(amax=np.float32(amax), scale_dec=np.float32(s_dec_t), fake=np.ascontiguousarray(back(fake)),
+                codes=packed, scales=scales, deq=np.ascontiguousarray(back(deq)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Test data
+
+
+def to_bf16_bits(a):
+    return bf16_rne_bits(f32(a))
+
+
+def make_data(kind, rows, cols, rng, axis=1):
+    if kind == "normal":
+        a = rng.standard_normal((rows, cols))
+    elif kind == "heavy":                       # Student t, 2 degrees of freedom, plus rare spikes
+        a = rng.standard_t(2, (rows, cols)) * np.exp(rng.standard_normal((rows, cols)))
+    elif kind == "zeros":
+        a = np.zeros((rows, cols))
+    elif kind == "outlier":                     # one huge value in every 16-block along the axis
+        a = rng.standard_normal((rows, cols)) * 0.01
+        T = a if axis == 1 else a.T
+        for i in range(T.shape[0]):
+            for k0 in range(0, T.shape[1], 16):
+                T[i, k0 + rng.integers(16)] = rng.choice([-1, 1]) * 10.0 ** rng.uniform(2, 4)
+    elif kind == "subnormal_scale":             # most blocks' scales land in E4M3's subnormal range
+        a = rng.standard_normal((rows, cols)) * 10.0 ** rng.uniform(-5, -2, (rows, 1))
+        a[0, 0] = 3000.0
+    elif kind == "underflow":                   # blocks whose scale rounds to zero, and some that don't
+        a = rng.standard_normal((rows, cols)) * 1e-8
+        a[:, : cols // 2] = rng.standard_normal((rows, cols // 2))
+        a[0, 0] = 1e6
+    elif kind == "allequal":
+        a = np.repeat(rng.choice([-3.0, 0.7, 1.0, 6.0, 1e-3, 448.0], (rows, cols // 16)), 16, axis=1)
+    elif kind == "ties":                        # every E2M1 tie, at block scale exactly 1
+        t = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, -0.25, -0.75, -1.25, -1.75, -2.5, -3.5, -5.0, 0.0])
+        a = np.tile(t, (rows, cols // 16))
+        a[0, 1] = 2688.0                        # amax 2688 -> S_enc = 1, and blocks with 6.0 get scale 1
+    elif kind == "int_ties":                    # every INT4 tie, scale 1 (amax 3136 = 7 * 448)
+        t = np.array([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.0, -0.5, -1.5, -2.5, -3.5, -4.5, -5.5, -6.5, 0.0])
+        a = np.tile(t, (rows, cols // 16))
+        a[0, 1] = 3136.0
+    elif kind == "inf":
+        a = rng.standard_normal((rows, cols))
+        a[1, 3] = np.inf
+        a[rows - 1, cols - 2] = -np.inf
+    elif kind == "nan":
+        a = rng.standard_normal((rows, cols))
+        a[2, 5] = np.nan
+    elif kind == "pow2":                        # block maxima at exact powers of two and 6 * 2^k
+        a = rng.standard_normal((rows, cols))
+        T = a if axis == 1 else a.T
+        for i in range(T.shape[0]):
+            T[i, ::16] = rng.choice([1.0, 2.0, 6.0, 12.0, 0.375, 1.5, 3.0, 7.0]) * 2.0 ** rng.integers(-6, 6)
+    else:
+        raise ValueError(kind)
+    return to_bf16_bits(a)
+
+
+# (name, spec, rows, cols, axis, data kind)
+CASES = [
+    ("nvfp4_normal_row", "nvfp4", 48, 80, 1, "normal"),
+    ("nvfp4_normal_col", "nvfp4", 48, 80, 0, "normal"),
+    ("nvfp4_heavy_row", "nvfp4", 32, 96, 1, "heavy"),
+    ("nvfp4_zeros", "nvfp4", 16, 32, 1, "zeros"),
+    ("nvfp4_outlier_row", "nvfp4", 32, 64, 1, "outlier"),
+    ("nvfp4_outlier_col", "nvfp4", 64, 32, 0, "outlier"),
+    ("nvfp4_subnormal_scale", "nvfp4", 32, 64, 1, "subnormal_scale"),
+    ("nvfp4_underflow", "nvfp4", 16, 64, 1, "underflow"),
+    ("nvfp4_allequal", "nvfp4", 16, 64, 1, "allequal"),
+    ("nvfp4_ties", "nvfp4", 8, 32, 1, "ties"),
+    ("nvfp4_inf", "nvfp4", 16, 48, 1, "inf"),
+    ("nvfp4_nan", "nvfp4", 16, 48, 1, "nan"),
+    ("nvfp4_sr_row", "nvfp4,sr", 48, 80, 1, "normal"),
+    ("nvfp4_sr_col", "nvfp4,sr", 48, 80, 0, "heavy"),
+    ("nvfp4_2d_row", "nvfp4-2d", 48, 80, 1, "heavy"),
+    ("nvfp4_2d_col", "nvfp4-2d", 48, 80, 0, "heavy"),
+    ("nvfp4_2d_sr", "nvfp4-2d,sr", 32, 48, 0, "normal"),
+    ("nvfp4_h16_fixed_col", "nvfp4,h16,fixed", 48, 80, 0, "heavy"),
+    ("nvfp4_h16_fixed_sr_col", "nvfp4,sr,h16,fixed", 48, 80, 0, "normal"),
+    ("nvfp4_h16_plain_row", "nvfp4,h16,plain", 32, 48, 1, "outlier"),
+    ("nvfp4_h32_seed_row", "nvfp4,h32,seed=1234", 32, 64, 1, "heavy"),
+    ("nvfp4_h32_inf", "nvfp4,h32,fixed", 16, 64, 1, "inf"),
+    ("mxfp4_floor_row", "mxfp4", 48, 96, 1, "heavy"),
+    ("mxfp4_floor_col", "mxfp4", 96, 48, 0, "normal"),
+    ("mxfp4_floor_pow2", "mxfp4", 16, 64, 1, "pow2"),
+    ("mxfp4_ceil_pow2", "mxfp4-ceil", 16, 64, 1, "pow2"),
+    ("mxfp4_ceil_heavy", "mxfp4-ceil", 32, 96, 1, "heavy"),
+    ("mxfp4_ceil_sr", "mxfp4-ceil,sr", 32, 64, 1, "normal"),
+    ("mxfp4_zeros", "mxfp4", 16, 32, 1, "zeros"),
+    ("mxfp4_inf", "mxfp4", 16, 64, 1, "inf"),
+    ("mxfp4_nan", "mxfp4-ceil", 64, 16, 0, "nan"),
+    ("mxfp4_underflow", "mxfp4", 16, 64, 1, "underflow"),
+    ("mxfp4_2d_32x32_row", "mxfp4-2d", 64, 96, 1, "heavy"),
+    ("mxfp4_2d_32x32_col", "mxfp4-2d", 64, 96, 0, "heavy"),
+    ("mxfp4_h32_seed_col", "mxfp4,h32,seed=99", 64, 32, 0, "normal"),
+    ("int4_normal", "int4", 48, 80, 1, "normal"),
+    ("int4_ties", "int4", 8, 32, 1, "int_ties"),
+    ("int4_sr_h16", "int4,sr,h16,fixed", 48, 64, 0, "heavy"),
+    ("e1m2_heavy", "e1m2", 32, 48, 1, "heavy"),
+    ("e1m2_2d_sr", "e1m2,16x16,sr", 32, 48, 0, "normal"),
+    ("int4_e8m0ceil", "int4,1x32,e8m0ceil", 16, 64, 1, "pow2"),
+    ("e2m1_1x32_e4m3", "nvfp4,1x32", 32, 64, 1, "subnormal_scale"),
+]
+
+
+def write_record(f, rtype, payload):
+    f.write(struct.pack("<II", rtype, len(payload)))
+    f.write(payload)
+
+
+def golden(path):
+    rng = np.random.default_rng(20261129)
+    with open(path, "wb") as f:
+        f.write(b"FP4GOLD1")
+        # RNG
+        n = 64
+        seeds = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+        steps = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        tids = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        idxs = rng.integers(0, 2**63, n, dtype=np.uint64)
+        idxs[:8] = np.arange(8, dtype=np.uint64)
+        keys = np.array([rng_key(s, st, t) for s, st, t in zip(seeds, steps, tids)], dtype=np.uint64)
+        bits = np.array([rng_bits32(k, i) for k, i in zip(keys, idxs)], dtype=np.uint32)
+        write_record(f, 1, struct.pack("<I", n) + seeds.tobytes() + steps.tobytes() + tids.tobytes()
+                     + idxs.tobytes() + keys.tobytes() + bits.tobytes())
+        # E4M3: every representable value, every midpoint, around the edges, random magnitudes
+        v = E4M3_VALS
+        mids = (v[:-1] + v[1:]) / 2
+        special = [0.0, 2.0**-10, 2.0**-10 * 1.0001, 2.0**-9, 2.0**-6, 2.0**-6 * 0.99, 447.9, 448.0, 449.0, 464.0,
+                   480.0, 1e30, 3.4028235e38, np.inf, -1.0, -0.3, -500.0, 1e-40, 2.0**-149]
+        rnd = 10.0 ** rng.uniform(-12, 3, 300)
+        xs = f32(np.concatenate([v, mids, np.nextafter(f32(mids), f32(0)), np.nextafter(f32(mids), f32(1e9)),
+                                 special, rnd]))
+        xs = xs[~np.isnan(xs)]
+        out, b = e4m3_rne_satfinite(xs)
+        write_record(f, 3, struct.pack("<I", len(xs)) + xs.tobytes() + f32(out).tobytes() + b.tobytes())
+        # grids, RNE and SR
+        for g in ("e2m1", "int4", "e1m2"):
+            lv = np.array(GRIDS[g])
+            m = (lv[:-1] + lv[1:]) / 2
+            base = np.concatenate([lv, m, np.nextafter(f32(m), f32(0)), np.nextafter(f32(m), f32(100)),
+                                   [7.5, 100.0, np.inf, 1e-30, 0.1]])
+            base = np.concatenate([base, -base, rng.uniform(-8, 8, 200), [np.nan]])
+            xs = f32(base)
+            write_record(f, 4, struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + grid_rne(g, xs).tobytes())
+            xs = f32(np.concatenate([rng.uniform(-8, 8, 400), lv, -lv, m, [np.inf, -np.inf, np.nan]]))
+            r16 = rng.integers(0, 65536, len(xs), dtype=np.uint64).astype(np.uint32)
+            r16[:4] = [0, 65535, 32767, 32768]
+            write_record(f, 5, struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + r16.tobytes()
+                         + grid_sr(g, xs, r16).tobytes())
+        # BF16 RNE / SR
+        xs = f32(np.concatenate([rng.standard_normal(200) * 10.0 ** rng.uniform(-30, 30, 200),
+                                 [0.0, -0.0, np.inf, -np.inf, 3.3895314e38, 1e-40]]))
+        rb = rng.integers(0, 2**32, len(xs), dtype=np.uint64).astype(np.uint32)
+        write_record(f, 6, struct.pack("<I", len(xs)) + xs.tobytes() + rb.tobytes()
+                     + bf16_rne_bits(xs).tobytes() + bf16_sr_bits(xs, rb).tobytes())
+        # Hadamard, each size 2..128, fixed / seeded / plain signs
+        for size in (2, 4, 8, 16, 32, 64, 128):
+            for signs in ("fixed", "seed=5", "plain"):
+                sp = parse_spec("nvfp4,h%d,%s" % (size, signs))
+                mask = sign_mask(sp)
+                groups = 4
+                xin = f32(rng.standard_normal((groups, size)) * 10.0 ** rng.uniform(-3, 3, (groups, 1)))
+                xout = hadamard_f32(xin, size, mask)
+                write_record(f, 7, struct.pack("<II4I", size, groups, *mask) + xin.tobytes() + xout.tobytes())
+        # quantization cases
+        for name, spec, rows, cols, axis, kind in CASES:
+            x = make_data(kind, rows, cols, rng, axis)
+            key = int(rng_key(0x5EED, len(name), 7))
+            r = quantize(spec, x, rows, cols, axis, key)
+            hdr = struct.pack("<48s80sIIIIQ", name.encode(), spec.encode(), rows, cols, axis, 0, key)
+            body = (x.tobytes() + struct.pack("<ff", r["amax"], r["scale_dec"]) + r["fake"].tobytes()
+                    + r["codes"].tobytes() + r["scales"].tobytes() + r["deq"].tobytes())
+            write_record(f, 8, hdr + body)
+    return os.path.getsize(path)
+
+
+def self_checks():
+    ok = True
+    # Hadamard: butterfly == matrix definition, orthonormal
+    for n in (16, 32, 128):
+        mask = sign_mask(parse_spec("nvfp4,h%d,seed=3" % n))
+        Mx = hadamard_matrix(n, mask)
+        x = np.random.default_rng(1).standard_normal((5, n)).astype(np.float32)
+        err = np.abs(hadamard_f32(x, n, mask) - x.astype(np.float64) @ Mx).max()
+        orth = np.abs(Mx @ Mx.T - np.eye(n)).max()
+        print("hadamard n=%d: butterfly vs matrix %.2e, |MM^T - I| %.2e" % (n, err, orth))
+        ok &= err < 1e-5 and orth < 1e-12
+    # fixed signs are 0xD7E8 for n=16
+    m = sign_mask(parse_spec("nvfp4,h16,fixed"))[0]
+    print("fixed signs n=16: 0x%04X" % m)
+    ok &= m == 0xD7E8
+    # SR unbiased on the E2M1 grid
+    key = int(rng_key(1, 2, 3))
+    xs = f32(np.random.default_rng(2).uniform(-6, 6, 64))
+    reps = 4096
+    idx = np.arange(reps * 64, dtype=np.uint64)
+    vals = code_value("e2m1", grid_sr("e2m1", np.tile(xs, reps), sr_bits16(key, idx))).reshape(reps, 64)
+    bias = np.abs(vals.mean(0) - xs).max()
+    print("SR e2m1 max |mean - x| over %d draws: %.4f" % (reps, bias))
+    ok &= bias < 0.05
+    print("self checks:", "OK" if ok else "FAILED")
+    return ok
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "fp4_golden.bin"))
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    if args.check and not self_checks():
+        sys.exit(1)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    size = golden(args.out)
+    print("wrote %s (%d bytes, %d quantization cases)" % (args.out, size, len(CASES)))

@@ -1,0 +1,399 @@
+// fp4_formats.h: the 4-bit number formats as data, and their rounding and scale arithmetic.
+// defines: QuantGrid, GridTraits, quant_grid_table[], grid_traits(), f32_bits(), f32_from_bits(),
+//          exp2_exact(), bf16_bits_to_float(), e4m3_rne_satfinite(), e4m3_bits(), e4m3_value(),
+//          e8m0_exponent(), e8m0_value(), grid_round_rne(), grid_code_value(),
+//          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
+//          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
+//          quant_tensor_scale_enc(), QuantBlockScale, quant_block_scale(), quant_packed_scale_value(),
+//          nvfp4_swizzled_scale_offset()
+// Every function the quantizer applies to a number lives here as an HD function, so the CPU path
+// (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
+// dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
+//
+// Conventions used throughout:
+// - A "code" is a 4-bit sign-magnitude value: bit 3 = sign, bits 2..0 = index into the grid's levels.
+// - Two codes per byte: element 2i in the low nibble, element 2i+1 in the high nibble.
+// - The quantizer never produces NaN codes: a NaN element rounds to +max (its sign is dropped
+//   because the sign of a NaN differs between x86 and CUDA arithmetic). Infinities saturate to +-max.
+// - No a*b+c expressions in the exact paths: nvcc would contract them into FMA on the device and the
+//   host would not, and the two would differ in the last bit.
+#pragma once
+#include <float.h>
+#include <math.h>
+#include "common.h"
+#include "rng.h"
+
+// ---------------------------------------------------------------------------------------------------
+// The element grids. One row per grid: the table is the only place a level appears.
+
+typedef enum { QGRID_BF16 = 0, QGRID_E2M1, QGRID_INT4, QGRID_E1M2, QGRID_COUNT } QuantGrid;
+
+typedef struct {
+    float levels[8];   // magnitude of codes 0..7, increasing
+    float mids[7];     // (levels[i] + levels[i+1]) / 2, the RNE decision points
+    float maxval;      // levels[7]: where rounding saturates
+    int emax;          // floor(log2(maxval)): the E8M0 floor rule subtracts this
+    uint32_t max_mant; // FP32 mantissa bits of maxval: the E8M0 ceil rule compares against this
+} GridTraits;
+
+typedef struct {
+    const char* name;
+    GridTraits t;
+} GridRow;
+
+// bf16 has no 4-bit grid: its row exists so that a spec can name it and the table has one row per
+// enum value; quantizers refuse it (the caller uses the tensor as is). Kernels get a copy of a row
+// (inside QuantParams) as a kernel argument, so host and device read the same numbers.
+static const GridRow quant_grid_table[QGRID_COUNT] = {
+    {"bf16", {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}, 0.0f, 0, 0}},
+    {"e2m1", {{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f},
+              {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f}, 6.0f, 2, 0x400000u}},
+    {"int4", {{0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f},
+              {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, 7.0f, 2, 0x600000u}},
+    {"e1m2", {{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f, 3.5f},
+              {0.25f, 0.75f, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f}, 3.5f, 1, 0x600000u}},
+};
+
+static inline const GridTraits* grid_traits(QuantGrid g) {
+    fail_if((int)g < 0 || g >= QGRID_COUNT, "grid_traits: unknown grid id %d", (int)g);
+    return &quant_grid_table[g].t;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Bits <-> float without aliasing trouble, on host and device.
+
+HD uint32_t f32_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+HD float f32_from_bits(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+// 2^e as an exact float for e in [-149, 127] (subnormal below -126).
+HD float exp2_exact(int e) {
+    if (e >= -126) return f32_from_bits((uint32_t)(e + 127) << 23);
+    return f32_from_bits(1u << (e + 149));
+}
+// BF16 bits -> float (exact).
+HD float bf16_bits_to_float(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
+
+// ---------------------------------------------------------------------------------------------------
+// E4M3 (OCP "FN" variant: bias 7, no inf, max 448 = 1.75 * 2^8, subnormals k * 2^-9).
+
+// Round a float to the nearest E4M3 value, ties to even, saturating at +-448 (NaN -> 448: callers
+// pass fminf(..., FLT_MAX) results, which are never NaN, so this is only a safe default).
+HD float e4m3_rne_satfinite(float y) {
+    uint32_t u = f32_bits(y);
+    uint32_t sign = u & 0x80000000u;
+    float a = f32_from_bits(u & 0x7FFFFFFFu);
+    float r;
+    if (!(a < 448.0f)) {
+        r = 448.0f;
+    } else if (a < 0.015625f) {                       // below 2^-6: fixed quantum 2^-9
+        r = rintf(a * 512.0f) * (1.0f / 512.0f);      // both scalings are exact powers of two
+    } else {                                          // normal: keep 3 mantissa bits, RNE on the rest
+        uint32_t v = u & 0x7FFFFFFFu;
+        v += 0x7FFFFu + ((v >> 20) & 1u);
+        v &= ~0xFFFFFu;
+        r = f32_from_bits(v);                         // a < 448 rounds to at most 448
+    }
+    return f32_from_bits(f32_bits(r) | sign);
+}
+
+// Bit pattern of a value that is exactly representable in E4M3 (as returned above).
+HD uint8_t e4m3_bits(float v) {
+    uint32_t u = f32_bits(v);
+    uint8_t s = (uint8_t)((u >> 24) & 0x80u);
+    float a = f32_from_bits(u & 0x7FFFFFFFu);
+    if (a < 0.015625f) return (uint8_t)(s | (uint8_t)(a * 512.0f));   // subnormal: k * 2^-9
+    uint32_t au = f32_bits(a);
+    int e = (int)(au >> 23) - 127 + 7;
+    return (uint8_t)(s | (e << 3) | ((au >> 20) & 7u));
+}
+
+HD float e4m3_value(uint8_t b) {
+    int e = (b >> 3) & 15, m = b & 7;
+    float a;
+    if (e == 15 && m == 7) a = NAN;
+    else if (e == 0) a = (float)m * (1.0f / 512.0f);
+    else a = f32_from_bits((uint32_t)(e - 7 + 127) << 23 | (uint32_t)m << 20);
+    return (b & 0x80) ? -a : a;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// E8M0 (power-of-two scale 2^e, e in [-127, 127], biased code e + 127, 0xFF = NaN).
+
+// The block exponent for a finite block amax >= 0. floor rule (OCP): e = floor(log2(bamax)) - emax,
+// values above maxval * 2^e saturate. ceil rule (truncation-free): the smallest e with
+// maxval * 2^e >= bamax, so nothing clips. Integer arithmetic on the FP32 exponent and mantissa: exact,
+// no log2f. A zero block gets the smallest scale (its codes are all 0). Clamped to [-127, 127].
+HD int e8m0_exponent(float bamax, const GridTraits* g, int ceil_rule) {
+    uint32_t u = f32_bits(bamax) & 0x7FFFFFFFu;
+    if (u == 0) return -127;
+    int E = (int)(u >> 23) - 127;
+    uint32_t mant = u & 0x7FFFFFu;
+    if ((u >> 23) == 0) {                     // FP32 subnormal: normalize
+        int lz = 0;
+        while (!(mant & 0x400000u)) { mant <<= 1; lz++; }
+        E = -127 - lz;
+        mant = (mant << 1) & 0x7FFFFFu;
+    }
+    int e = E - g->emax;
+    if (ceil_rule && mant > g->max_mant) e += 1;
+    if (e < -127) e = -127;
+    if (e > 127) e = 127;
+    return e;
+}
+HD float e8m0_value(uint8_t b) { return b == 0xFF ? NAN : exp2_exact((int)b - 127); }
+
+// ---------------------------------------------------------------------------------------------------
+// Rounding onto a 4-bit grid, to nearest with ties to the even code (for E2M1 that is IEEE
+// ties-to-even: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4), saturating at +-max.
+
+HD uint8_t grid_round_rne(const GridTraits* g, float v) {
+    uint32_t u = f32_bits(v);
+    float a = f32_from_bits(u & 0x7FFFFFFFu);
+    if (a != a) return 7;                    // NaN -> +max (see conventions above)
+    uint8_t code = 0;
+#if defined(__CUDACC__)
+#pragma unroll
+#endif
+    for (int i = 0; i < 7; i++)              // count the decision points below a; at a tie between
+        code += (a > g->mids[i]) || (a == g->mids[i] && (i & 1));  // codes i, i+1 take the even one
+    return (uint8_t)(code | ((u >> 28) & 8u));
+}
+
+HD float grid_code_value(const GridTraits* g, uint8_t code) {
+    float a = g->levels[code & 7];
+    return (code & 8) ? -a : a;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Recipes as data: one QuantSpec per GEMM operand slot.
+
+typedef enum { QSCALE_E4M3 = 0, QSCALE_E8M0_FLOOR, QSCALE_E8M0_CEIL } QuantScaleRule;
+typedef enum { QROUND_RNE = 0, QROUND_SR } QuantRounding;
+typedef enum { QSIGNS_NONE = 0, QSIGNS_FIXED, QSIGNS_SEEDED } QuantSigns;
+
+// Block shape "W x L": L elements along the operand's reduction dimension, W along the other one.
+// 1x16 and 1x32 are 1D blocks; 16x16 and 32x32 are 2D tiles (one scale for the whole tile, so the
+// row-wise and column-wise copies of the same tensor are exact transposes of each other).
+typedef struct {
+    QuantGrid grid;           // QGRID_BF16 = leave the operand in BF16
+    int block_w, block_l;     // 1x16, 1x32, 16x16, 32x32
+    QuantScaleRule scale;     // e4m3 block scale + fp32 tensor scale, or e8m0 (floor / ceil rule)
+    QuantRounding rounding;   // rne, or sr (keyed on seed, step, tensor id, element index)
+    int hadamard;             // 0 (none) or a power of two 2..128, applied along the reduction dim
+    QuantSigns signs;         // Hadamard sign vector: none (plain), fixed (0xD7E8 pattern), seeded
+    uint64_t sign_seed;       // for QSIGNS_SEEDED
+} QuantSpec;
+
+static const char* const quant_scale_names[] = {"e4m3", "e8m0", "e8m0ceil"};
+static const char* const quant_round_names[] = {"rne", "sr"};
+static const char* const quant_sign_names[] = {"plain", "fixed", "seeded"};
+
+// Named presets (FP4_NUMERICS.md, RECIPES.md); options after the preset override its fields.
+typedef struct { const char* name; QuantSpec spec; } QuantPreset;
+static const QuantPreset quant_presets[] = {
+    {"bf16",       {QGRID_BF16, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"nvfp4",      {QGRID_E2M1, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"nvfp4-2d",   {QGRID_E2M1, 16, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"mxfp4",      {QGRID_E2M1, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"mxfp4-ceil", {QGRID_E2M1, 1, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"mxfp4-2d",   {QGRID_E2M1, 32, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"int4",       {QGRID_INT4, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"e1m2",       {QGRID_E1M2, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+};
+#define QUANT_NUM_PRESETS ((int)(sizeof(quant_presets) / sizeof(quant_presets[0])))
+
+// Parse "PRESET[,OPTION...]" or "OPTION[,OPTION...]" (starting from nvfp4), OPTION one of
+//   grid:   e2m1 | int4 | e1m2 | bf16
+//   block:  1x16 | 1x32 | 16x16 | 32x32
+//   scale:  e4m3 | e8m0 (= e8m0floor, the OCP rule) | e8m0ceil
+//   round:  rne | sr
+//   hadamard: h0 | h2 .. h128 (power of two; turns on fixed signs unless signs were given);
+//   signs:  plain (none) | fixed | seed=N
+// e.g. "nvfp4,sr", "nvfp4,h16", "nvfp4,h16,plain", "mxfp4,e8m0ceil,32x32,sr", "int4,h32,seed=7".
+// Returns 0 on success; on failure writes a message to err (if given) and returns -1.
+static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, size_t errlen) {
+    QuantSpec s = quant_presets[1].spec;  // nvfp4
+    char buf[256];
+    if (strlen(text) >= sizeof(buf)) { if (err) snprintf(err, errlen, "spec too long"); return -1; }
+    strcpy(buf, text);
+    int first = 1;
+    char* save = NULL;
+    for (char* tok = strtok_r(buf, ",: ", &save); tok; tok = strtok_r(NULL, ",: ", &save), first = 0) {
+        int found = 0;
+        for (int i = 0; i < QUANT_NUM_PRESETS && first; i++)
+            if (!strcmp(tok, quant_presets[i].name)) { s = quant_presets[i].spec; found = 1; break; }
+        if (found) continue;
+        for (int g = 0; g < QGRID_COUNT; g++)
+            if (!strcmp(tok, quant_grid_table[g].name)) { s.grid = (QuantGrid)g; found = 1; }
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(tok, quant_scale_names[i])) { s.scale = (QuantScaleRule)i; found = 1; }
+        if (!strcmp(tok, "e8m0floor")) { s.scale = QSCALE_E8M0_FLOOR; found = 1; }
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(tok, quant_round_names[i])) { s.rounding = (QuantRounding)i; found = 1; }
+        if (!strcmp(tok, "plain")) { s.signs = QSIGNS_NONE; found = 1; }
+        if (!strcmp(tok, "fixed")) { s.signs = QSIGNS_FIXED; found = 1; }
+        if (!strncmp(tok, "seed=", 5)) {
+            char* end;
+            unsigned long long v = strtoull(tok + 5, &end, 0);
+            if (*end || end == tok + 5) { if (err) snprintf(err, errlen, "bad seed in '%s'", tok); return -1; }
+            s.signs = QSIGNS_SEEDED; s.sign_seed = v; found = 1;
+        }
+        int w, l, h; char c;
+        if (!found && sscanf(tok, "%dx%d%c", &w, &l, &c) == 2) {
+            if (!((w == 1 || w == l) && (l == 16 || l == 32))) {
+                if (err) snprintf(err, errlen, "block '%s': use 1x16, 1x32, 16x16 or 32x32", tok);
+                return -1;
+            }
+            s.block_w = w; s.block_l = l; found = 1;
+        }
+        if (!found && tok[0] == 'h' && sscanf(tok + 1, "%d%c", &h, &c) == 1) {
+            if (h != 0 && (h < 2 || h > 128 || (h & (h - 1)))) {
+                if (err) snprintf(err, errlen, "hadamard '%s': use h0 or a power of two 2..128", tok);
+                return -1;
+            }
+            s.hadamard = h; found = 1;
+            if (h && s.signs == QSIGNS_NONE) s.signs = QSIGNS_FIXED;
+        }
+        if (!found) {
+            if (err) snprintf(err, errlen, "unknown quantization option '%s' (presets: bf16 nvfp4 "
+                              "nvfp4-2d mxfp4 mxfp4-ceil mxfp4-2d int4 e1m2; options: e2m1|int4|e1m2|bf16, "
+                              "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil, rne|sr, h0|h16|h32|.., "
+                              "plain|fixed|seed=N)", tok);
+            return -1;
+        }
+    }
+    if (s.hadamard == 0) { s.signs = QSIGNS_NONE; s.sign_seed = 0; }
+    if (s.signs != QSIGNS_SEEDED) s.sign_seed = 0;
+    *out = s;
+    return 0;
+}
+
+// The canonical text form, which quant_spec_parse reads back to the same spec.
+static inline void quant_spec_format(const QuantSpec* s, char* buf, size_t n) {
+    if (s->grid == QGRID_BF16) { snprintf(buf, n, "bf16"); return; }
+    char had[48] = "h0";
+    if (s->hadamard) {
+        if (s->signs == QSIGNS_SEEDED)
+            snprintf(had, sizeof(had), "h%d,seed=%llu", s->hadamard, (unsigned long long)s->sign_seed);
+        else
+            snprintf(had, sizeof(had), "h%d,%s", s->hadamard, quant_sign_names[s->signs]);
+    }
+    snprintf(buf, n, "%s,%dx%d,%s,%s,%s", quant_grid_table[s->grid].name, s->block_w, s->block_l,
+             quant_scale_names[s->scale], quant_round_names[s->rounding], had);
+}
+
+static inline int quant_spec_is_valid(const QuantSpec* s, char* err, size_t errlen) {
+    if (s->grid <= QGRID_BF16 || s->grid >= QGRID_COUNT) {
+        snprintf(err, errlen, "grid '%s' is not a 4-bit grid (a bf16 slot is not quantized)",
+                 s->grid == QGRID_BF16 ? "bf16" : "?");
+        return 0;
+    }
+    if (!((s->block_l == 16 || s->block_l == 32) && (s->block_w == 1 || s->block_w == s->block_l))) {
+        snprintf(err, errlen, "block %dx%d: use 1x16, 1x32, 16x16 or 32x32", s->block_w, s->block_l);
+        return 0;
+    }
+    if (s->hadamard && (s->hadamard < 2 || s->hadamard > 128 || (s->hadamard & (s->hadamard - 1)))) {
+        snprintf(err, errlen, "hadamard %d: use 0 or a power of two 2..128", s->hadamard);
+        return 0;
+    }
+    return 1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// What a kernel needs, resolved on the host from a QuantSpec: passed by value to kernels.
+
+typedef struct {
+    GridTraits grid;
+    int scale;          // QuantScaleRule
+    int rounding;       // QuantRounding
+    int block_w, block_l;
+    int hadamard;       // 0 or n
+    uint32_t signs[4];  // Hadamard sign mask, bit i (of 128) set -> s_i = -1
+} QuantParams;
+
+#define HADAMARD_FIXED_SIGNS_16 0xD7E8u     // Transformer Engine's fixed vector for size 16
+#define HADAMARD_SIGN_TENSOR_ID 0xFFFFFFF0u // rng tensor id reserved for drawing seeded signs
+
+// The Hadamard sign mask of a spec: fixed signs tile 0xD7E8 every 16 positions (for size 16 that is
+// exactly Transformer Engine's vector); seeded signs take bit 31 of
+// rng_bits32(rng_key(seed, 0, HADAMARD_SIGN_TENSOR_ID), i) for position i.
+static inline void quant_sign_mask(const QuantSpec* s, uint32_t mask[4]) {
+    for (int i = 0; i < 4; i++) mask[i] = 0;
+    if (!s->hadamard || s->signs == QSIGNS_NONE) return;
+    uint64_t key = rng_key(s->sign_seed, 0, HADAMARD_SIGN_TENSOR_ID);
+    for (int i = 0; i < s->hadamard; i++) {
+        uint32_t bit = s->signs == QSIGNS_FIXED ? (HADAMARD_FIXED_SIGNS_16 >> (i & 15)) & 1u
+                                                : rng_bits32(key, (uint64_t)i) >> 31;
+        mask[i >> 5] |= bit << (i & 31);
+    }
+}
+
+static inline QuantParams quant_params(const QuantSpec* s) {
+    char err[160];
+    fail_if(!quant_spec_is_valid(s, err, sizeof(err)), "quantization spec: %s", err);
+    QuantParams p;
+    memset(&p, 0, sizeof(p));
+    p.grid = *grid_traits(s->grid);
+    p.scale = s->scale;
+    p.rounding = s->rounding;
+    p.block_w = s->block_w;
+    p.block_l = s->block_l;
+    p.hadamard = s->hadamard;
+    quant_sign_mask(s, p.signs);
+    return p;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Scales.
+
+// Tensor-level encode scale S_enc (the FP32 second level of NVFP4 and the uniform grids). amax is the
+// max |x| over the whole tensor view, NaN if any element is NaN. E8M0 formats have none (1).
+HD float quant_tensor_scale_enc(const QuantParams* p, float amax) {
+    if (p->scale != QSCALE_E4M3) return 1.0f;
+    float s = fminf(p->grid.maxval * 448.0f / amax, FLT_MAX);   // maxval*448 exact: 2688, 3136, 1568
+    if (amax == 0.0f || s == 0.0f) s = 1.0f;
+    return s;
+}
+
+typedef struct {
+    float sdec;      // the block scale value: dequantized = code_value * sdec * tensor scale_dec
+    float inv;       // what the element is multiplied by before rounding onto the grid
+    uint8_t bits;    // E4M3 or E8M0 bit pattern of sdec, as stored in packed form
+    uint8_t is_nan;  // E8M0 block holding a NaN or inf: the whole block dequantizes to NaN (OCP)
+} QuantBlockScale;
+
+// Block scale from the block amax (NaN if the block holds a NaN) and the tensor encode scale.
+// E4M3 (FP4_NUMERICS.md, NVFP4 steps 3-4, with the grid's max in place of 6):
+//   mult = S_enc * (1/max); sdec = e4m3(fminf(bamax * mult, FLT_MAX)); inv = fminf(1/(sdec*S_dec), FLT_MAX)
+// E8M0: sdec = 2^e, inv = 2^-e (x * 2^-e is exactly the correctly rounded x / 2^e).
+HD QuantBlockScale quant_block_scale(const QuantParams* p, float bamax, float s_enc) {
+    QuantBlockScale b;
+    b.is_nan = 0;
+    if (p->scale == QSCALE_E4M3) {
+        float mult = s_enc * (1.0f / p->grid.maxval);
+        float s_dec = 1.0f / s_enc;
+        b.sdec = e4m3_rne_satfinite(fminf(bamax * mult, FLT_MAX));
+        b.bits = e4m3_bits(b.sdec);
+        b.inv = fminf(1.0f / (b.sdec * s_dec), FLT_MAX);
+    } else if (!(bamax <= FLT_MAX)) {
+        b.sdec = NAN; b.inv = 0.0f; b.bits = 0xFF; b.is_nan = 1;
+    } else {
+        int e = e8m0_exponent(bamax, &p->grid, p->scale == QSCALE_E8M0_CEIL);
+        b.sdec = exp2_exact(e);
+        b.inv = exp2_exact(-e);
+        b.bits = (uint8_t)(e + 127);
+    }
+    return b;
+}
+
+// The block scale value stored in packed form.
+HD float quant_packed_scale_value(const QuantParams* p, uint8_t bits) {
+    return p->scale == QSCALE_E4M3 ? e4m3_value(bits) : e8m0_value(bits);
+}
+
+// Blackwell cuBLASLt VEC16_UE4M3 scale layout (FP4_NUMERICS.md): the byte offset of scale (r, c),
+// r the non-K row, c the 16-block index along K, C the number of 16-blocks along K, for a scale
+// matrix padded to (roundup(R,128), roundup(C,4)). For the native path; the packed layout of this
+// project's quantizer is plain row-major (see fp4_quant_cpu.h).
+HD int64_t nvfp4_swizzled_scale_offset(int64_t r, int64_t c, int64_t C) {
+    return ((r / 128) * ceil_div(C, 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+}

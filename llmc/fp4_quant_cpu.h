@@ -1,0 +1,163 @@
+// fp4_quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
+// defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
+//          quant_amax_cpu(), quant_cpu(), dequant_packed_cpu()
+// It is the reference twin of the kernels in nvfp4.cuh (dev/test/test_fp4_gpu.cu compares them bit for
+// bit), and it is what CI checks against the numpy golden vectors (dev/fp4_ref.py).
+//
+// Orientation. A view is a rows x cols row-major BF16 matrix with leading dimension ld. It is
+// quantized along one axis, the reduction dimension of the GEMM that consumes it:
+//   axis 1 ("row-wise"):    blocks run along cols. The operand is the view itself, M = rows, K = cols.
+//   axis 0 ("column-wise"): blocks run along rows. The operand is the view's transpose, M = cols, K = rows.
+// Operand element (i, k) (k along the reduction) is view[i][k] for axis 1 and view[k][i] for axis 0.
+// A block W x L covers W operand rows and L consecutive k.
+//
+// Outputs (see nvfp4.cuh for the same layouts on the device):
+//   fake:   BF16, the view's layout (rows x cols, ld_out), holding code_value * block_scale exactly;
+//           dequantized value = fake * scale_dec (scale_dec = 1 / S_enc, or 1 for E8M0 formats).
+//   packed: codes M x K/2 bytes and scales M x K/L bytes, operand row-major (so a column-wise copy is
+//           stored transposed: TN-ready). 2D tiles repeat their scale on each of their W rows.
+// SR random bits: sr_bits16(key, r * cols + c) with (r, c) the element's position in the view; with a
+// Hadamard, (r, c) is the position of the rotated value (the rotated tensor has the view's shape).
+#pragma once
+#include "common.h"
+#include "fp4_formats.h"
+#include "stochastic_round.cuh"
+#include "hadamard.cuh"
+
+#define BF16_CANONICAL_NAN 0x7FC0u
+
+typedef struct {
+    const uint16_t* data;   // BF16 bits
+    int64_t rows, cols, ld;
+} QuantView;
+
+static inline void quant_operand_dims(int64_t rows, int64_t cols, int axis, int64_t* M, int64_t* K) {
+    *M = axis ? rows : cols;
+    *K = axis ? cols : rows;
+}
+
+// Shapes the quantizer accepts; anything else is a clear error, never padding or garbage.
+static inline void quant_check_shape(const QuantParams* p, int64_t rows, int64_t cols, int axis,
+                                     const char* what) {
+    int64_t M, K;
+    fail_if(axis != 0 && axis != 1, "%s: axis must be 0 (column-wise) or 1 (row-wise), got %d", what, axis);
+    fail_if(rows <= 0 || cols <= 0, "%s: empty tensor (%lld x %lld)", what, (long long)rows, (long long)cols);
+    quant_operand_dims(rows, cols, axis, &M, &K);
+    const char* kname = axis ? "cols" : "rows";
+    const char* mname = axis ? "rows" : "cols";
+    fail_if(K % p->block_l, "%s: %s = %lld is not a multiple of the block length %d along the reduction "
+            "dim; pad the tensor or pick another block shape", what, kname, (long long)K, p->block_l);
+    fail_if(M % p->block_w, "%s: %s = %lld is not a multiple of the 2D block height %d; pad the tensor "
+            "or use a 1D block (1x%d)", what, mname, (long long)M, p->block_w, p->block_l);
+    fail_if(p->hadamard && K % p->hadamard, "%s: %s = %lld is not a multiple of the Hadamard size %d",
+            what, kname, (long long)K, p->hadamard);
+}
+
+static inline int64_t quant_view_offset(int64_t i, int64_t k, int axis, int64_t ld) {
+    return axis ? i * ld + k : k * ld + i;
+}
+static inline uint64_t quant_sr_index(int64_t i, int64_t k, int axis, int64_t cols) {
+    return axis ? (uint64_t)(i * cols + k) : (uint64_t)(k * cols + i);
+}
+
+// The operand as the quantizer sees it: M x K floats (row-major), Hadamard-rotated along K and
+// rounded to BF16 when the spec has a Hadamard. Caller frees.
+static inline float* quant_rotated_operand_cpu(const QuantParams* p, QuantView v, int axis) {
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    float* t = (float*)xmalloc(sizeof(float) * M * K);
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t k = 0; k < K; k++)
+            t[i * K + k] = bf16_bits_to_float(v.data[quant_view_offset(i, k, axis, v.ld)]);
+        if (p->hadamard)
+            for (int64_t k = 0; k < K; k += p->hadamard) hadamard_bf16(t + i * K + k, p->hadamard, p->signs);
+    }
+    return t;
+}
+
+// max |x|, NaN if any x is NaN: the max of the magnitude bits (NaN bits sort above inf).
+HD uint32_t amax_bits_update(uint32_t m, float x) {
+    uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
+    return a > m ? a : m;
+}
+
+static inline float quant_amax_cpu(const QuantParams* p, QuantView v, int axis) {
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    float* t = quant_rotated_operand_cpu(p, v, axis);
+    uint32_t m = 0;
+    for (int64_t j = 0; j < M * K; j++) m = amax_bits_update(m, t[j]);
+    free(t);
+    return f32_from_bits(m);
+}
+
+// Quantize one view along `axis`. Any of fake / codes / scales may be NULL. Returns scale_dec
+// (the tensor-level dequantization factor); *amax_out (if given) gets the tensor amax.
+static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key,
+                              uint16_t* fake, int64_t ld_fake, uint8_t* codes, uint8_t* scales,
+                              float* amax_out) {
+    quant_check_shape(p, v.rows, v.cols, axis, "quant_cpu");
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    float* t = quant_rotated_operand_cpu(p, v, axis);
+    uint32_t mb = 0;
+    for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
+    float amax = f32_from_bits(mb);
+    float s_enc = quant_tensor_scale_enc(p, amax);
+    const int W = p->block_w, L = p->block_l;
+    for (int64_t i0 = 0; i0 < M; i0 += W) {
+        for (int64_t k0 = 0; k0 < K; k0 += L) {
+            uint32_t bb = 0;
+            for (int64_t i = i0; i < i0 + W; i++)
+                for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
+            QuantBlockScale bs = quant_block_scale(p, f32_from_bits(bb), s_enc);
+            for (int64_t i = i0; i < i0 + W; i++) {
+                if (scales) scales[i * (K / L) + k0 / L] = bs.bits;
+                for (int64_t k = k0; k < k0 + L; k++) {
+                    float x = t[i * K + k] * bs.inv;
+                    uint8_t c;
+                    if (bs.is_nan) c = 0;
+                    else if (p->rounding == QROUND_SR)
+                        c = grid_round_sr(&p->grid, x, sr_bits16(key, quant_sr_index(i, k, axis, v.cols)));
+                    else c = grid_round_rne(&p->grid, x);
+                    if (codes) {
+                        uint8_t* byte = codes + i * (K / 2) + k / 2;
+                        *byte = (k & 1) ? (uint8_t)((*byte & 0x0F) | (c << 4)) : (uint8_t)((*byte & 0xF0) | c);
+                    }
+                    if (fake) {
+                        uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
+                                               : bf16_bits_rne(grid_code_value(&p->grid, c) * bs.sdec);
+                        fake[quant_view_offset(i, k, axis, ld_fake)] = o;
+                    }
+                }
+            }
+        }
+    }
+    free(t);
+    if (amax_out) *amax_out = amax;
+    return p->scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
+}
+
+// Packed -> BF16 in the view's layout. with_tensor_scale = 0 gives exactly the fake-quant values
+// (code * block scale); 1 gives BF16(FP32(code * block scale) * scale_dec).
+static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes, const uint8_t* scales,
+                                      float scale_dec, int64_t rows, int64_t cols, int axis,
+                                      int with_tensor_scale, uint16_t* out, int64_t ld_out) {
+    int64_t M, K;
+    quant_operand_dims(rows, cols, axis, &M, &K);
+    const int L = p->block_l;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) {
+            uint8_t sb = scales[i * (K / L) + k / L];
+            uint8_t c = (codes[i * (K / 2) + k / 2] >> (4 * (k & 1))) & 15;
+            float s = quant_packed_scale_value(p, sb);
+            uint16_t o;
+            if (s != s) o = BF16_CANONICAL_NAN;
+            else {
+                float y = grid_code_value(&p->grid, c) * s;
+                if (with_tensor_scale) y = y * scale_dec;
+                o = bf16_bits_rne(y);
+            }
+            out[quant_view_offset(i, k, axis, ld_out)] = o;
+        }
+}
