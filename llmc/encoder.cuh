@@ -36,6 +36,7 @@ void encoder_forward(floatX* out, const int* inp, const floatX* wte, const float
     require_aligned16("encoder_forward", out);
     require_aligned16("encoder_forward", wte);
     require_aligned16("encoder_forward", wpe);
+    if (B * T <= 0) return;
     int64_t threads = (int64_t)B * T * (C / 8);
     encoder_forward_kernel<<<(unsigned)ceil_div(threads, ENC_THREADS), ENC_THREADS, 0, s>>>(out, inp, wte, wpe, B * T, T, C);
     cuda_check_last();
@@ -183,6 +184,7 @@ void encoder_backward(EncoderBackward* eb, float* dwte, float* dwpe, const float
     require_aligned16("encoder_backward", dwte);
     require_aligned16("encoder_backward", dwpe);
     require_aligned16("encoder_backward", dout);
+    if (N <= 0) return;
 
     // Counting sort of the positions by token.
     int vocab = 0;

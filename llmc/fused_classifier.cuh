@@ -40,7 +40,8 @@ fused_classifier_kernel(floatX* logits, float* losses, float dloss, const int* t
         return;
     }
     // Read before any thread may overwrite the row in pass 2 (pass 2 starts after a barrier).
-    float x_target = target < V ? __bfloat162float(x[target]) : NAN;
+    float x_target = 0.0f;
+    if (threadIdx.x == 0) x_target = target < V ? __bfloat162float(x[target]) : NAN;   // V <= target: a bug upstream, NaN loss
 
     float m = -INFINITY, s = 0.0f;
     #pragma unroll 4

@@ -4,7 +4,8 @@
 // No float atomics anywhere: every kernel writes per-block partials to a scratch buffer, and a
 // second pass adds them up in a fixed order. The block count of the first pass depends only on the
 // problem shape, never on the device, so results are bit-identical from run to run (and the
-// scratch size is known up front).
+// scratch size is known up front). Every *_scratch_bytes() here and in layernorm.cuh is
+// nondecreasing in each argument: the size for the largest shape serves every smaller one.
 #pragma once
 #include "cuda_common.cuh"
 #include "vec128.cuh"
@@ -51,17 +52,24 @@ static void column_sums_add(float* out, const float* partials, int G, int M, siz
 #define BIASB_TILE (BIASB_THREADS_X * 8)         // columns per block
 #define BIASB_TARGET_BLOCKS 2112                 // about 2 waves of 8 blocks/SM on 132 SMs
 
-// Row groups: enough blocks to fill the GPU, each with at least 32 rows.
+// Row groups: enough blocks to fill the GPU (G * tiles <= BIASB_TARGET_BLOCKS), each group with
+// at least 32 rows.
 static int bias_backward_groups(int N, int OC) {
     int tiles = (int)ceil_div(OC, BIASB_TILE);
-    int64_t g = ceil_div(BIASB_TARGET_BLOCKS, tiles);
+    int64_t g = BIASB_TARGET_BLOCKS / tiles;
     int64_t gmax = ceil_div(N, 32);
     if (g > gmax) g = gmax;
     return g < 1 ? 1 : (int)g;
 }
 
+// G * OC <= min(BIASB_TARGET_BLOCKS * BIASB_TILE, ceil(N / 32) * OC) (or OC when G = 1): a bound
+// nondecreasing in N and OC, so the scratch sized for (N, 4C) also serves OC = C and 3C.
 size_t bias_backward_scratch_bytes(int N, int OC) {
-    return (size_t)bias_backward_groups(N, OC) * OC * sizeof(float);
+    int64_t by_blocks = (int64_t)BIASB_TARGET_BLOCKS * BIASB_TILE;
+    int64_t by_rows = ceil_div(N, 32) * (int64_t)OC;
+    int64_t floats = by_blocks < by_rows ? by_blocks : by_rows;
+    if (floats < OC) floats = OC;
+    return (size_t)floats * sizeof(float);
 }
 
 __global__ void __launch_bounds__(BIASB_THREADS_X * BIASB_THREADS_Y)

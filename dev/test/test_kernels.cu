@@ -517,7 +517,32 @@ static void test_sum_squares(size_t n, size_t offset) {
     cuda_check(cudaFree(d_v)); cuda_check(cudaFree(d_scratch)); cuda_check(cudaFree(d_out));
 }
 
+// Host-only (runs without a GPU too): the scratch sized for the largest shape must cover every
+// smaller one, as the trainer allocates once for (N, 4C) and (N, C).
+static void test_scratch_sizes(void) {
+    int Ns[] = {1, 7, 8, 9, 515, 8192, 8193, 20000, 65536, 131072};
+    int OCs[] = {8, 64, 768, 1600, 2304, 3072, 4800, 6400, 50304};
+    int bad = 0;
+    for (int n : Ns)
+        for (int oc : OCs) {
+            size_t need = (size_t)bias_backward_groups(n, oc) * oc * sizeof(float);
+            if (need > bias_backward_scratch_bytes(n, oc)) { bad++; printf("  bias_backward N=%d OC=%d needs %zu > %zu\n", n, oc, need, bias_backward_scratch_bytes(n, oc)); }
+            for (int oc2 : OCs)
+                if (oc2 <= oc && bias_backward_scratch_bytes(n, oc2) > bias_backward_scratch_bytes(n, oc)) { bad++; printf("  bias scratch not monotone in OC\n"); }
+            int G, rpb;
+            layernorm_backward_grid(n, &G, &rpb);
+            if ((size_t)G * 2 * oc * sizeof(float) > layernorm_backward_scratch_bytes(n, oc) || (int64_t)G * rpb < n ||
+                (int64_t)(G - 1) * rpb >= n || rpb % LNB_WARPS != 0) { bad++; printf("  layernorm grid N=%d: G=%d rows/block=%d\n", n, G, rpb); }
+        }
+    for (int i = 1; i < 10; i++) {
+        if (bias_backward_scratch_bytes(Ns[i], 3072) < bias_backward_scratch_bytes(Ns[i - 1], 3072)) { bad++; printf("  bias scratch not monotone in N\n"); }
+        if (layernorm_backward_scratch_bytes(Ns[i], 768) < layernorm_backward_scratch_bytes(Ns[i - 1], 768)) { bad++; printf("  layernorm scratch not monotone in N\n"); }
+    }
+    CHECK(bad == 0, "scratch sizes: %d problems", bad);
+}
+
 int main(void) {
+    test_scratch_sizes();
     if (device_count_or_zero() == 0) {
         test_skip("test_kernels", "no CUDA GPU on this machine");
         return test_summary("test_kernels");
