@@ -79,6 +79,7 @@ HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 # nvcc and skip themselves (with a message) when no GPU is present.
 CPU_TESTS :=
 GPU_TESTS :=
+.DEFAULT_GOAL := all
 include $(wildcard mk/*.mk)
 
 .PHONY: all test clean

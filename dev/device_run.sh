@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One GPU-machine session in one command: build, then the stages named in STAGES (default: all).
+# Full logs go to $OUT/logs.tgz (the device tool brings $OUT back); a summary goes to stdout.
+#   STAGES="tests train resume bench torch" bash dev/device_run.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/device_out}
+LOGS=/tmp/device_logs
+rm -rf "$LOGS"; mkdir -p "$OUT" "$LOGS"
+export NCCL_NVLS_ENABLE=0
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv > "$LOGS/gpu.txt" 2>&1
+cat "$LOGS/gpu.txt"
+pack() { tar -C /tmp -czf "$OUT/logs.tgz" device_logs; }
+trap pack EXIT
+if ! make -j16 GPU_ARCHS=${GPU_ARCHS:-90} all > "$LOGS/build.log" 2>&1; then
+    grep -E "error|Error" "$LOGS/build.log" | head -30; exit 1
+fi
+echo "build ok"
+stage() {
+    local name=$1; shift
+    local t0=$SECONDS
+    ( "$@" ) > "$LOGS/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name (rc=$rc, $((SECONDS - t0)) s)"
+    grep -E "${GREP:-^(FAIL|SKIP|TESTS|error)|passed|check_|tok/s|tokens/s|TFLOP|GB/s|%|recipe|ms}" "$LOGS/$name.log" | tail -n "${TAILN:-25}"
+}
+for s in ${STAGES:-tests train resume bench torch}; do
+    case $s in
+    tests)  stage tests make test ;;
+    train)  stage train ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_default --sample-every 20 ;;
+    resume) stage resume scripts/check_resume.sh ;;
+    bench)  stage bench_train dev/bench/bench_train.sh
+            stage bench_attention build/bench_attention
+            stage bench_kernels build/bench_kernels ;;
+    torch)  stage torch python3 dev/bench/bench_torch.py ;;
+    *)      stage "$s" bash -c "$s" ;;
+    esac
+done
