@@ -29,7 +29,8 @@ for s in ${STAGES:-tests train resume bench torch}; do
     case $s in
     tests)  stage tests make test ;;
     train)  stage train ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_default --sample-every 20 ;;
-    resume) stage resume scripts/check_resume.sh ;;
+    resume) stage resume scripts/check_resume.sh
+            LLMC_ATTENTION=own stage resume_own_attention scripts/check_resume.sh ;;
     bench)  stage bench_train dev/bench/bench_train.sh
             stage bench_attention build/bench_attention
             stage bench_kernels build/bench_kernels ;;
