@@ -149,10 +149,6 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
     extern __shared__ float block_sums[];          // [2][C]: dweight, dbias of this block
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int cv = C / 8;
-    bf16x8 w[NV];
-    #pragma unroll
-    for (int k = 0; k < NV; k++)
-        if (lane + 32 * k < cv) w[k] = load_bf16x8(weight + (lane + 32 * k) * 8);
     float dw[NV][8], db[NV][8];
     #pragma unroll
     for (int k = 0; k < NV; k++)
@@ -163,13 +159,16 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
     for (int row = (int)blockIdx.x * rows_per_block + warp; row < row_end; row += LNB_WARPS) {
         size_t base = (size_t)row * C;
         float m = mean[row], rs = rstd[row];
-        bf16x8 dy[NV], xin[NV];
+        // All three row loads up front (dinp does not depend on the row sums), so one memory
+        // round trip per row. The weight is re-read from L1 instead of held in registers.
+        bf16x8 dy[NV], xin[NV], dx[NV];
         #pragma unroll
         for (int k = 0; k < NV; k++) {
             int c = (lane + 32 * k) * 8;
             if (c < C) {
                 dy[k] = load_bf16x8_cs(dout + base + c);
                 xin[k] = load_bf16x8_cs(inp + base + c);
+                dx[k] = load_bf16x8(dinp + base + c);
             }
         }
         float sg = 0.0f, sgx = 0.0f;
@@ -179,7 +178,7 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
                 float d[8], x[8], wf[8];
                 bf16x8_to_float(dy[k], d);
                 bf16x8_to_float(xin[k], x);
-                bf16x8_to_float(w[k], wf);
+                bf16x8_to_float(load_bf16x8(weight + (lane + 32 * k) * 8), wf);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     float g = d[j] * wf[j];
@@ -196,8 +195,8 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
                 float d[8], x[8], wf[8], acc[8];
                 bf16x8_to_float(dy[k], d);
                 bf16x8_to_float(xin[k], x);
-                bf16x8_to_float(w[k], wf);
-                bf16x8_to_float(load_bf16x8(dinp + base + c), acc);
+                bf16x8_to_float(load_bf16x8(weight + c), wf);
+                bf16x8_to_float(dx[k], acc);
                 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     float xhat = (x[j] - m) * rs;
