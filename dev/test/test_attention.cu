@@ -95,7 +95,10 @@ static void compare(const char* what, const std::vector<float>& got, const std::
     double ss = 0, se = 0;
     for (size_t i = 0; i < want.size(); i++) ss += want[i] * want[i];
     const double rms = sqrt(ss / (double)want.size());
-    const double atol = atol_abs + atol_rms * rms;
+    // A tensor whose exact value is all zeros (dq, dk at T=1: one key, softmax gradient 0) has no
+    // scale of its own; cuDNN leaves FP32 rounding residue there (~1e-7 on O(1) inputs), so such a
+    // tensor is held to 1e-6 absolute.
+    const double atol = atol_abs + atol_rms * rms + (rms == 0.0 ? 1e-6 : 0.0);
     size_t bad = 0, worst = 0;
     double worst_excess = -1;
     for (size_t i = 0; i < want.size(); i++) {
