@@ -9,9 +9,4 @@ build/test_attention: $(ATTENTION_HEADERS)
 
 build/bench_attention: dev/bench/bench_attention.cu $(HEADERS) $(ATTENTION_HEADERS)
 	@mkdir -p build
-	$(NVCC) $(ATTENTION_NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
-
-# nvcc 13.0 rejects "--use_fast_math=false" (a switch takes no value); fast math is off by default
-# anyway. Filtered here for these targets only until the Makefile drops it (a no-op after that).
-ATTENTION_NVCC_FLAGS = $(filter-out --use_fast_math=false,$(NVCC_FLAGS))
-build/test_attention: NVCC_FLAGS := $(ATTENTION_NVCC_FLAGS)
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
