@@ -150,7 +150,7 @@ HD uint8_t grid_round_rne(const GridTraits* g, float v) {
     float a = f32_from_bits(u & 0x7FFFFFFFu);
     if (a != a) return 7;                    // NaN -> +max (see conventions above)
     uint8_t code = 0;
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int i = 0; i < 7; i++)              // count the decision points below a; at a tie between

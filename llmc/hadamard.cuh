@@ -26,16 +26,16 @@ HD float hadamard_scale(int n) {
 
 template <int N>
 HD void hadamard_f32_n(float* v, const uint32_t* signs) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int i = 0; i < N; i++)
         if ((signs[i >> 5] >> (i & 31)) & 1u) v[i] = -v[i];
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int h = 1; h < N; h <<= 1) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
         for (int j = 0; j < N; j++) {
@@ -46,7 +46,7 @@ HD void hadamard_f32_n(float* v, const uint32_t* signs) {
         }
     }
     const float sc = hadamard_scale(N);
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int i = 0; i < N; i++) v[i] = v[i] * sc;

@@ -46,7 +46,7 @@ HD uint8_t grid_round_sr(const GridTraits* g, float v, uint32_t r16) {
     if (a != a) return 7;
     if (!(a < g->maxval)) return (uint8_t)(7 | sign);
     int c = 0;
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
     for (int i = 1; i < 7; i++) c += (a >= g->levels[i]);

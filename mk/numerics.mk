@@ -12,3 +12,18 @@ build/test_fp4_cpu: $(FP4_HEADERS) dev/golden/fp4_golden.bin
 .PHONY: fp4-golden
 fp4-golden:
 	python3 dev/fp4_ref.py --check
+
+# GPU side: kernels vs the same golden vectors and vs the CPU path; MSE tool; bandwidth benchmark.
+# (nvcc 13 rejects "--use_fast_math=false", a flag the Makefile may carry; fast math is off by default.)
+GPU_TESTS += build/test_fp4_gpu
+FP4_NVCC_FLAGS = $(filter-out --use_fast_math=false,$(NVCC_FLAGS))
+build/test_fp4_gpu build/bench_quant: NVCC_FLAGS := $(FP4_NVCC_FLAGS)
+build/test_fp4_gpu: $(FP4_HEADERS) llmc/nvfp4.cuh dev/golden/fp4_golden.bin
+
+build/fp4_mse: dev/fp4_mse.c $(FP4_HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
+
+build/bench_quant: dev/bench/bench_quant.cu $(FP4_HEADERS) llmc/nvfp4.cuh
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

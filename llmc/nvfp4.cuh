@@ -1,0 +1,365 @@
+// nvfp4.cuh: GPU quantize / dequantize kernels for every 4-bit format of fp4_formats.h (NVFP4, MXFP4,
+// INT4/E1M2), with optional Hadamard rotation and stochastic rounding.
+// defines: QuantTarget, quant_target_fake(), quant_target_packed(), quant_amax_gpu(), quant_apply_gpu(),
+//          quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(), QUANT_GPU_MAX_HADAMARD
+// The arithmetic is the HD code of fp4_formats.h / hadamard.cuh / stochastic_round.cuh, so the output is
+// bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR indices).
+//
+// How the trainer uses it. For a GEMM operand held as a rows x cols row-major BF16 view:
+//   axis 1 (row-wise): blocks along cols (fprop X and W, dgrad dY);
+//   axis 0 (column-wise): blocks along rows (dgrad W, wgrad dY and X).
+// Two passes, no host sync: quant_amax_gpu (tensor amax of the possibly rotated view into a device
+// float) then quant_apply_gpu (reads that amax on the device). quantize_gpu runs both. Up to two
+// targets (e.g. the row-wise and the column-wise copy of X, each with its own spec and SR key) are
+// produced from ONE read of the input per pass.
+// Outputs per target (any of fake / codes / scales may be NULL):
+//   fake   BF16, same layout as the input (its own ld): code * block scale, exact in BF16, rotated if the
+//          spec has a Hadamard. Dequantized tensor = fake * (*scale_dec); GEMM alpha = dec_A * dec_B.
+//   codes  packed 4-bit, operand-major: M x K/2 bytes (M = rows, K = cols for axis 1; M = cols, K = rows
+//          for axis 0, i.e. the column-wise copy is stored transposed, TN-ready); element 2i low nibble.
+//   scales M x K/L bytes (E4M3 or E8M0 bits), row-major; 2D tiles repeat their scale on each row.
+//   amax, scale_dec: device floats (amax kept for logging).
+// Shapes: K % L == 0, M % W == 0 (2D blocks), K % hadamard == 0, else a clear error. Hadamard sizes on the
+// GPU: up to 32 (the CPU path goes to 128). The kernels are deterministic (max is order-independent).
+#pragma once
+#include "cuda_common.cuh"
+#include "fp4_formats.h"
+#include "stochastic_round.cuh"
+#include "hadamard.cuh"
+#include "fp4_quant_cpu.h"   // quant_check_shape, orientation helpers, BF16_CANONICAL_NAN
+
+#define QUANT_GPU_MAX_HADAMARD 32
+#define QT_TILE 64      // a CTA owns a 64 x 64 tile of the view
+#define QT_UNIT 32      // a thread owns 32 consecutive elements along the reduction dim
+#define QT_STRIDE 72    // smem row stride in BF16 (64 + 8): 16-byte aligned rows, conflict-free unit reads
+#define QT_THREADS 128  // 64 units along the tile's non-reduction edge x 2 chunks of 32
+
+typedef struct {
+    QuantParams p;
+    int axis;             // 1 row-wise, 0 column-wise
+    uint64_t key;         // SR: rng_key(seed, step, tensor id); index = r * cols + c of the view
+    floatX* fake;         // optional
+    int64_t ld_fake;
+    uint8_t* codes;       // optional
+    uint8_t* scales;      // optional (with codes)
+    float* amax;          // required: device float
+    float* scale_dec;     // required: device float
+} QuantTarget;
+
+static inline QuantTarget quant_target_fake(const QuantParams* p, int axis, uint64_t key, floatX* fake,
+                                            int64_t ld_fake, float* amax, float* scale_dec) {
+    QuantTarget t;
+    memset(&t, 0, sizeof(t));
+    t.p = *p; t.axis = axis; t.key = key; t.fake = fake; t.ld_fake = ld_fake;
+    t.amax = amax; t.scale_dec = scale_dec;
+    return t;
+}
+static inline QuantTarget quant_target_packed(const QuantParams* p, int axis, uint64_t key, uint8_t* codes,
+                                              uint8_t* scales, float* amax, float* scale_dec) {
+    QuantTarget t;
+    memset(&t, 0, sizeof(t));
+    t.p = *p; t.axis = axis; t.key = key; t.codes = codes; t.scales = scales;
+    t.amax = amax; t.scale_dec = scale_dec;
+    return t;
+}
+
+typedef struct {
+    QuantTarget t[2];
+    int n;
+} QuantTargets;
+
+enum { QMODE_AMAX = 0, QMODE_APPLY = 1 };
+
+// ---------------------------------------------------------------------------------------------------
+// device helpers
+
+__device__ __forceinline__ float qt_bf16_round(float x) { return bf16_bits_to_float(bf16_bits_rne(x)); }
+
+template <int N>
+__device__ __forceinline__ void qt_hadamard_unit(float* v, const uint32_t* signs) {
+#pragma unroll
+    for (int o = 0; o < QT_UNIT; o += N) hadamard_f32_n<N>(v + o, signs);
+#pragma unroll
+    for (int e = 0; e < QT_UNIT; e++) v[e] = qt_bf16_round(v[e]);
+}
+
+__device__ __forceinline__ void qt_rotate(float* v, const QuantParams& p) {
+    switch (p.hadamard) {
+        case 2: qt_hadamard_unit<2>(v, p.signs); break;
+        case 4: qt_hadamard_unit<4>(v, p.signs); break;
+        case 8: qt_hadamard_unit<8>(v, p.signs); break;
+        case 16: qt_hadamard_unit<16>(v, p.signs); break;
+        case 32: qt_hadamard_unit<32>(v, p.signs); break;
+        default: break;
+    }
+}
+
+__device__ __forceinline__ uint32_t qt_warp_max(uint32_t m, int width) {
+    for (int off = 1; off < width; off <<= 1) {
+        uint32_t o = __shfl_xor_sync(0xFFFFFFFFu, m, off);
+        m = o > m ? o : m;
+    }
+    return m;
+}
+
+// Load the tile [r0, r0+64) x [c0, c0+64) of the view into smem (zeros outside the view).
+__device__ __forceinline__ void qt_load_tile(uint16_t (*tile)[QT_STRIDE], const floatX* in, int64_t rows,
+                                             int64_t cols, int64_t ld, int64_t r0, int64_t c0, bool vec) {
+    const uint16_t* src = (const uint16_t*)in;
+#pragma unroll
+    for (int it = 0; it < 4; it++) {
+        int lin = it * QT_THREADS + threadIdx.x;
+        int tr = lin >> 3, tc = (lin & 7) * 8;
+        int64_t r = r0 + tr, c = c0 + tc;
+        if (vec && r < rows && c + 8 <= cols) {
+            *(uint4*)&tile[tr][tc] = __ldcs((const uint4*)(src + r * ld + c));
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                tile[tr][tc + e] = (r < rows && c + e < cols) ? src[r * ld + c + e] : (uint16_t)0;
+        }
+    }
+}
+
+__device__ __forceinline__ void qt_store_tile(uint16_t (*tile)[QT_STRIDE], floatX* out, int64_t rows, int64_t cols,
+                                              int64_t ld, int64_t r0, int64_t c0, bool vec) {
+    uint16_t* dst = (uint16_t*)out;
+#pragma unroll
+    for (int it = 0; it < 4; it++) {
+        int lin = it * QT_THREADS + threadIdx.x;
+        int tr = lin >> 3, tc = (lin & 7) * 8;
+        int64_t r = r0 + tr, c = c0 + tc;
+        if (vec && r < rows && c + 8 <= cols) {
+            __stcs((uint4*)(dst + r * ld + c), *(uint4*)&tile[tr][tc]);
+        } else {
+            for (int e = 0; e < 8; e++)
+                if (r < rows && c + e < cols) dst[r * ld + c + e] = tile[tr][tc + e];
+        }
+    }
+}
+
+// One target over the CTA's tile. Thread -> unit: u = tid % 64 along the operand's non-reduction dim
+// (so a warp holds 32 consecutive operand rows: 2D blocks reduce their amax with shuffles), j = tid / 64
+// the 32-chunk along the reduction dim.
+template <int MODE>
+__device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], uint16_t (*otile)[QT_STRIDE],
+                           int64_t rows, int64_t cols, int64_t r0, int64_t c0) {
+    const QuantParams& p = T.p;
+    const int u = threadIdx.x & 63, j = threadIdx.x >> 6;
+    const int axis = T.axis;
+    const int64_t M = axis ? rows : cols, K = axis ? cols : rows;
+    const int64_t i = (axis ? r0 : c0) + u;
+    const int64_t kb = (axis ? c0 : r0) + j * QT_UNIT;
+    const int valid = (i < M && kb < K) ? (int)min((int64_t)QT_UNIT, K - kb) : 0;   // 0, 16 or 32
+
+    float v[QT_UNIT];
+#pragma unroll
+    for (int e = 0; e < QT_UNIT; e++) {
+        uint16_t b = axis ? tile[u][j * QT_UNIT + e] : tile[j * QT_UNIT + e][u];
+        v[e] = e < valid ? bf16_bits_to_float(b) : 0.0f;
+    }
+    if (p.hadamard) qt_rotate(v, p);
+
+    uint32_t m0 = 0, m1 = 0;
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+        m0 = amax_bits_update(m0, v[e]);
+        m1 = amax_bits_update(m1, v[e + 16]);
+    }
+    if (MODE == QMODE_AMAX) {
+        uint32_t m = qt_warp_max(m0 > m1 ? m0 : m1, 32);
+        if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)T.amax, m);
+        return;
+    }
+    if (p.block_l == 32) m0 = m1 = (m0 > m1 ? m0 : m1);
+    if (p.block_w > 1) { m0 = qt_warp_max(m0, p.block_w); m1 = qt_warp_max(m1, p.block_w); }
+
+    const float s_enc = quant_tensor_scale_enc(&p, *T.amax);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+        *T.scale_dec = p.scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
+    if (!valid && !T.fake) return;
+
+    uint32_t words[4] = {0, 0, 0, 0};
+    uint8_t sbits[2] = {0, 0};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        QuantBlockScale bs = quant_block_scale(&p, f32_from_bits(h ? m1 : m0), s_enc);
+        sbits[h] = bs.bits;
+#pragma unroll
+        for (int e2 = 0; e2 < 16; e2 += 2) {
+            const int e = 16 * h + e2;
+            uint32_t r16[2] = {0, 0};
+            if (p.rounding == QROUND_SR) {
+                uint64_t idx0 = axis ? (uint64_t)(i * cols + kb + e) : (uint64_t)((kb + e) * cols + i);
+                if (axis && !(idx0 & 1)) {                 // the pair shares one 32-bit draw
+                    uint32_t r = rng_bits32(T.key, idx0 >> 1);
+                    r16[0] = r & 0xFFFFu; r16[1] = r >> 16;
+                } else {
+                    uint64_t idx1 = axis ? idx0 + 1 : (uint64_t)((kb + e + 1) * cols + i);
+                    r16[0] = sr_bits16(T.key, idx0);
+                    r16[1] = sr_bits16(T.key, idx1);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < 2; q++) {
+                float x = v[e + q] * bs.inv;
+                uint8_t c = bs.is_nan ? 0
+                          : p.rounding == QROUND_SR ? grid_round_sr(&p.grid, x, r16[q]) : grid_round_rne(&p.grid, x);
+                words[(e + q) >> 3] |= (uint32_t)c << (4 * ((e + q) & 7));
+                if (T.fake) {
+                    uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
+                                           : bf16_bits_rne(grid_code_value(&p.grid, c) * bs.sdec);
+                    if (axis) otile[u][j * QT_UNIT + e + q] = o;
+                    else otile[j * QT_UNIT + e + q][u] = o;
+                }
+            }
+        }
+    }
+    if (T.codes && valid) {
+        uint8_t* dst = T.codes + i * (K / 2) + kb / 2;     // 8-byte aligned: K/2 % 8 == 0, kb/2 % 16 == 0
+        *(uint2*)dst = make_uint2(words[0], words[1]);
+        if (valid == 32) *(uint2*)(dst + 8) = make_uint2(words[2], words[3]);
+    }
+    if (T.scales && valid) {
+        if (p.block_l == 32) T.scales[i * (K / 32) + kb / 32] = sbits[0];
+        else {
+            T.scales[i * (K / 16) + kb / 16] = sbits[0];
+            if (valid == 32) T.scales[i * (K / 16) + kb / 16 + 1] = sbits[1];
+        }
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(QT_THREADS) quant_tile_kernel(const floatX* __restrict__ in, int64_t rows,
+                                                                 int64_t cols, int64_t ld, bool vec_in,
+                                                                 const __grid_constant__ QuantTargets targets,
+                                                                 int vec_out_mask) {
+    __shared__ __align__(16) uint16_t tile[QT_TILE][QT_STRIDE];
+    __shared__ __align__(16) uint16_t otile[MODE == QMODE_APPLY ? QT_TILE : 1][QT_STRIDE];
+    const int64_t r0 = (int64_t)blockIdx.y * QT_TILE, c0 = (int64_t)blockIdx.x * QT_TILE;
+    qt_load_tile(tile, in, rows, cols, ld, r0, c0, vec_in);
+    __syncthreads();
+    for (int k = 0; k < targets.n; k++) {
+        const QuantTarget& T = targets.t[k];
+        qt_process<MODE>(T, tile, otile, rows, cols, r0, c0);
+        if (MODE == QMODE_APPLY && T.fake) {
+            __syncthreads();
+            qt_store_tile(otile, T.fake, rows, cols, T.ld_fake, r0, c0, (vec_out_mask >> k) & 1);
+            __syncthreads();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// launchers
+
+static inline bool qt_aligned16(const void* p, int64_t ld, int64_t cols) {
+    return ((uintptr_t)p % 16 == 0) && ld % 8 == 0 && cols % 8 == 0;
+}
+
+static inline void qt_check_targets(const QuantTarget* t, int n, int64_t rows, int64_t cols, int64_t ld) {
+    fail_if(n < 1 || n > 2, "quantize_gpu: 1 or 2 targets per pass, got %d", n);
+    fail_if(ld < cols, "quantize_gpu: ld %lld < cols %lld", (long long)ld, (long long)cols);
+    for (int k = 0; k < n; k++) {
+        quant_check_shape(&t[k].p, rows, cols, t[k].axis, "quantize_gpu");
+        fail_if(t[k].p.hadamard > QUANT_GPU_MAX_HADAMARD, "quantize_gpu: Hadamard size %d is CPU-only; "
+                "the GPU kernels support sizes up to %d", t[k].p.hadamard, QUANT_GPU_MAX_HADAMARD);
+        fail_if(!t[k].amax || !t[k].scale_dec, "quantize_gpu: target %d needs device amax and scale_dec", k);
+        fail_if(t[k].fake && t[k].ld_fake < cols, "quantize_gpu: fake output ld %lld < cols %lld",
+                (long long)t[k].ld_fake, (long long)cols);
+        fail_if(t[k].codes && ((uintptr_t)t[k].codes % 8), "quantize_gpu: codes must be 8-byte aligned");
+        fail_if(!t[k].codes != !t[k].scales, "quantize_gpu: packed output needs both codes and scales");
+    }
+}
+
+static inline QuantTargets qt_pack_targets(const QuantTarget* t, int n) {
+    QuantTargets ts;
+    memset(&ts, 0, sizeof(ts));
+    for (int k = 0; k < n; k++) ts.t[k] = t[k];
+    ts.n = n;
+    return ts;
+}
+
+// Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax. Targets that share the
+// same rotation and axis-independent amax (no Hadamard) could share an amax pointer; each target
+// still gets its own write.
+static inline void quant_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld,
+                                  const QuantTarget* t, int n, cudaStream_t stream) {
+    qt_check_targets(t, n, rows, cols, ld);
+    for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), stream));
+    dim3 grid((unsigned)ceil_div(cols, QT_TILE), (unsigned)ceil_div(rows, QT_TILE));
+    fail_if(grid.y > 65535, "quantize_gpu: %lld rows is too many for one launch", (long long)rows);
+    quant_tile_kernel<QMODE_AMAX><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
+                                                                    qt_pack_targets(t, n), 0);
+    cuda_check_last();
+}
+
+// Pass 2: quantize with the amax already on the device (from quant_amax_gpu, or any producer).
+static inline void quant_apply_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld,
+                                   const QuantTarget* t, int n, cudaStream_t stream) {
+    qt_check_targets(t, n, rows, cols, ld);
+    int vec_out = 0;
+    for (int k = 0; k < n; k++)
+        if (t[k].fake && qt_aligned16(t[k].fake, t[k].ld_fake, cols)) vec_out |= 1 << k;
+    dim3 grid((unsigned)ceil_div(cols, QT_TILE), (unsigned)ceil_div(rows, QT_TILE));
+    fail_if(grid.y > 65535, "quantize_gpu: %lld rows is too many for one launch", (long long)rows);
+    quant_tile_kernel<QMODE_APPLY><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
+                                                                     qt_pack_targets(t, n), vec_out);
+    cuda_check_last();
+}
+
+// Both passes: 1 or 2 targets from one read of the input per pass.
+static inline void quantize_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld,
+                                const QuantTarget* t, int n, cudaStream_t stream) {
+    quant_amax_gpu(in, rows, cols, ld, t, n, stream);
+    quant_apply_gpu(in, rows, cols, ld, t, n, stream);
+}
+
+// The common case in one call: fake-quantize a view along `axis` into `out` (same layout, ld_out).
+// scalars: 2 device floats, [0] = amax, [1] = scale_dec.
+static inline void quant_fake_gpu(const QuantParams* p, const floatX* in, int64_t rows, int64_t cols, int64_t ld,
+                                  int axis, uint64_t key, floatX* out, int64_t ld_out, float* scalars,
+                                  cudaStream_t stream) {
+    QuantTarget t = quant_target_fake(p, axis, key, out, ld_out, scalars, scalars + 1);
+    quantize_gpu(in, rows, cols, ld, &t, 1, stream);
+}
+
+// Packed -> BF16 in the view's layout (rows x cols, ld_out). with_tensor_scale = 0 reproduces the fake
+// output exactly (code * block scale); 1 gives BF16(FP32(code * block scale) * *scale_dec).
+__global__ void dequant_packed_kernel(const __grid_constant__ QuantParams p, const uint8_t* __restrict__ codes,
+                                      const uint8_t* __restrict__ scales, const float* scale_dec, int64_t rows,
+                                      int64_t cols, int axis, int with_tensor_scale, floatX* out, int64_t ld_out) {
+    const int64_t M = axis ? rows : cols, K = axis ? cols : rows;
+    const int64_t chunks = K / 16;
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= M * chunks) return;
+    const int64_t i = t % M, kb = (t / M) * 16;     // i fastest: column-wise output is coalesced
+    const float sd = with_tensor_scale ? *scale_dec : 1.0f;
+    uint2 w = *(const uint2*)(codes + i * (K / 2) + kb / 2);
+    float s = quant_packed_scale_value(&p, scales[i * (K / p.block_l) + kb / p.block_l]);
+    uint16_t* dst = (uint16_t*)out;
+#pragma unroll
+    for (int e = 0; e < 16; e++) {
+        uint8_t c = ((e < 8 ? w.x : w.y) >> (4 * (e & 7))) & 15;
+        uint16_t o;
+        if (s != s) o = BF16_CANONICAL_NAN;
+        else {
+            float y = grid_code_value(&p.grid, c) * s;
+            if (with_tensor_scale) y = y * sd;
+            o = bf16_bits_rne(y);
+        }
+        dst[axis ? i * ld_out + kb + e : (kb + e) * ld_out + i] = o;
+    }
+}
+
+static inline void dequant_packed_gpu(const QuantParams* p, const uint8_t* codes, const uint8_t* scales,
+                                      const float* scale_dec, int64_t rows, int64_t cols, int axis,
+                                      int with_tensor_scale, floatX* out, int64_t ld_out, cudaStream_t stream) {
+    quant_check_shape(p, rows, cols, axis, "dequant_packed_gpu");
+    fail_if(ld_out < cols, "dequant_packed_gpu: ld_out %lld < cols %lld", (long long)ld_out, (long long)cols);
+    fail_if((uintptr_t)codes % 8, "dequant_packed_gpu: codes must be 8-byte aligned");
+    int64_t n = rows * cols / 16;
+    dequant_packed_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(*p, codes, scales, scale_dec, rows, cols,
+                                                                          axis, with_tensor_scale, out, ld_out);
+    cuda_check_last();
+}
