@@ -1,7 +1,8 @@
 // nvfp4.cuh: GPU quantize / dequantize kernels for every 4-bit format of fp4_formats.h (NVFP4, MXFP4,
 // INT4/E1M2), with optional Hadamard rotation and stochastic rounding.
 // defines: QuantTarget, quant_target_fake(), quant_target_packed(), quant_amax_gpu(), quant_apply_gpu(),
-//          quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(), QUANT_GPU_MAX_HADAMARD
+//          quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(), quant_amax_accumulate(),
+//          QUANT_GPU_MAX_HADAMARD
 // The arithmetic is the HD code of fp4_formats.h / hadamard.cuh / stochastic_round.cuh, so the output is
 // bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR indices).
 //
@@ -248,6 +249,16 @@ __global__ void __launch_bounds__(QT_THREADS) quant_tile_kernel(const floatX* __
             __syncthreads();
         }
     }
+}
+
+// For a kernel that PRODUCES a tensor (layernorm, gelu, ...): fold the max |x| of the values this thread
+// wrote (as amax_bits_update() bits) into the device amax, so that quant_apply_gpu can run without the
+// amax pass (saves one read of the tensor). The amax float must be zeroed before the producer runs.
+// Only valid for specs without a Hadamard (a rotated copy's amax is taken after the rotation).
+// Every lane of the warp must call it.
+__device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
+    m = qt_warp_max(m, 32);
+    if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)amax, m);
 }
 
 // ---------------------------------------------------------------------------------------------------
