@@ -1,0 +1,111 @@
+// test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/dist_host.h): ZeRO-1 shard
+// ranges cover [0, n) exactly once for many sizes and world sizes, and the NCCL id file handoff
+// (atomic write, polling read, timeout).
+#include <sys/wait.h>
+#include "llmc/dist_host.h"
+#include "dev/test/testing.h"
+
+// Every element of [0, n) owned by exactly one rank, shards contiguous, aligned, padding bounded.
+static void check_layout(size_t n, int world) {
+    size_t padded = shard_padded_size(n, world);
+    int ok = padded >= n && padded % ((size_t)world * DIST_SHARD_ALIGN) == 0
+             && padded - n < (size_t)world * DIST_SHARD_ALIGN;
+    size_t covered = 0, expect_begin = 0;
+    for (int r = 0; r < world && ok; r++) {
+        size_t begin, count;
+        size_t S = shard_range(n, world, r, &begin, &count);
+        ok = S * (size_t)world == padded && S % DIST_SHARD_ALIGN == 0 && begin == (size_t)r * S && count <= S;
+        // real elements come first: a shard is partly real only if all later shards are all padding
+        if (count > 0) ok = ok && begin == expect_begin;
+        if (count < S) expect_begin = (size_t)-1;   // from here on, every count must be 0
+        else expect_begin = begin + S;
+        covered += count;
+    }
+    CHECK(ok && covered == n, "shard layout n=%zu world=%d: covered %zu (padded %zu)", n, world, covered, padded);
+}
+
+// For small n, mark each element to see it is owned exactly once.
+static void check_marks(size_t n, int world) {
+    unsigned char* owner_count = (unsigned char*)calloc(n ? n : 1, 1);
+    for (int r = 0; r < world; r++) {
+        size_t begin, count;
+        shard_range(n, world, r, &begin, &count);
+        for (size_t i = begin; i < begin + count; i++) owner_count[i]++;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += owner_count[i] != 1;
+    CHECK(bad == 0, "n=%zu world=%d: %zu elements not owned exactly once", n, world, bad);
+    free(owner_count);
+}
+
+static void test_shards(void) {
+    const size_t sizes[] = {0, 1, 2, 3, 7, 127, 128, 129, 255, 256, 1000, 1023, 1024, 1025, 4096, 10007,
+                            65536, 99991, 1000003, 124475904, 124475905, 354823168, 1557686400ull, 5000000000ull};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (int world = 1; world <= 64; world++) {
+            check_layout(sizes[i], world);
+            if (sizes[i] <= 100000 && (world <= 9 || world % 8 == 0)) check_marks(sizes[i], world);
+        }
+    // the shapes named in the docs: one shard per rank of exactly n / world when it divides
+    size_t b, c;
+    CHECK(shard_range(8 * 128 * 10, 8, 3, &b, &c) == 1280 && b == 3840 && c == 1280, "n=10240 w=8 r=3: b=%zu c=%zu", b, c);
+    CHECK(shard_range(100, 4, 0, &b, &c) == 128 && b == 0 && c == 100, "n=100 w=4 r=0: b=%zu c=%zu", b, c);
+    CHECK(shard_range(100, 4, 1, &b, &c) == 128 && b == 128 && c == 0, "n=100 w=4 r=1 (padding only): b=%zu c=%zu", b, c);
+    CHECK(shard_range(0, 2, 1, &b, &c) == 0 && c == 0, "n=0: S must be 0");
+}
+
+static void test_id_file(void) {
+    char dir[] = "/tmp/test_dist_host.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/nccl.id", dir);
+
+    unsigned char id[128], got[128];
+    for (int i = 0; i < 128; i++) id[i] = (unsigned char)(i * 37 + 11);
+
+    // nothing there: the reader gives up after its timeout
+    double t0 = id_file_now_s();
+    CHECK(id_file_read(path, got, sizeof(got), 0.2) == 0, "read of a missing file must time out");
+    double waited = id_file_now_s() - t0;
+    CHECK(waited >= 0.19 && waited < 5.0, "timeout of 0.2 s took %.3f s", waited);
+
+    // a writer that comes late: a child process writes after 300 ms while the parent polls
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        usleep(300 * 1000);
+        id_file_write(path, id, sizeof(id));
+        _exit(0);
+    }
+    memset(got, 0, sizeof(got));
+    int ok = id_file_read(path, got, sizeof(got), 10.0);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer child failed");
+    CHECK(ok == 1 && memcmp(got, id, sizeof(id)) == 0, "reader got the id the writer wrote");
+
+    // no temporary left beside it: the writer renamed its file into place
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)pid);
+    CHECK(access(tmp, F_OK) != 0, "temporary %s left behind", tmp);
+
+    // a second writer refuses an existing file (stale id); run it in a child since fail() exits
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        id_file_write(path, id, sizeof(id));
+        _exit(0);
+    }
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "writing over an existing id file must fail");
+
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_shards();
+    test_id_file();
+    return test_summary("test_dist_host");
+}
