@@ -27,6 +27,8 @@
 #include "llmc/attention.cuh"      // defines: attention_forward, attention_backward
 #include "llmc/fused_classifier.cuh" // defines: fused_classifier
 #include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
+#include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization kernels)
+#include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
 #include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
 #include "llmc/args.h"             // defines: Option, parse_options, print_usage
@@ -176,6 +178,15 @@ typedef struct {
     float* losses_host;
     int adam_t;                     // updates applied so far (bias correction)
     cudaStream_t stream;
+    // FP4: the recipe and what its linear layers need (see "Linear layers" below)
+    Recipe recipe;
+    QuantParams qparams[NUM_SLOTS];
+    int fp4_any;                    // some slot of some block is quantized
+    floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
+    int fp4_scratch_owned;
+    float* fp4_scalars;             // device: {amax, scale_dec} per operand, then alpha
+    uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
+    int fp4_step, fp4_micro;
 } GPT;
 
 static size_t gpt_per_layer(const GPT* m, int id) {
@@ -256,6 +267,8 @@ static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int fp32
 static void gpt_free(GPT* m) {
     cudaFree(m->params_memory); cudaFree(m->grads_memory); cudaFree(m->adam_m); cudaFree(m->adam_v);
     cudaFree(m->master);
+    if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
+    cudaFree(m->fp4_scalars);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
@@ -320,20 +333,148 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Linear layers. Every transformer linear layer goes through these two functions, so the precision
-// recipe of its three GEMMs (forward, data gradient, weight gradient) is decided in one place.
+// Linear layers. Every transformer linear layer goes through linear_forward and linear_backward, so
+// the precision recipe of its three GEMMs (forward, data gradient, weight gradient) is decided here
+// and nowhere else.
+//
+// FP4 on Hopper is exact emulation: each quantized operand is written as BF16 values code * block
+// scale (exact in BF16), the GEMM runs in BF16 with FP32 accumulation, and the two FP32 tensor scales
+// go into the GEMM's alpha (a device pointer, so no host synchronisation). Operands are quantized from
+// the high-precision BF16 source every time, never from each other. Their storage is the logits
+// buffer, which holds nothing between the classifier's forward and backward uses, so an FP4 run
+// needs no more activation memory than a BF16 run.
 
-static void linear_forward(GPT* m, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                           int N, int K, int OC) {
-    matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_LINEARS };
+static const char* const LINEAR_NAMES[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
+#define FP4_SCALARS 16
+
+// Elements of FP4 scratch one linear layer needs: forward X and W copies, backward the two copies of
+// dY and the wgrad copy of X and the dgrad copy of W (each rounded up to keep 16-byte alignment).
+static size_t fp4_scratch_elems(size_t N, size_t C) {
+    const size_t shapes[NUM_LINEARS][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // {K, OC}
+    size_t need = 0;
+    for (int i = 0; i < NUM_LINEARS; i++) {
+        size_t K = shapes[i][0], OC = shapes[i][1];
+        size_t fwd = (size_t)ceil_div(N * K, 128) * 128 + (size_t)ceil_div(OC * K, 128) * 128;
+        size_t bwd = fwd + 2 * (size_t)ceil_div(N * OC, 128) * 128;
+        need = need > bwd ? need : bwd;
+    }
+    return need;
 }
 
-// dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout.
-static void linear_backward(GPT* m, floatX* dinp, float* dweight, float* dbias, const floatX* dout,
-                            const floatX* inp, const floatX* weight, int N, int K, int OC) {
-    matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
-    matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed) {
+    m->recipe = *r;
+    recipe_resolve_layers(&m->recipe, m->config.num_layers);
+    recipe_check(&m->recipe);
+    m->fp4_seed = seed;
+    m->fp4_any = 0;
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        if (quant_spec_is_bf16(&m->recipe.slot[s])) continue;
+        m->qparams[s] = quant_params(&m->recipe.slot[s]);
+        m->fp4_any = m->recipe.bf16_first + m->recipe.bf16_last < m->config.num_layers;
+    }
+    if (!m->fp4_any || m->fp4_scratch) return;
+    size_t need = fp4_scratch_elems((size_t)m->B * m->T, m->config.channels);
+    size_t logits = (size_t)m->B * m->T * m->config.padded_vocab_size;
+    if (need <= logits) {
+        m->fp4_scratch = m->acts.logits;
+    } else {
+        cuda_check(cudaMalloc(&m->fp4_scratch, need * sizeof(floatX)));
+        m->fp4_scratch_owned = 1;
+    }
+    cuda_check(cudaMalloc(&m->fp4_scalars, FP4_SCALARS * sizeof(float)));
+}
+
+__global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }
+
+// SR keys differ for every step, micro-step, layer, linear and slot.
+static uint64_t fp4_key(const GPT* m, int l, int kind, Slot slot) {
+    uint32_t id = (((uint32_t)m->fp4_micro * m->config.num_layers + l) * NUM_LINEARS + kind) * NUM_SLOTS + slot;
+    return rng_key(m->fp4_seed, (uint32_t)m->fp4_step, id);
+}
+
+typedef struct {
+    const floatX* ptr;   // what the GEMM reads: the BF16 source, or its quantized copy
+    const float* dec;    // its tensor scale (device float; 1 for BF16)
+} Operand;
+
+// Up to two quantized copies of one rows x cols source, from one read per pass. axis 1: blocks along
+// cols (row-wise), axis 0: along rows (column-wise). Unquantized slots pass the source through.
+static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind,
+                              const Slot* slots, const int* axes, floatX* const* dst, float* scalars, int n,
+                              Operand* out) {
+    QuantTarget t[2];
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) {
+            out[i].ptr = src;
+            out[i].dec = g_matmul.constants + 1;
+            continue;
+        }
+        t[nt++] = quant_target_fake(&m->qparams[slots[i]], axes[i], fp4_key(m, l, kind, slots[i]), dst[i], cols,
+                                    scalars + 2 * i, scalars + 2 * i + 1);
+        out[i].ptr = dst[i];
+        out[i].dec = scalars + 2 * i + 1;
+    }
+    if (nt) quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
+}
+
+static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float* slot) {
+    if (a->dec == g_matmul.constants + 1 && b->dec == g_matmul.constants + 1) return NULL;
+    scale_product_kernel<<<1, 1, 0, m->stream>>>(slot, a->dec, b->dec);
+    cuda_check_last();
+    return slot;
+}
+
+static int linear_is_fp4(const GPT* m, int l) {
+    return m->fp4_any && recipe_layer_is_fp4(&m->recipe, l, m->config.num_layers);
+}
+
+static size_t align128(size_t n) { return (size_t)ceil_div((int64_t)n, 128) * 128; }
+
+// out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias
+static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
+                           const floatX* bias, int N, int K, int OC) {
+    if (!linear_is_fp4(m, l)) {
+        matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+        return;
+    }
+    floatX* qx = m->fp4_scratch;
+    floatX* qw = qx + align128((size_t)N * K);
+    const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
+    const int row_wise = 1;
+    Operand x, w;
+    quantize_operands(m, inp, N, K, l, kind, &sx, &row_wise, &qx, m->fp4_scalars, 1, &x);
+    quantize_operands(m, weight, OC, K, l, kind, &sw, &row_wise, &qw, m->fp4_scalars + 2, 1, &w);
+    matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, m->fp4_scalars + 8), m->stream);
+}
+
+// dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout).
+static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
+                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
     if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
+    if (!linear_is_fp4(m, l)) {
+        matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
+        matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+        return;
+    }
+    floatX* q_dy_dgrad = m->fp4_scratch;
+    floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * OC);
+    floatX* q_x = q_dy_wgrad + align128((size_t)N * OC);
+    floatX* q_w = q_x + align128((size_t)N * K);
+    float* sc = m->fp4_scalars;
+    // dY: the dgrad copy along OC (row-wise) and the wgrad copy along tokens (column-wise), one pass
+    const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY};
+    const int dy_axes[2] = {1, 0};
+    floatX* dy_dst[2] = {q_dy_dgrad, q_dy_wgrad};
+    Operand dy[2], w, x;
+    quantize_operands(m, dout, N, OC, l, kind, dy_slots, dy_axes, dy_dst, sc, 2, dy);
+    const Slot sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
+    const int col_wise = 0;
+    quantize_operands(m, weight, OC, K, l, kind, &sw, &col_wise, &q_w, sc + 4, 1, &w);
+    quantize_operands(m, inp, N, K, l, kind, &sx, &col_wise, &q_x, sc + 6, 1, &x);
+    matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
+    matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -366,16 +507,16 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
         floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
         floatX* residual3 = a->residual3 + l * nc;
 
-        linear_forward(m, qkv, ln1, p->layer(P_QKVW, l, gpt_per_layer(m, P_QKVW)),
+        linear_forward(m, l, LIN_QKV, qkv, ln1, p->layer(P_QKVW, l, gpt_per_layer(m, P_QKVW)),
                        p->layer(P_QKVB, l, 3 * C), N, C, 3 * C);
         attention_forward(atty, stats, qkv, B, T, NH, C / NH, s);
-        linear_forward(m, a->proj_out, atty, p->layer(P_ATTPROJW, l, (size_t)C * C),
+        linear_forward(m, l, LIN_ATTPROJ, a->proj_out, atty, p->layer(P_ATTPROJW, l, (size_t)C * C),
                        p->layer(P_ATTPROJB, l, C), N, C, C);
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
                                          residual, a->proj_out, p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
-        linear_forward(m, fch, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), p->layer(P_FCB, l, 4 * C), N, C, 4 * C);
+        linear_forward(m, l, LIN_FC, fch, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), p->layer(P_FCB, l, 4 * C), N, C, 4 * C);
         gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
-        linear_forward(m, a->proj_out, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C),
+        linear_forward(m, l, LIN_FCPROJ, a->proj_out, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C),
                        p->layer(P_FCPROJB, l, C), N, 4 * C, C);
         // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
         if (l + 1 < L) {
@@ -433,18 +574,18 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T) {
         const floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
 
         // MLP: dresidual is the gradient of residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        linear_backward(m, a->dbuf_4c, g->layer(P_FCPROJW, l, (size_t)4 * C * C), g->layer(P_FCPROJB, l, C),
+        linear_backward(m, l, LIN_FCPROJ, a->dbuf_4c, g->layer(P_FCPROJW, l, (size_t)4 * C * C), g->layer(P_FCPROJB, l, C),
                         a->dresidual, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C), N, 4 * C, C);
         gelu_backward_inplace(a->dbuf_4c, fch, (size_t)N * 4 * C, s);
-        linear_backward(m, a->dbuf_c, g->layer(P_FCW, l, (size_t)4 * C * C), g->layer(P_FCB, l, 4 * C),
+        linear_backward(m, l, LIN_FC, a->dbuf_c, g->layer(P_FCW, l, (size_t)4 * C * C), g->layer(P_FCB, l, 4 * C),
                         a->dbuf_4c, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), N, C, 4 * C);
         layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
                            residual2, p->layer(P_LN2W, l, C), a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, s);
         // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
-        linear_backward(m, a->dbuf_c, g->layer(P_ATTPROJW, l, (size_t)C * C), g->layer(P_ATTPROJB, l, C),
+        linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, g->layer(P_ATTPROJW, l, (size_t)C * C), g->layer(P_ATTPROJB, l, C),
                         a->dresidual, atty, p->layer(P_ATTPROJW, l, (size_t)C * C), N, C, C);
         attention_backward(a->dbuf_3c, a->dbuf_c, qkv, atty, stats, B, T, NH, C / NH, s);
-        linear_backward(m, a->dbuf_c, g->layer(P_QKVW, l, (size_t)3 * C * C), g->layer(P_QKVB, l, 3 * C),
+        linear_backward(m, l, LIN_QKV, a->dbuf_c, g->layer(P_QKVW, l, (size_t)3 * C * C), g->layer(P_QKVB, l, 3 * C),
                         a->dbuf_3c, ln1, p->layer(P_QKVW, l, (size_t)3 * C * C), N, C, 3 * C);
         layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
                            residual, p->layer(P_LN1W, l, C), a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, s);
@@ -722,6 +863,10 @@ typedef struct {
     float spike_z;
     int shuffle;
     float peak_tflops;
+    const char* recipe;
+    const char* slot_override[NUM_SLOTS];
+    int fp4_gemm[3];
+    int bf16_first_layers, bf16_last_layers;
     int allow_recipe_change;
 } TrainConfig;
 
@@ -744,6 +889,10 @@ static TrainConfig default_config(void) {
     t.spike_z = 0.0f;
     t.shuffle = 1;
     t.peak_tflops = 989.0f;
+    t.recipe = "bf16";
+    for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
+    t.fp4_gemm[0] = t.fp4_gemm[1] = t.fp4_gemm[2] = 1;
+    t.bf16_first_layers = t.bf16_last_layers = -1;
     return t;
 }
 
@@ -781,6 +930,20 @@ int main(int argc, char** argv) {
         {"spike-z", 0, OPT_FLOAT, &tc.spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc.shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
+        {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4",
+         "precision recipe of the linear layers' GEMMs (see README)"},
+        {"fprop-x", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_X], NULL, "override slot fprop.x: a spec like bf16, nvfp4, 'nvfp4,sr', 'mxfp4-2d,h32'"},
+        {"fprop-w", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_W], NULL, "override slot fprop.w"},
+        {"dgrad-dy", 0, OPT_STRING, &tc.slot_override[SLOT_DGRAD_DY], NULL, "override slot dgrad.dy"},
+        {"dgrad-w", 0, OPT_STRING, &tc.slot_override[SLOT_DGRAD_W], NULL, "override slot dgrad.w"},
+        {"wgrad-dy", 0, OPT_STRING, &tc.slot_override[SLOT_WGRAD_DY], NULL, "override slot wgrad.dy"},
+        {"wgrad-x", 0, OPT_STRING, &tc.slot_override[SLOT_WGRAD_X], NULL, "override slot wgrad.x"},
+        {"fp4-fprop", 0, OPT_BOOL, &tc.fp4_gemm[0], NULL, "off: the forward GEMM stays BF16 (on|off)"},
+        {"fp4-dgrad", 0, OPT_BOOL, &tc.fp4_gemm[1], NULL, "off: the data-gradient GEMM stays BF16 (on|off)"},
+        {"fp4-wgrad", 0, OPT_BOOL, &tc.fp4_gemm[2], NULL, "off: the weight-gradient GEMM stays BF16 (on|off)"},
+        {"bf16-first-layers", 0, OPT_INT, &tc.bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
+        {"bf16-last-layers", 0, OPT_INT, &tc.bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
+        {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
     };
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
     if (parse_options(options, num_options, argc, argv)) return 0;
@@ -847,13 +1010,24 @@ int main(int argc, char** argv) {
     attention_init();
     GPT model;
     gpt_allocate(&model, &config, B, T, strcmp(tc.master_weights, "fp32") == 0);
-    const char* recipe = "bf16";
+    Recipe recipe;
+    recipe_preset(&recipe, tc.recipe);
+    for (int i = 0; i < NUM_SLOTS; i++)
+        if (tc.slot_override[i][0]) recipe_set_slot(&recipe, (Slot)i, tc.slot_override[i]);
+    for (int g = 0; g < 3; g++)
+        if (!tc.fp4_gemm[g]) recipe_disable_gemm(&recipe, g);
+    if (tc.bf16_first_layers >= 0) recipe.bf16_first = tc.bf16_first_layers;
+    if (tc.bf16_last_layers >= 0) recipe.bf16_last = tc.bf16_last_layers;
+    gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed);
+    static char recipe_text[1024];
+    recipe_describe(&model.recipe, recipe_text, sizeof(recipe_text));
+    printf("recipe %s\n", recipe_text);
     RunState rs;
     memset(&rs, 0, sizeof(rs));
     rs.grad_accum = grad_accum;
     rs.world = world;
     rs.seed = (uint64_t)tc.seed;
-    rs.recipe = recipe;
+    rs.recipe = recipe_text;
     if (resume_path[0]) {
         RunState saved;
         memset(&saved, 0, sizeof(saved));
@@ -864,8 +1038,11 @@ int main(int argc, char** argv) {
                 "this run has %d on %d", resume_path, saved.grad_accum, saved.world, grad_accum, world);
         fail_if(saved.seed != rs.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
                 resume_path, (unsigned long long)saved.seed, tc.seed);
-        fail_if(strcmp(saved_recipe, recipe) != 0, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s'",
-                resume_path, saved_recipe, recipe);
+        if (strcmp(saved_recipe, recipe_text) != 0) {
+            fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
+                    "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
+            printf("resuming under a different recipe (was: %s)\n", saved_recipe);
+        }
         dataloader_set_state(&train_loader, &saved.loader);
         rs.step = saved.step;
         rs.spike = saved.spike;
@@ -884,7 +1061,7 @@ int main(int argc, char** argv) {
 
     Logger logger;
     logger_open(&logger, tc.out_dir, resume_path[0] != '\0');
-    char esc[3][1024];
+    char esc[4][1024];
     logger_line(&logger,
         "{\"type\":\"config\",\"model\":\"%s\",\"layers\":%d,\"heads\":%d,\"channels\":%d,\"vocab\":%d,"
         "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%d,\"grad_accum\":%d,\"processes\":%d,"
@@ -894,12 +1071,12 @@ int main(int argc, char** argv) {
         weights_from[0] ? "checkpoint" : tc.model, config.num_layers, config.num_heads, config.channels,
         config.vocab_size, model.num_parameters, B, T, tc.total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
-        tc.master_weights, tc.seed, recipe, json_escape(tc.train_data, esc[0], sizeof(esc[0])),
+        tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
     printf("training: %d steps of %d tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
            "master weights %s, recipe %s, attention: %s\n", tc.steps, tc.total_batch, B, T, grad_accum,
-           grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, recipe, attention_backend_name());
+           grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, tc.recipe, attention_backend_name());
 
     double ema_ms = 0.0;
     char ckpt_path[4200];

@@ -14,8 +14,8 @@
 
 typedef struct {
     FILE* f;
-    char path[4096];
-    char tmp_path[4200];
+    char path[4200];
+    char tmp_path[4208];
 } CheckpointWriter;
 
 static inline void ckpt_begin(CheckpointWriter* w, const char* path) {
