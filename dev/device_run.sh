@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session in one command: build, then the stages named in STAGES (default: all).
 # Full logs go to $OUT/logs.tgz (the device tool brings $OUT back); a summary goes to stdout.
-#   STAGES="tests train resume bench torch" bash dev/device_run.sh
+#   STAGES="tests train resume fp4 bench torch" bash dev/device_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/device_out}
 LOGS=/tmp/device_logs
@@ -25,15 +25,20 @@ stage() {
     echo "=== $name (rc=$rc, $((SECONDS - t0)) s)"
     grep -E "${GREP:-^(FAIL|SKIP|TESTS|error)|passed|check_|tok/s|tokens/s|TFLOP|GB/s|%|recipe|ms}" "$LOGS/$name.log" | tail -n "${TAILN:-25}"
 }
-for s in ${STAGES:-tests train resume bench torch}; do
+for s in ${STAGES:-tests train resume fp4 bench torch}; do
     case $s in
-    tests)  stage tests make test ;;
+    tests)  stage tests make test
+            stage distributed make check-distributed ;;
     train)  stage train ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_default --sample-every 20 ;;
     resume) stage resume scripts/check_resume.sh
             LLMC_ATTENTION=own stage resume_own_attention scripts/check_resume.sh ;;
-    bench)  stage bench_train dev/bench/bench_train.sh
+    bench)  make -j16 GPU_ARCHS=${GPU_ARCHS:-90} build/bench_attention build/bench_kernels build/bench_quant > /dev/null 2>&1
+            stage bench_train dev/bench/bench_train.sh bf16 nvfp4 nvfp4-naive mxfp4-2d ufp4
             stage bench_attention build/bench_attention
-            stage bench_kernels build/bench_kernels ;;
+            stage bench_kernels build/bench_kernels
+            stage bench_quant bash dev/bench/bench_quant.sh ;;
+    fp4)    stage train_nvfp4 ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_nvfp4 --recipe nvfp4 --sample-every 0
+            stage resume_nvfp4 scripts/check_resume.sh --recipe nvfp4 ;;
     torch)  stage torch python3 dev/bench/bench_torch.py ;;
     *)      stage "$s" bash -c "$s" ;;
     esac
