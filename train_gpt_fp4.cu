@@ -29,6 +29,7 @@
 #include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
 #include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization kernels)
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
+#include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
 #include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
 #include "llmc/args.h"             // defines: Option, parse_options, print_usage
@@ -162,9 +163,15 @@ typedef struct {
     size_t num_parameters;
     ParamTensors<floatX> params;    // BF16 weights used by the forward pass
     ParamTensors<float> grads;      // FP32, accumulated over micro-steps
-    float* master;                  // FP32 master weights, or NULL (BF16 + stochastic rounding)
+    // Optimizer state (FP32 master weights, or NULL for BF16 + stochastic rounding; Adam moments) for
+    // the parameters [opt_begin, opt_begin + opt_count): all of them, or this rank's shard (ZeRO-1).
+    float* master;
     float* adam_m;
     float* adam_v;
+    size_t opt_begin, opt_count;
+    size_t params_padded;           // params_memory holds this many (padding lets ZeRO all-gather evenly)
+    Dist* dist;                     // NULL: one process
+    int zero;                       // 1: optimizer state sharded over ranks, weights all-gathered
     floatX* params_memory;
     float* grads_memory;
     Activations acts;
@@ -201,7 +208,7 @@ static T* device_alloc(size_t count, size_t* total_bytes) {
     return p;
 }
 
-static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int fp32_master) {
+static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int world) {
     config_check(config);
     fail_if(T > config->max_seq_len, "sequence length %d exceeds the model's %d positions", T, config->max_seq_len);
     memset(m, 0, sizeof(*m));
@@ -211,13 +218,10 @@ static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int fp32
     param_sizes(config, m->param_sizes);
     for (int i = 0; i < NUM_PARAM_TENSORS; i++) m->num_parameters += m->param_sizes[i];
     size_t n = m->num_parameters, bytes = 0;
-    m->params_memory = device_alloc<floatX>(n, &bytes);
+    m->params_padded = shard_padded_size(n, world);
+    m->params_memory = device_alloc<floatX>(m->params_padded, &bytes);
     m->grads_memory = device_alloc<float>(n, &bytes);
-    m->adam_m = device_alloc<float>(n, &bytes);
-    m->adam_v = device_alloc<float>(n, &bytes);
-    m->master = fp32_master ? device_alloc<float>(n, &bytes) : NULL;
-    cuda_check(cudaMemset(m->adam_m, 0, n * sizeof(float)));
-    cuda_check(cudaMemset(m->adam_v, 0, n * sizeof(float)));
+    cuda_check(cudaMemset(m->params_memory, 0, m->params_padded * sizeof(floatX)));
     cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
     point_params(&m->params, m->params_memory, m->param_sizes);
     point_params(&m->grads, m->grads_memory, m->param_sizes);
@@ -260,8 +264,34 @@ static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int fp32
     encoder_backward_init(&m->encoder_bw, B, T, config->channels);
     cuda_check(cudaStreamCreate(&m->stream));
     printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters; "
-           "GPU memory for model + activations: %.2f GiB\n", config->num_layers, config->num_heads,
-           config->channels, config->vocab_size, config->padded_vocab_size, n, bytes / (double)(1 << 30));
+           "GPU memory for parameters, gradients and activations: %.2f GiB\n", config->num_layers,
+           config->num_heads, config->channels, config->vocab_size, config->padded_vocab_size, n,
+           bytes / (double)(1 << 30));
+}
+
+__global__ void bf16_to_float_kernel(float* out, const floatX* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __bfloat162float(in[i]);
+}
+
+// FP32 master weights start as the BF16 parameters (exact).
+static void gpt_init_master_from_params(GPT* m) {
+    if (!m->master || m->opt_count == 0) return;
+    bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)m->opt_count, 256), 256, 0, m->stream>>>(
+        m->master, m->params_memory + m->opt_begin, m->opt_count);
+    cuda_check_last();
+}
+
+// Optimizer state for the parameters [begin, begin + count): all of them, or one ZeRO-1 shard.
+static void gpt_allocate_optimizer(GPT* m, int fp32_master, size_t begin, size_t count) {
+    m->opt_begin = begin;
+    m->opt_count = count;
+    size_t alloc = count ? count : 1;
+    m->adam_m = device_alloc<float>(alloc, NULL);
+    m->adam_v = device_alloc<float>(alloc, NULL);
+    m->master = fp32_master ? device_alloc<float>(alloc, NULL) : NULL;
+    cuda_check(cudaMemset(m->adam_m, 0, alloc * sizeof(float)));
+    cuda_check(cudaMemset(m->adam_v, 0, alloc * sizeof(float)));
 }
 
 static void gpt_free(GPT* m) {
@@ -286,7 +316,7 @@ static void gpt_free(GPT* m) {
 // LayerNorm weights 1. Normals come from the counter-based generator keyed on (seed, tensor id),
 // so the init is the same whatever the GPU.
 
-__global__ void init_normal_kernel(floatX* p, float* master, size_t n, float std, uint64_t key) {
+__global__ void init_normal_kernel(floatX* p, size_t n, float std, uint64_t key) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     // Box-Muller from two 32-bit words of element i
@@ -296,14 +326,12 @@ __global__ void init_normal_kernel(floatX* p, float* master, size_t n, float std
     float z = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
     float v = std * z;
     p[i] = __ushort_as_bfloat16(bf16_bits_rne(v));
-    if (master) master[i] = __bfloat162float(p[i]);
 }
 
-__global__ void fill_kernel(floatX* p, float* master, size_t n, float value) {
+__global__ void fill_kernel(floatX* p, size_t n, float value) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     p[i] = __float2bfloat16(value);
-    if (master) master[i] = value;
 }
 
 static void gpt_init_random(GPT* m, uint64_t seed) {
@@ -311,15 +339,14 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
     float residual_std = 0.02f / sqrtf(2.0f * m->config.num_layers);
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         size_t n = m->param_sizes[id];
-        float* master = m->master ? m->master + (m->params.t[id] - m->params_memory) : NULL;
         unsigned grid = (unsigned)ceil_div((int64_t)n, block);
         int is_ln_weight = id == P_LN1W || id == P_LN2W || id == P_LNFW;
         int is_matrix = PARAM_INFO[id].decay;
         if (is_matrix) {
             float std = PARAM_INFO[id].residual_proj ? residual_std : 0.02f;
-            init_normal_kernel<<<grid, block>>>(m->params.t[id], master, n, std, rng_key(seed, 0, (uint32_t)id));
+            init_normal_kernel<<<grid, block>>>(m->params.t[id], n, std, rng_key(seed, 0, (uint32_t)id));
         } else {
-            fill_kernel<<<grid, block>>>(m->params.t[id], master, n, is_ln_weight ? 1.0f : 0.0f);
+            fill_kernel<<<grid, block>>>(m->params.t[id], n, is_ln_weight ? 1.0f : 0.0f);
         }
         cuda_check_last();
     }
@@ -328,8 +355,8 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
     size_t pad = (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
     size_t start = (size_t)c->vocab_size * c->channels;
     cuda_check(cudaMemset(m->params.t[P_WTE] + start, 0, pad * sizeof(floatX)));
-    if (m->master) cuda_check(cudaMemset(m->master + start, 0, pad * sizeof(float)));
     cuda_check(cudaDeviceSynchronize());
+    gpt_init_master_from_params(m);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -545,7 +572,38 @@ static void gpt_zero_grad(GPT* m) {
     cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), m->stream));
 }
 
-static void gpt_backward(GPT* m, const int* inputs, int B, int T) {
+// Sums one layer's gradient slices over ranks, overlapped with the rest of the backward pass.
+static void gpt_reduce_layer_grads(GPT* m, int l) {
+    float* bufs[NUM_PARAM_TENSORS];
+    size_t counts[NUM_PARAM_TENSORS];
+    int n = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        if (!PARAM_INFO[id].per_layer) continue;
+        counts[n] = gpt_per_layer(m, id);
+        bufs[n] = m->grads.layer(id, l, counts[n]);
+        n++;
+    }
+    dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
+}
+
+static void gpt_reduce_other_grads(GPT* m) {
+    float* bufs[NUM_PARAM_TENSORS];
+    size_t counts[NUM_PARAM_TENSORS];
+    int n = 0;
+    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+        if (PARAM_INFO[id].per_layer) continue;
+        counts[n] = m->param_sizes[id];
+        bufs[n] = m->grads.t[id];
+        n++;
+    }
+    dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
+    dist_wait(m->dist, m->stream);
+}
+
+// reduce: this is the last micro-step of the optimizer step, so the gradients are summed over ranks
+// (each layer's as soon as it is final).
+static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
+    reduce = reduce && m->dist && m->dist->world > 1;
     const GPTConfig* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     int N = B * T;
@@ -589,8 +647,10 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T) {
                         a->dbuf_3c, ln1, p->layer(P_QKVW, l, (size_t)3 * C * C), N, C, 3 * C);
         layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
                            residual, p->layer(P_LN1W, l, C), a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, s);
+        if (reduce) gpt_reduce_layer_grads(m, l);
     }
     encoder_backward(&m->encoder_bw, g->t[P_WTE], g->t[P_WPE], a->dresidual, inputs, B, T, C, s);
+    if (reduce) gpt_reduce_other_grads(m);
 }
 
 // Global L2 norm of all gradients (one host synchronisation per step).
@@ -616,13 +676,19 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
     a.eps = o->eps;
     a.t = m->adam_t;
     a.grad_scale = (o->grad_clip > 0.0f && grad_norm > o->grad_clip) ? o->grad_clip / grad_norm : 1.0f;
+    // Each tensor's part inside [opt_begin, opt_begin + opt_count); the element index within the
+    // tensor keys the stochastic rounding, so the result does not depend on the sharding.
+    size_t lo = m->opt_begin, hi = m->opt_begin + m->opt_count;
     for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
         size_t off = m->params.t[id] - m->params_memory;
+        size_t b = off > lo ? off : lo, e = off + m->param_sizes[id] < hi ? off + m->param_sizes[id] : hi;
+        if (b >= e) continue;
         a.weight_decay = PARAM_INFO[id].decay ? o->weight_decay : 0.0f;
         a.rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)id);
-        adamw_update(m->params.t[id], m->master ? m->master + off : NULL, m->grads_memory + off,
-                     m->adam_m + off, m->adam_v + off, m->param_sizes[id], 0, &a, m->stream);
+        adamw_update(m->params_memory + b, m->master ? m->master + (b - lo) : NULL, m->grads_memory + b,
+                     m->adam_m + (b - lo), m->adam_v + (b - lo), e - b, b - off, &a, m->stream);
     }
+    if (m->zero) dist_allgather_bf16(m->dist, m->params_memory, m->params_padded, m->stream);
 }
 
 
