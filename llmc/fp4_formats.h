@@ -4,7 +4,7 @@
 //          e8m0_exponent(), e8m0_value(), grid_round_rne(), grid_code_value(),
 //          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
-//          quant_tensor_scale_enc(), QuantBlockScale, quant_block_scale(), quant_packed_scale_value(),
+//          quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale, quant_block_scale(), quant_packed_scale_value(),
 //          nvfp4_swizzled_scale_offset()
 // Every function the quantizer applies to a number lives here as an HD function, so the CPU path
 // (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
@@ -352,6 +352,12 @@ HD float quant_tensor_scale_enc(const QuantParams* p, float amax) {
     float s = fminf(p->grid.maxval * 448.0f / amax, FLT_MAX);   // maxval*448 exact: 2688, 3136, 1568
     if (amax == 0.0f || s == 0.0f) s = 1.0f;
     return s;
+}
+
+// The tensor-level dequantization factor S_dec that goes with S_enc (what quant_cpu returns and the
+// kernels store in *scale_dec): 1 / S_enc for E4M3 formats, 1 for E8M0 ones.
+HD float quant_tensor_scale_dec(const QuantParams* p, float s_enc) {
+    return p->scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
 }
 
 typedef struct {

@@ -1,6 +1,8 @@
 // fp4_quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
 // defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
-//          quant_amax_cpu(), quant_cpu(), dequant_packed_cpu()
+//          quant_amax_cpu(), quant_cpu(), dequant_packed_cpu(),
+//          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
+//          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
 // It is the reference twin of the kernels in nvfp4.cuh (dev/test/test_fp4_gpu.cu compares them bit for
 // bit), and it is what CI checks against the numpy golden vectors (dev/fp4_ref.py).
 //
@@ -160,4 +162,153 @@ static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes
             }
             out[quant_view_offset(i, k, axis, ld_out)] = o;
         }
+}
+
+
+// ---------------------------------------------------------------------------------------------------
+// Quantization diagnostics (for the training log; nvfp4.cuh has the GPU twins quant_stats_gpu and
+// quant_compare_gpu).
+//
+// QuantStats describes one quantization exactly as the GEMM sees it: the same rotated operand, block
+// scales, rounding and SR bits (same key) as quant_cpu / quantize_gpu. Per element, with v the value of
+// the (rotated, BF16-rounded if the spec has a Hadamard) operand, x = v * inv the value rounded onto the
+// grid, c its code, sdec the block scale and S_dec the tensor dequantization factor:
+//   q = code_value(c) * sdec * S_dec (exact in double), the dequantized value the GEMM multiplies.
+// Only nonzero finite v count (zeros quantize exactly and contribute nothing). Fields accumulate: the
+// caller zeroes the struct once and may add several tensors or micro-batches.
+// With a Hadamard the error is measured in the rotated space; the rotation is orthonormal, so the
+// error of the un-rotated tensor is the same up to the BF16 rounding of the rotated values.
+typedef struct {
+    double err2;                    // sum (v - q)^2
+    double src2;                    // sum v^2           -> relative error sqrt(err2 / src2)
+    unsigned long long n;           // elements counted: v != 0 and finite
+    unsigned long long flushed;     // of those, q == 0: code magnitude 0 or block scale 0
+    unsigned long long clipped;     // of those, |x| > grid max before rounding (saturated by the scale
+                                    // choice: E8M0 floor rule, E4M3 block scale rounded down), block
+                                    // scale nonzero
+    unsigned long long zero_blocks; // ELEMENTS (not blocks) of n whose block scale underflowed to 0 (the
+                                    // whole block flushed: E4M3 block amax below ~2^-10 of the tensor
+                                    // amax); a subset of flushed
+    unsigned long long nonfinite;   // elements with a NaN/inf v, or in an E8M0 NaN block (they
+                                    // dequantize to NaN); counted here only, not in n or the sums
+} QuantStats;
+
+// The product of two doubles, never contracted with a following add into an FMA (the device would,
+// the host would not), so CPU and GPU compute the same per-element terms; only the order of the sums
+// differs.
+HD double qs_mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+// Add one element. v: operand value; x = v * bs->inv; c: the code the quantizer chose for x;
+// tensor_dec: S_dec (quant_tensor_scale_dec).
+HD void quant_stats_element(QuantStats* s, const GridTraits* g, float v, float x, uint8_t c,
+                            const QuantBlockScale* bs, float tensor_dec) {
+    if (!(fabsf(v) <= FLT_MAX) || bs->is_nan) { s->nonfinite++; return; }
+    if (v == 0.0f) return;
+    double q = qs_mul(qs_mul((double)grid_code_value(g, c), (double)bs->sdec), (double)tensor_dec);
+    double e = (double)v - q;
+    s->err2 += qs_mul(e, e);
+    s->src2 += qs_mul((double)v, (double)v);
+    s->n++;
+    unsigned long long zero_scale = bs->sdec == 0.0f;
+    s->flushed += (c & 7) == 0 || zero_scale;
+    s->clipped += !zero_scale && fabsf(x) > g->maxval;
+    s->zero_blocks += zero_scale;
+}
+
+HD void quant_stats_add(QuantStats* acc, const QuantStats* s) {
+    acc->err2 += s->err2; acc->src2 += s->src2; acc->n += s->n; acc->flushed += s->flushed;
+    acc->clipped += s->clipped; acc->zero_blocks += s->zero_blocks; acc->nonfinite += s->nonfinite;
+}
+
+// Accumulate the statistics of quantizing one view along `axis` into *st (the caller zeroes it).
+// Same loop and arithmetic as quant_cpu: the codes are the ones quant_cpu would produce.
+static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key, QuantStats* st) {
+    quant_check_shape(p, v.rows, v.cols, axis, "quant_stats_cpu");
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    float* t = quant_rotated_operand_cpu(p, v, axis);
+    uint32_t mb = 0;
+    for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
+    float s_enc = quant_tensor_scale_enc(p, f32_from_bits(mb));
+    float tdec = quant_tensor_scale_dec(p, s_enc);
+    const int W = p->block_w, L = p->block_l;
+    for (int64_t i0 = 0; i0 < M; i0 += W)
+        for (int64_t k0 = 0; k0 < K; k0 += L) {
+            uint32_t bb = 0;
+            for (int64_t i = i0; i < i0 + W; i++)
+                for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
+            QuantBlockScale bs = quant_block_scale(p, f32_from_bits(bb), s_enc);
+            for (int64_t i = i0; i < i0 + W; i++)
+                for (int64_t k = k0; k < k0 + L; k++) {
+                    float x = t[i * K + k] * bs.inv;
+                    uint8_t c;
+                    if (bs.is_nan) c = 0;
+                    else if (p->rounding == QROUND_SR)
+                        c = grid_round_sr(&p->grid, x, sr_bits16(key, quant_sr_index(i, k, axis, v.cols)));
+                    else c = grid_round_rne(&p->grid, x);
+                    quant_stats_element(st, &p->grid, t[i * K + k], x, c, &bs, tdec);
+                }
+        }
+    free(t);
+}
+
+// One log field: "relerr=0.0951 flush=1.23% clip=0.41% zblk=0.00%" (+ " nonfinite=N" when nonzero).
+// Fractions are of the counted (nonzero finite) elements.
+static inline void quant_stats_format(const QuantStats* s, char* buf, size_t len) {
+    double n = s->n ? (double)s->n : 1.0;
+    int w = snprintf(buf, len, "relerr=%.4g flush=%.3g%% clip=%.3g%% zblk=%.3g%%",
+                     s->src2 > 0 ? sqrt(s->err2 / s->src2) : 0.0, 100.0 * s->flushed / n, 100.0 * s->clipped / n,
+                     100.0 * s->zero_blocks / n);
+    if (s->nonfinite && w >= 0 && (size_t)w < len)
+        snprintf(buf + w, len - w, " nonfinite=%llu", s->nonfinite);
+}
+
+// QuantCompare: the forward/backward disagreement of a weight, from its row-wise and column-wise fake
+// copies, both in the weight's layout, each dequantized with its own S_dec: a_i = fake_a[i] * dec_a.
+// Only meaningful without a Hadamard: with one, each copy lives in its own rotated space (rotated
+// along a different dimension), so callers skip the comparison for such specs. With 2D blocks
+// (16x16, 32x32) the copies are transposes of each other: differ == 0 and diff2 == 0 exactly (RNE;
+// SR too when both copies use the same key, since SR bits are indexed by view position).
+typedef struct {
+    double diff2;                 // sum (a - b)^2
+    double ref2;                  // sum a^2            -> relative L2 difference sqrt(diff2 / ref2)
+    unsigned long long n;         // element pairs counted (both finite), zeros included
+    unsigned long long differ;    // of those, a != b
+    unsigned long long nonfinite; // pairs with a NaN/inf on either side, counted here only
+} QuantCompare;
+
+HD void quant_compare_element(QuantCompare* s, uint16_t a_bits, float dec_a, uint16_t b_bits, float dec_b) {
+    double a = qs_mul((double)bf16_bits_to_float(a_bits), (double)dec_a);   // exact products
+    double b = qs_mul((double)bf16_bits_to_float(b_bits), (double)dec_b);
+    if (!(fabs(a) <= DBL_MAX) || !(fabs(b) <= DBL_MAX)) { s->nonfinite++; return; }
+    double d = a - b;
+    s->diff2 += qs_mul(d, d);
+    s->ref2 += qs_mul(a, a);
+    s->n++;
+    s->differ += a != b;
+}
+
+HD void quant_compare_add(QuantCompare* acc, const QuantCompare* s) {
+    acc->diff2 += s->diff2; acc->ref2 += s->ref2; acc->n += s->n; acc->differ += s->differ;
+    acc->nonfinite += s->nonfinite;
+}
+
+// Accumulate the comparison of n contiguous BF16 values into *st (the caller zeroes it).
+static inline void quant_compare_cpu(const uint16_t* a, float dec_a, const uint16_t* b, float dec_b, int64_t n,
+                                     QuantCompare* st) {
+    for (int64_t i = 0; i < n; i++) quant_compare_element(st, a[i], dec_a, b[i], dec_b);
+}
+
+// One log field: "wdiff=3.21% wrel=0.0412" (+ " nonfinite=N" when nonzero).
+static inline void quant_compare_format(const QuantCompare* s, char* buf, size_t len) {
+    int w = snprintf(buf, len, "wdiff=%.3g%% wrel=%.4g", 100.0 * s->differ / (s->n ? (double)s->n : 1.0),
+                     s->ref2 > 0 ? sqrt(s->diff2 / s->ref2) : 0.0);
+    if (s->nonfinite && w >= 0 && (size_t)w < len)
+        snprintf(buf + w, len - w, " nonfinite=%llu", s->nonfinite);
 }

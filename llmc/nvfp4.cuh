@@ -2,7 +2,7 @@
 // INT4/E1M2), with optional Hadamard rotation and stochastic rounding.
 // defines: QuantTarget, quant_target_fake(), quant_target_packed(), quant_amax_gpu(), quant_apply_gpu(),
 //          quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(), quant_amax_accumulate(),
-//          QUANT_GPU_MAX_HADAMARD
+//          quant_stats_gpu(), quant_compare_gpu(), QUANT_GPU_MAX_HADAMARD
 // The arithmetic is the HD code of fp4_formats.h / hadamard.cuh / stochastic_round.cuh, so the output is
 // bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR indices).
 //
@@ -22,6 +22,8 @@
 //   amax, scale_dec: device floats (amax kept for logging).
 // Shapes: K % L == 0, M % W == 0 (2D blocks), K % hadamard == 0, else a clear error. Hadamard sizes on the
 // GPU: up to 32 (the CPU path goes to 128). The kernels are deterministic (max is order-independent).
+// Diagnostics (not on the hot path): quant_stats_gpu (error, flushed, clipped counts of a quantization,
+// QuantStats in fp4_quant_cpu.h) and quant_compare_gpu (row-wise vs column-wise weight copies).
 #pragma once
 #include "cuda_common.cuh"
 #include "fp4_formats.h"
@@ -69,7 +71,11 @@ typedef struct {
     int n;
 } QuantTargets;
 
-enum { QMODE_AMAX = 0, QMODE_APPLY = 1 };
+enum { QMODE_AMAX = 0, QMODE_APPLY = 1, QMODE_STATS = 2 };
+
+typedef struct {
+    QuantStats* s[2];   // QMODE_STATS: one device accumulator per target
+} QuantStatsOut;
 
 // ---------------------------------------------------------------------------------------------------
 // device helpers
@@ -142,9 +148,11 @@ __device__ __forceinline__ void qt_store_tile(uint16_t (*tile)[QT_STRIDE], float
 // One target over the CTA's tile. Thread -> unit: u = tid % 64 along the operand's non-reduction dim
 // (so a warp holds 32 consecutive operand rows: 2D blocks reduce their amax with shuffles), j = tid / 64
 // the 32-chunk along the reduction dim.
+// QMODE_STATS runs the same code as QMODE_APPLY up to each element's code, then adds the element to
+// *acc (this thread's accumulator) instead of writing outputs; it does not write *T.scale_dec.
 template <int MODE>
 __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], uint16_t (*otile)[QT_STRIDE],
-                           int64_t rows, int64_t cols, int64_t r0, int64_t c0) {
+                           int64_t rows, int64_t cols, int64_t r0, int64_t c0, QuantStats* acc) {
     const QuantParams& p = T.p;
     const int u = threadIdx.x & 63, j = threadIdx.x >> 6;
     const int axis = T.axis;
@@ -176,9 +184,10 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
     if (p.block_w > 1) { m0 = qt_warp_max(m0, p.block_w); m1 = qt_warp_max(m1, p.block_w); }
 
     const float s_enc = quant_tensor_scale_enc(&p, *T.amax);
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    if (MODE == QMODE_APPLY && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
         *T.scale_dec = p.scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
-    if (!valid && !T.fake) return;
+    if (!valid && (MODE == QMODE_STATS || !T.fake)) return;
+    const float tdec = quant_tensor_scale_dec(&p, s_enc);   // QMODE_STATS only
 
     uint32_t words[4] = {0, 0, 0, 0};
     uint8_t sbits[2] = {0, 0};
@@ -206,6 +215,10 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
                 float x = v[e + q] * bs.inv;
                 uint8_t c = bs.is_nan ? 0
                           : p.rounding == QROUND_SR ? grid_round_sr(&p.grid, x, r16[q]) : grid_round_rne(&p.grid, x);
+                if (MODE == QMODE_STATS) {
+                    if (e + q < valid) quant_stats_element(acc, &p.grid, v[e + q], x, c, &bs, tdec);
+                    continue;
+                }
                 words[(e + q) >> 3] |= (uint32_t)c << (4 * ((e + q) & 7));
                 if (T.fake) {
                     uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
@@ -216,6 +229,7 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
             }
         }
     }
+    if (MODE == QMODE_STATS) return;
     if (T.codes && valid) {
         uint8_t* dst = T.codes + i * (K / 2) + kb / 2;     // 8-byte aligned: K/2 % 8 == 0, kb/2 % 16 == 0
         *(uint2*)dst = make_uint2(words[0], words[1]);
@@ -230,19 +244,75 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
     }
 }
 
+// Sum a per-thread accumulator over the CTA (shuffles, then the warps in a fixed order) and add it
+// to *out with one set of atomics. Every thread of the CTA must call it.
+__device__ __forceinline__ double qt_warp_sum(double x) {
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
+    return x;
+}
+__device__ __forceinline__ unsigned long long qt_warp_sum(unsigned long long x) {
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
+    return x;
+}
+
+__device__ void qt_stats_reduce(QuantStats a, QuantStats* out, QuantStats* red) {
+    a.err2 = qt_warp_sum(a.err2); a.src2 = qt_warp_sum(a.src2); a.n = qt_warp_sum(a.n);
+    a.flushed = qt_warp_sum(a.flushed); a.clipped = qt_warp_sum(a.clipped);
+    a.zero_blocks = qt_warp_sum(a.zero_blocks); a.nonfinite = qt_warp_sum(a.nonfinite);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        QuantStats s = red[0];
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) quant_stats_add(&s, &red[w]);
+        if (s.n) {
+            atomicAdd(&out->err2, s.err2); atomicAdd(&out->src2, s.src2); atomicAdd(&out->n, s.n);
+            if (s.flushed) atomicAdd(&out->flushed, s.flushed);
+            if (s.clipped) atomicAdd(&out->clipped, s.clipped);
+            if (s.zero_blocks) atomicAdd(&out->zero_blocks, s.zero_blocks);
+        }
+        if (s.nonfinite) atomicAdd(&out->nonfinite, s.nonfinite);
+    }
+    __syncthreads();
+}
+
+__device__ void qt_compare_reduce(QuantCompare a, QuantCompare* out, QuantCompare* red) {
+    a.diff2 = qt_warp_sum(a.diff2); a.ref2 = qt_warp_sum(a.ref2); a.n = qt_warp_sum(a.n);
+    a.differ = qt_warp_sum(a.differ); a.nonfinite = qt_warp_sum(a.nonfinite);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        QuantCompare s = red[0];
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++) quant_compare_add(&s, &red[w]);
+        if (s.n) {
+            atomicAdd(&out->diff2, s.diff2); atomicAdd(&out->ref2, s.ref2); atomicAdd(&out->n, s.n);
+            if (s.differ) atomicAdd(&out->differ, s.differ);
+        }
+        if (s.nonfinite) atomicAdd(&out->nonfinite, s.nonfinite);
+    }
+}
+
 template <int MODE>
 __global__ void __launch_bounds__(QT_THREADS) quant_tile_kernel(const floatX* __restrict__ in, int64_t rows,
                                                                  int64_t cols, int64_t ld, bool vec_in,
                                                                  const __grid_constant__ QuantTargets targets,
-                                                                 int vec_out_mask) {
+                                                                 int vec_out_mask, QuantStatsOut stats) {
     __shared__ __align__(16) uint16_t tile[QT_TILE][QT_STRIDE];
     __shared__ __align__(16) uint16_t otile[MODE == QMODE_APPLY ? QT_TILE : 1][QT_STRIDE];
+    __shared__ QuantStats red[MODE == QMODE_STATS ? QT_THREADS / 32 : 1];
     const int64_t r0 = (int64_t)blockIdx.y * QT_TILE, c0 = (int64_t)blockIdx.x * QT_TILE;
     qt_load_tile(tile, in, rows, cols, ld, r0, c0, vec_in);
     __syncthreads();
     for (int k = 0; k < targets.n; k++) {
         const QuantTarget& T = targets.t[k];
-        qt_process<MODE>(T, tile, otile, rows, cols, r0, c0);
+        if constexpr (MODE == QMODE_STATS) {
+            QuantStats acc;
+            memset(&acc, 0, sizeof(acc));
+            qt_process<MODE>(T, tile, otile, rows, cols, r0, c0, &acc);
+            qt_stats_reduce(acc, stats.s[k], red);
+            continue;
+        } else {
+            qt_process<MODE>(T, tile, otile, rows, cols, r0, c0, nullptr);
+        }
         if (MODE == QMODE_APPLY && T.fake) {
             __syncthreads();
             qt_store_tile(otile, T.fake, rows, cols, T.ld_fake, r0, c0, (vec_out_mask >> k) & 1);
@@ -301,7 +371,7 @@ static inline void quant_amax_gpu(const floatX* in, int64_t rows, int64_t cols, 
     dim3 grid((unsigned)ceil_div(cols, QT_TILE), (unsigned)ceil_div(rows, QT_TILE));
     fail_if(grid.y > 65535, "quantize_gpu: %lld rows is too many for one launch", (long long)rows);
     quant_tile_kernel<QMODE_AMAX><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
-                                                                    qt_pack_targets(t, n), 0);
+                                                                    qt_pack_targets(t, n), 0, QuantStatsOut{});
     cuda_check_last();
 }
 
@@ -315,7 +385,7 @@ static inline void quant_apply_gpu(const floatX* in, int64_t rows, int64_t cols,
     dim3 grid((unsigned)ceil_div(cols, QT_TILE), (unsigned)ceil_div(rows, QT_TILE));
     fail_if(grid.y > 65535, "quantize_gpu: %lld rows is too many for one launch", (long long)rows);
     quant_tile_kernel<QMODE_APPLY><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
-                                                                     qt_pack_targets(t, n), vec_out);
+                                                                     qt_pack_targets(t, n), vec_out, QuantStatsOut{});
     cuda_check_last();
 }
 
@@ -372,5 +442,73 @@ static inline void dequant_packed_gpu(const QuantParams* p, const uint8_t* codes
     int64_t n = rows * cols / 16;
     dequant_packed_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(*p, codes, scales, scale_dec, rows, cols,
                                                                           axis, with_tensor_scale, out, ld_out);
+    cuda_check_last();
+}
+
+// ---------------------------------------------------------------------------------------------------
+// diagnostics
+
+// Statistics of quantizing the view with each target (QuantStats, fp4_quant_cpu.h): the same kernel
+// code as quant_apply_gpu up to each element's code, so it describes exactly what the GEMM sees (the
+// rotated operand with a Hadamard; the same SR bits for the same key). Needs each target's *amax on
+// the device (from quant_amax_gpu, quantize_gpu, or a producer); derives S_dec from it and writes
+// nothing but the statistics (not even *scale_dec). stats: n device QuantStats (stats[k] for t[k]),
+// zeroed by the caller; they accumulate. One read of the input for both targets. Counts are exact
+// (and equal quant_stats_cpu's); the double sums use atomics, so their last bits depend on the order.
+static inline void quant_stats_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                   int n, QuantStats* stats, cudaStream_t stream) {
+    qt_check_targets(t, n, rows, cols, ld);
+    QuantStatsOut so;
+    memset(&so, 0, sizeof(so));
+    for (int k = 0; k < n; k++) {
+        fail_if(!stats, "quant_stats_gpu: needs a device QuantStats per target");
+        so.s[k] = stats + k;
+    }
+    dim3 grid((unsigned)ceil_div(cols, QT_TILE), (unsigned)ceil_div(rows, QT_TILE));
+    fail_if(grid.y > 65535, "quant_stats_gpu: %lld rows is too many for one launch", (long long)rows);
+    quant_tile_kernel<QMODE_STATS><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
+                                                                     qt_pack_targets(t, n), 0, so);
+    cuda_check_last();
+}
+
+#define QC_THREADS 256
+__global__ void __launch_bounds__(QC_THREADS) quant_compare_kernel(const uint16_t* __restrict__ a,
+                                                                    const float* dec_a,
+                                                                    const uint16_t* __restrict__ b,
+                                                                    const float* dec_b, int64_t n, bool vec,
+                                                                    QuantCompare* out) {
+    __shared__ QuantCompare red[QC_THREADS / 32];
+    const float da = *dec_a, db = *dec_b;
+    QuantCompare acc;
+    memset(&acc, 0, sizeof(acc));
+    const int64_t stride = (int64_t)gridDim.x * QC_THREADS * 8;
+    for (int64_t i = ((int64_t)blockIdx.x * QC_THREADS + threadIdx.x) * 8; i < n; i += stride) {
+        if (vec && i + 8 <= n) {
+            uint4 wa = *(const uint4*)(a + i), wb = *(const uint4*)(b + i);
+            const uint16_t* pa = (const uint16_t*)&wa;
+            const uint16_t* pb = (const uint16_t*)&wb;
+#pragma unroll
+            for (int e = 0; e < 8; e++) quant_compare_element(&acc, pa[e], da, pb[e], db);
+        } else {
+            for (int64_t j = i; j < i + 8 && j < n; j++) quant_compare_element(&acc, a[j], da, b[j], db);
+        }
+    }
+    qt_compare_reduce(acc, out, red);
+}
+
+// The forward/backward disagreement of a weight (QuantCompare, fp4_quant_cpu.h): a and b are its two
+// fake copies (row-wise and column-wise), n contiguous BF16 values each in the weight's layout;
+// dec_a, dec_b their device S_dec floats. Adds into *out (device, zeroed by the caller). Callers skip
+// it for specs with a Hadamard (the copies are rotated along different dimensions). Counts are exact;
+// the double sums use atomics (last bits order-dependent).
+static inline void quant_compare_gpu(const floatX* a, const float* dec_a, const floatX* b, const float* dec_b,
+                                     int64_t n, QuantCompare* out, cudaStream_t stream) {
+    fail_if(n <= 0, "quant_compare_gpu: empty tensor");
+    fail_if(!dec_a || !dec_b || !out, "quant_compare_gpu: needs device dec_a, dec_b and out");
+    bool vec = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
+    int64_t blocks = ceil_div(ceil_div(n, 8), QC_THREADS);
+    if (blocks > 2048) blocks = 2048;
+    quant_compare_kernel<<<(unsigned)blocks, QC_THREADS, 0, stream>>>((const uint16_t*)a, dec_a, (const uint16_t*)b,
+                                                                      dec_b, n, vec, out);
     cuda_check_last();
 }

@@ -433,6 +433,218 @@ static void test_mse_sanity(void) {
     }
 }
 
+// ----------------------------------------------------------------------------------------------------
+// diagnostics: quant_stats_cpu, quant_compare_cpu
+
+static QuantParams params_of(const char* spec) {
+    QuantSpec s; char err[256];
+    fail_if(quant_spec_parse(spec, &s, err, sizeof(err)), "%s", err);
+    return quant_params(&s);
+}
+
+// The statistics recomputed from quant_cpu's outputs (fake values, packed scales) and the rotated
+// operand, element by element in view order.
+static QuantStats stats_direct(const QuantParams* p, QuantView v, int axis, uint64_t key) {
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    uint16_t* fake = (uint16_t*)xmalloc(2 * v.rows * v.cols);
+    uint8_t* codes = (uint8_t*)xmalloc(M * K / 2);
+    uint8_t* scales = (uint8_t*)xmalloc(M * K / p->block_l);
+    float amax;
+    float dec = quant_cpu(p, v, axis, key, fake, v.cols, codes, scales, &amax);
+    float* t = quant_rotated_operand_cpu(p, v, axis);
+    QuantStats st;
+    memset(&st, 0, sizeof(st));
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t k = 0; k < K; k++) {
+            float x = t[i * K + k];
+            float sb = quant_packed_scale_value(p, scales[i * (K / p->block_l) + k / p->block_l]);
+            if (!(fabsf(x) <= FLT_MAX) || sb != sb) { st.nonfinite++; continue; }
+            if (x == 0.0f) continue;
+            double q = (double)bf16_bits_to_float(fake[quant_view_offset(i, k, axis, v.cols)]) * dec;
+            st.err2 += ((double)x - q) * ((double)x - q);
+            st.src2 += (double)x * x;
+            st.n++;
+            st.flushed += q == 0.0;
+            st.zero_blocks += sb == 0.0f;
+            float inv = p->scale == QSCALE_E4M3 ? fminf(1.0f / (sb * dec), FLT_MAX) : 1.0f / sb;
+            st.clipped += sb != 0.0f && fabsf(x * inv) > p->grid.maxval;
+        }
+    free(t); free(fake); free(codes); free(scales);
+    return st;
+}
+
+static int stats_equal(const QuantStats* a, const QuantStats* b, double rtol) {
+    return a->n == b->n && a->flushed == b->flushed && a->clipped == b->clipped && a->zero_blocks == b->zero_blocks &&
+           a->nonfinite == b->nonfinite && fabs(a->err2 - b->err2) <= rtol * fabs(b->err2) &&
+           fabs(a->src2 - b->src2) <= rtol * fabs(b->src2);
+}
+static void stats_print(const char* what, const QuantStats* s) {
+    char buf[160];
+    quant_stats_format(s, buf, sizeof(buf));
+    printf("  %s: n=%llu flushed=%llu clipped=%llu zero_blocks=%llu nonfinite=%llu err2=%.9g src2=%.9g (%s)\n", what,
+           s->n, s->flushed, s->clipped, s->zero_blocks, s->nonfinite, s->err2, s->src2, buf);
+}
+
+// Data with heavy tails, exact zeros, and rows scaled down by up to 2^-24 (E4M3 block scales underflow).
+static void stats_data(uint16_t* in, int R, int C) {
+    for (int r = 0; r < R; r++) {
+        double rs = (r % 7 == 3) ? ldexp(1.0, -(int)(urand() * 24)) : 1.0;
+        for (int c = 0; c < C; c++)
+            in[r * C + c] = (c % 13 == 5) ? 0 : bf16_bits_rne((float)(rs * nrand() * exp(1.5 * nrand())));
+    }
+}
+
+static void test_stats_vs_direct(void) {
+    const char* specs[] = {"nvfp4", "nvfp4,sr", "nvfp4-2d", "mxfp4", "mxfp4-ceil,sr", "mxfp4-2d", "int4",
+                           "e1m2,sr", "nvfp4,h16", "int4,h32,sr", "mxfp4,h64,seed=5"};
+    enum { R = 64, C = 128 };
+    static uint16_t in[R * C];
+    stats_data(in, R, C);
+    QuantView v = {in, R, C, C};
+    int bad = 0;
+    unsigned long long flushed = 0, clipped = 0, zb = 0;
+    for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++)
+        for (int axis = 0; axis < 2; axis++) {
+            QuantParams p = params_of(specs[si]);
+            uint64_t key = rng_key(9, 4, 2);
+            QuantStats got, want = stats_direct(&p, v, axis, key);
+            memset(&got, 0, sizeof(got));
+            quant_stats_cpu(&p, v, axis, key, &got);
+            if (!stats_equal(&got, &want, 1e-12)) {
+                printf("  %s axis %d:\n", specs[si], axis);
+                stats_print("stats ", &got);
+                stats_print("direct", &want);
+                bad++;
+            }
+            flushed += got.flushed; clipped += got.clipped; zb += got.zero_blocks;
+        }
+    CHECK(bad == 0, "quant_stats_cpu differs from the direct computation on %d spec/axis cases", bad);
+    CHECK(flushed && clipped && zb, "stats test data should exercise flushing (%llu), clipping (%llu) and zero "
+          "blocks (%llu)", flushed, clipped, zb);
+    // accumulation: two calls add up
+    QuantParams p = params_of("nvfp4");
+    QuantStats one, two;
+    memset(&one, 0, sizeof(one)); memset(&two, 0, sizeof(two));
+    quant_stats_cpu(&p, v, 1, 0, &one);
+    quant_stats_cpu(&p, v, 1, 0, &two);
+    quant_stats_cpu(&p, v, 1, 0, &two);
+    CHECK(two.n == 2 * one.n && two.flushed == 2 * one.flushed && fabs(two.err2 - 2 * one.err2) <= 1e-12 * two.err2,
+          "stats accumulate");
+    // relative error on N(0,1) agrees with the MSE of test_mse_sanity: sqrt(9.0e-3) ~ 0.095
+    static uint16_t g[256 * 256];
+    for (int i = 0; i < 256 * 256; i++) g[i] = bf16_bits_rne((float)nrand());
+    QuantView gv = {g, 256, 256, 256};
+    QuantStats gs;
+    memset(&gs, 0, sizeof(gs));
+    quant_stats_cpu(&p, gv, 1, 0, &gs);
+    double rel = sqrt(gs.err2 / gs.src2);
+    stats_print("nvfp4 N(0,1)", &gs);
+    CHECK(fabs(rel - 0.095) < 0.01 && gs.n == 256 * 256 && gs.zero_blocks == 0, "nvfp4 relerr on N(0,1) %.4f", rel);
+}
+
+// Hand-made blocks whose counts are known.
+static void test_stats_hand(void) {
+    // MXFP4 (floor), two 1x32 blocks. Row 0: an outlier 1024 (e = 8, x = 4) and 31 small values
+    // (0.5, 8, 64 -> x <= 0.25: all flush to 0). Row 1: 1792 = 1.75 * 2^10 (mantissa > 1.5: x = 7 clips
+    // to 6), 1536 (x = 6, not clipped), 27 x 128 (x = 0.5, exact), 3 zeros (not counted).
+    uint16_t in[64];
+    double small2 = 0;
+    in[0] = bf16_bits_rne(1024.0f);
+    for (int i = 1; i < 32; i++) {
+        float s = i % 3 == 0 ? 0.5f : i % 3 == 1 ? 8.0f : 64.0f;
+        in[i] = bf16_bits_rne(s);
+        small2 += (double)s * s;
+    }
+    in[32] = bf16_bits_rne(1792.0f);
+    in[33] = bf16_bits_rne(1536.0f);
+    for (int i = 34; i < 61; i++) in[i] = bf16_bits_rne(128.0f);
+    for (int i = 61; i < 64; i++) in[i] = 0;
+    QuantView v = {in, 2, 32, 32};
+    QuantParams p = params_of("mxfp4");
+    QuantStats s;
+    memset(&s, 0, sizeof(s));
+    quant_stats_cpu(&p, v, 1, 0, &s);
+    stats_print("mxfp4 hand", &s);
+    CHECK(s.n == 61 && s.flushed == 31 && s.clipped == 1 && s.zero_blocks == 0 && s.nonfinite == 0 &&
+          s.err2 == small2 + 256.0 * 256.0, "mxfp4 floor hand case");
+    // the ceil rule on the same data: nothing clips; row 1 gets e = 9, so 128 -> x = 0.25 flushes and
+    // 1792 -> x = 3.5 rounds to 4 (error 256); 1536 -> 3 exact.
+    p = params_of("mxfp4-ceil");
+    memset(&s, 0, sizeof(s));
+    quant_stats_cpu(&p, v, 1, 0, &s);
+    stats_print("mxfp4-ceil hand", &s);
+    CHECK(s.n == 61 && s.flushed == 31 + 27 && s.clipped == 0 && s.zero_blocks == 0 &&
+          s.err2 == small2 + 27 * 128.0 * 128.0 + 256.0 * 256.0, "mxfp4 ceil hand case");
+    // NVFP4, one row of three 1x16 blocks, tensor amax 1000. Block 0: 1000 and 15 x 1 (x ~ 0.006:
+    // flushed). Block 1: 16 x 1e-4: block amax * S_enc / 6 ~ 4.5e-5 is below half the smallest E4M3
+    // subnormal, so the block scale is 0 (a zero block, all 16 flushed). Block 2: 16 x 100: the E4M3
+    // block scale 44.8 rounds down to 44, so x = 100 / (44 / 2.688) = 6.11 > 6: all 16 clip.
+    uint16_t nv[48];
+    nv[0] = bf16_bits_rne(1000.0f);
+    for (int i = 1; i < 16; i++) nv[i] = bf16_bits_rne(1.0f);
+    for (int i = 16; i < 32; i++) nv[i] = bf16_bits_rne(1e-4f);
+    for (int i = 32; i < 48; i++) nv[i] = bf16_bits_rne(100.0f);
+    QuantView nvv = {nv, 1, 48, 48};
+    p = params_of("nvfp4");
+    memset(&s, 0, sizeof(s));
+    quant_stats_cpu(&p, nvv, 1, 0, &s);
+    stats_print("nvfp4 hand", &s);
+    QuantStats d = stats_direct(&p, nvv, 1, 0);
+    CHECK(s.n == 48 && s.flushed == 15 + 16 && s.zero_blocks == 16 && s.clipped == 16 &&
+          stats_equal(&s, &d, 1e-12), "nvfp4 hand case (outlier flush, zero block, E4M3 clipping)");
+    // non-finite: an inf in an MXFP4 block makes the whole block NaN (32 elements); in NVFP4 only the inf
+    // itself is excluded.
+    in[40] = 0x7F80u;
+    p = params_of("mxfp4");
+    memset(&s, 0, sizeof(s));
+    quant_stats_cpu(&p, v, 1, 0, &s);
+    CHECK(s.nonfinite == 32 && s.n == 32 && s.flushed == 31, "mxfp4 inf block: nonfinite %llu n %llu", s.nonfinite, s.n);
+    nv[20] = 0x7FC0u;
+    p = params_of("nvfp4");
+    memset(&s, 0, sizeof(s));
+    quant_stats_cpu(&p, nvv, 1, 0, &s);
+    CHECK(s.nonfinite == 1 && s.n == 47, "nvfp4 NaN element: nonfinite %llu n %llu", s.nonfinite, s.n);
+}
+
+static void test_compare(void) {
+    enum { R = 64, C = 96 };
+    static uint16_t in[R * C], f1[R * C], f0[R * C];
+    for (int i = 0; i < R * C; i++) in[i] = bf16_bits_rne((float)(nrand() * exp(2 * nrand())));
+    QuantView v = {in, R, C, C};
+    const char* specs[] = {"nvfp4-2d", "mxfp4-2d", "nvfp4-2d,sr", "int4,16x16", "nvfp4", "mxfp4", "nvfp4,sr"};
+    for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
+        QuantParams p = params_of(specs[si]);
+        uint64_t key = rng_key(2, 7, 3);
+        float d1 = quant_cpu(&p, v, 1, key, f1, C, NULL, NULL, NULL);
+        float d0 = quant_cpu(&p, v, 0, key, f0, C, NULL, NULL, NULL);
+        QuantCompare c;
+        memset(&c, 0, sizeof(c));
+        quant_compare_cpu(f1, d1, f0, d0, R * C, &c);
+        char buf[96];
+        quant_compare_format(&c, buf, sizeof(buf));
+        printf("  compare %-12s row vs col: %s\n", specs[si], buf);
+        if (p.block_w > 1) {
+            CHECK(c.n == R * C && c.differ == 0 && c.diff2 == 0.0 && c.ref2 > 0, "%s: 2D copies must agree exactly "
+                  "(%llu differ, diff2 %g)", specs[si], c.differ, c.diff2);
+        } else {
+            double diff2 = 0, ref2 = 0;
+            unsigned long long differ = 0;
+            for (int i = 0; i < R * C; i++) {
+                double a = (double)bf16_bits_to_float(f1[i]) * d1, b = (double)bf16_bits_to_float(f0[i]) * d0;
+                diff2 += (a - b) * (a - b); ref2 += a * a; differ += a != b;
+            }
+            CHECK(c.n == R * C && c.differ == differ && differ > 0 && fabs(c.diff2 - diff2) <= 1e-12 * diff2 &&
+                  fabs(c.ref2 - ref2) <= 1e-12 * ref2, "%s: compare vs direct", specs[si]);
+        }
+    }
+    QuantCompare c;
+    memset(&c, 0, sizeof(c));
+    uint16_t a[3] = {0x3F80u, 0x7FC0u, 0x4000u}, b[3] = {0x3F80u, 0x3F80u, 0x3F80u};
+    quant_compare_cpu(a, 1.0f, b, 1.0f, 3, &c);
+    CHECK(c.n == 2 && c.nonfinite == 1 && c.differ == 1 && c.diff2 == 1.0 && c.ref2 == 5.0, "compare small case");
+}
+
 int main(void) {
     run_golden();
     test_formats_exhaustive();
@@ -442,5 +654,8 @@ int main(void) {
     test_2d_transpose();
     test_shape_errors();
     test_mse_sanity();
+    test_stats_vs_direct();
+    test_stats_hand();
+    test_compare();
     return test_summary("fp4_cpu");
 }

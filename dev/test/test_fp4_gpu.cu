@@ -206,6 +206,144 @@ static void gpu_vs_cpu(const char* spec_a, int axis_a, const char* spec_b, int a
     dev_free(b); dev_free(b2);
 }
 
+// ----------------------------------------------------------------------------------------------------
+// diagnostics: quant_stats_gpu vs quant_stats_cpu, quant_compare_gpu vs quant_compare_cpu
+
+static int stats_match(const QuantStats& g, const QuantStats& c) {
+    return g.n == c.n && g.flushed == c.flushed && g.clipped == c.clipped && g.zero_blocks == c.zero_blocks &&
+           g.nonfinite == c.nonfinite && fabs(g.err2 - c.err2) <= 1e-9 * fabs(c.err2) &&
+           fabs(g.src2 - c.src2) <= 1e-9 * fabs(c.src2);
+}
+static void stats_show(const char* what, const QuantStats& s) {
+    printf("  %s: n=%llu flushed=%llu clipped=%llu zero_blocks=%llu nonfinite=%llu err2=%.12g src2=%.12g\n", what, s.n,
+           s.flushed, s.clipped, s.zero_blocks, s.nonfinite, s.err2, s.src2);
+}
+
+// data: 0 N(0,1); 1 heavy tails, exact zeros, rows scaled down by up to 2^-24 (zero blocks); 2 as 1 plus
+// an inf and a NaN. amax_only: fill the amax with quant_amax_gpu alone (the stats must not need
+// *scale_dec, and must not write it).
+static void gpu_stats_vs_cpu(const char* spec_a, int axis_a, const char* spec_b, int axis_b, int64_t rows,
+                             int64_t cols, int64_t pad, int data, int amax_only, QuantStats* total) {
+    QuantSpec sa, sb;
+    char err[256];
+    fail_if(quant_spec_parse(spec_a, &sa, err, sizeof(err)), "%s", err);
+    fail_if(spec_b && quant_spec_parse(spec_b, &sb, err, sizeof(err)), "%s", err);
+    QuantParams p[2] = {quant_params(&sa), spec_b ? quant_params(&sb) : quant_params(&sa)};
+    const int axes[2] = {axis_a, axis_b}, nt = spec_b ? 2 : 1;
+    const int64_t ld = cols + pad;
+    std::vector<uint16_t> in(rows * ld, 0x7FC0);   // padding holds NaN: must never be read
+    for (int64_t r = 0; r < rows; r++) {
+        double rs = (data && r % 7 == 3) ? ldexp(1.0, -(int)(urand() * 24)) : 1.0;
+        for (int64_t c = 0; c < cols; c++)
+            in[r * ld + c] = data == 0 ? bf16_bits_rne((float)nrand())
+                           : (c % 13 == 5) ? 0 : bf16_bits_rne((float)(rs * nrand() * exp(1.5 * nrand())));
+    }
+    if (data == 2) { in[5 * ld + 17] = 0x7F80u; in[(rows - 1) * ld + cols - 3] = 0xFFC1u; }
+    DevBuf b = dev_alloc(rows * ld, rows * cols);
+    floatX* fake2;
+    QuantStats* dstats;
+    cuda_check(cudaMalloc(&fake2, 2 * rows * ld));
+    cuda_check(cudaMalloc(&dstats, 2 * sizeof(QuantStats)));
+    cuda_check(cudaMemcpy(b.in, in.data(), 2 * rows * ld, cudaMemcpyHostToDevice));
+    uint64_t keys[2] = {rng_key(21, 8, 1), rng_key(21, 8, 2)};
+    QuantTarget t[2];
+    for (int k = 0; k < nt; k++)
+        t[k] = quant_target_fake(&p[k], axes[k], keys[k], k ? fake2 : b.fake, ld, b.scalars + 2 * k, b.scalars + 2 * k + 1);
+    const float sentinel[4] = {0.0f, 12345.0f, 0.0f, 12345.0f};
+    cuda_check(cudaMemcpy(b.scalars, sentinel, 16, cudaMemcpyHostToDevice));
+    if (amax_only) quant_amax_gpu(b.in, rows, cols, ld, t, nt, 0);
+    else quantize_gpu(b.in, rows, cols, ld, t, nt, 0);
+    cuda_check(cudaMemset(dstats, 0, 2 * sizeof(QuantStats)));
+    quant_stats_gpu(b.in, rows, cols, ld, t, nt, dstats, 0);
+    QuantStats got[2];
+    float sc[4];
+    cuda_check(cudaMemcpy(got, dstats, 2 * sizeof(QuantStats), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(sc, b.scalars, 16, cudaMemcpyDeviceToHost));
+    QuantView v = {in.data(), rows, cols, ld};
+    for (int k = 0; k < nt; k++) {
+        QuantStats want;
+        memset(&want, 0, sizeof(want));
+        quant_stats_cpu(&p[k], v, axes[k], keys[k], &want);
+        int ok = stats_match(got[k], want);
+        CHECK(ok, "quant_stats_gpu vs cpu: %s axis %d (target %d of %d) %lldx%lld ld %lld data %d%s", k ? spec_b : spec_a,
+              axes[k], k, nt, (long long)rows, (long long)cols, (long long)ld, data, amax_only ? " amax only" : "");
+        if (!ok) { stats_show("gpu", got[k]); stats_show("cpu", want); }
+        if (amax_only) CHECK(sc[2 * k + 1] == 12345.0f, "quant_stats_gpu wrote *scale_dec");
+        quant_stats_add(total, &want);
+    }
+    cudaFree(fake2); cudaFree(dstats);
+    dev_free(b);
+}
+
+static void gpu_compare(const char* spec, int64_t rows, int64_t cols) {
+    QuantSpec s;
+    char err[256];
+    fail_if(quant_spec_parse(spec, &s, err, sizeof(err)), "%s", err);
+    QuantParams p = quant_params(&s);
+    const int64_t n = rows * cols;
+    std::vector<uint16_t> in(n), f1(n), f0(n);
+    for (int64_t i = 0; i < n; i++) in[i] = bf16_bits_rne((float)(nrand() * exp(nrand())));
+    DevBuf b = dev_alloc(n, n), b2 = dev_alloc(n, n);
+    QuantCompare* dc;
+    cuda_check(cudaMalloc(&dc, 2 * sizeof(QuantCompare)));
+    cuda_check(cudaMemcpy(b.in, in.data(), 2 * n, cudaMemcpyHostToDevice));
+    uint64_t key = rng_key(5, 1, 9);   // the same key for both copies: 2D SR copies agree too
+    QuantTarget t[2] = {quant_target_fake(&p, 1, key, b.fake, cols, b.scalars, b.scalars + 1),
+                        quant_target_fake(&p, 0, key, b2.fake, cols, b2.scalars, b2.scalars + 1)};
+    quantize_gpu(b.in, rows, cols, cols, t, 2, 0);
+    cuda_check(cudaMemset(dc, 0, 2 * sizeof(QuantCompare)));
+    quant_compare_gpu(b.fake, b.scalars + 1, b2.fake, b2.scalars + 1, n, dc, 0);
+    quant_compare_gpu(b.fake + 1, b.scalars + 1, b2.fake + 1, b2.scalars + 1, n - 1, dc + 1, 0);   // unaligned
+    QuantCompare got[2];
+    float d1, d0;
+    cuda_check(cudaMemcpy(got, dc, 2 * sizeof(QuantCompare), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(f1.data(), b.fake, 2 * n, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(f0.data(), b2.fake, 2 * n, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(&d1, b.scalars + 1, 4, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(&d0, b2.scalars + 1, 4, cudaMemcpyDeviceToHost));
+    for (int u = 0; u < 2; u++) {
+        QuantCompare want;
+        memset(&want, 0, sizeof(want));
+        quant_compare_cpu(f1.data() + u, d1, f0.data() + u, d0, n - u, &want);
+        CHECK(got[u].n == want.n && got[u].differ == want.differ && got[u].nonfinite == want.nonfinite &&
+              fabs(got[u].diff2 - want.diff2) <= 1e-9 * want.diff2 && fabs(got[u].ref2 - want.ref2) <= 1e-9 * want.ref2,
+              "quant_compare_gpu vs cpu %s %lldx%lld%s: differ %llu/%llu diff2 %.12g/%.12g", spec, (long long)rows,
+              (long long)cols, u ? " (unaligned)" : "", got[u].differ, want.differ, got[u].diff2, want.diff2);
+    }
+    if (p.block_w > 1)
+        CHECK(got[0].differ == 0 && got[0].diff2 == 0.0 && got[0].n == (unsigned long long)n,
+              "%s: 2D row-wise and column-wise copies must agree exactly (%llu differ)", spec, got[0].differ);
+    else
+        CHECK(got[0].differ > 0, "%s: 1D copies should disagree somewhere", spec);
+    char buf[96];
+    quant_compare_format(&got[0], buf, sizeof(buf));
+    printf("compare %s %lldx%lld: %s\n", spec, (long long)rows, (long long)cols, buf);
+    cudaFree(dc);
+    dev_free(b); dev_free(b2);
+}
+
+static void test_diagnostics(void) {
+    const char* specs[] = {"nvfp4", "nvfp4,sr", "nvfp4-2d", "mxfp4", "mxfp4-ceil,sr", "mxfp4-2d", "int4,h16,sr",
+                           "e1m2,h32,seed=3", "nvfp4,h16", "nvfp4,1x32,h8"};
+    QuantStats total;
+    memset(&total, 0, sizeof(total));
+    for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++)
+        for (int axis = 0; axis < 2; axis++) {
+            gpu_stats_vs_cpu(specs[s], axis, NULL, 0, 1024, 768, 0, s & 1 ? 1 : 0, 0, &total);
+            gpu_stats_vs_cpu(specs[s], axis, NULL, 0, 96, 160, 8, 2, 0, &total);   // strided, odd tiles, inf/NaN
+        }
+    gpu_stats_vs_cpu("nvfp4", 1, "nvfp4,h16,sr", 0, 2048, 768, 0, 1, 0, &total);     // X row + col in one pass
+    gpu_stats_vs_cpu("nvfp4-2d", 1, "nvfp4-2d", 0, 768, 3072, 0, 1, 1, &total);      // W both copies, amax only
+    gpu_stats_vs_cpu("nvfp4,sr", 1, "nvfp4,sr,h16", 0, 480, 272, 16, 2, 1, &total);  // dY, odd sizes, strided
+    gpu_stats_vs_cpu("mxfp4-ceil,sr", 0, "mxfp4-2d,sr", 1, 320, 96, 3, 1, 0, &total); // unaligned ld
+    CHECK(total.flushed && total.clipped && total.zero_blocks && total.nonfinite,
+          "diagnostics data should exercise every counter (flushed %llu clipped %llu zero_blocks %llu nonfinite %llu)",
+          total.flushed, total.clipped, total.zero_blocks, total.nonfinite);
+    const char* cspecs[] = {"nvfp4-2d", "mxfp4-2d", "nvfp4-2d,sr", "nvfp4", "mxfp4", "nvfp4,sr"};
+    for (size_t s = 0; s < sizeof(cspecs) / sizeof(cspecs[0]); s++) gpu_compare(cspecs[s], 768, 3072);
+    gpu_compare("nvfp4-2d", 96, 160);
+}
+
 int main(void) {
     if (device_count_or_zero() == 0) {
         test_skip("fp4 gpu kernels", "no CUDA GPU on this machine");
@@ -231,5 +369,6 @@ int main(void) {
     gpu_vs_cpu("nvfp4-2d", 1, "nvfp4-2d", 0, 768, 3072, 0, 1);            // W both copies
     gpu_vs_cpu("nvfp4,sr", 1, "nvfp4,sr,h16", 0, 480, 272, 16, 1);        // dY, odd sizes, strided
     gpu_vs_cpu("mxfp4-ceil,sr", 0, "mxfp4-2d,sr", 1, 320, 96, 3, 0);      // unaligned ld
+    test_diagnostics();
     return test_summary("fp4_gpu");
 }
