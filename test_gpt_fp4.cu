@@ -100,13 +100,14 @@ static void params_to_host(GPT* m, float* out) {
 static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master, const char* label) {
     int B = d->header[8], T = d->header[9], nsteps = d->header[10];
     GPT m;
-    gpt_allocate(&m, c, B, T, fp32_master);
+    gpt_allocate(&m, c, B, T, 1);
+    gpt_allocate_optimizer(&m, fp32_master, 0, m.num_parameters);
     load_params(&m, d->params);
     OptimizerConfig o = {d->hyper[0], d->hyper[1], d->hyper[2], d->hyper[3], d->hyper[4], d->hyper[5]};
     for (int step = 0; step < nsteps; step++) {
         gpt_zero_grad(&m);
         float loss = gpt_forward(&m, d->x, d->y, B, T, 1, 1.0f / (B * T));
-        gpt_backward(&m, d->x, B, T);
+        gpt_backward(&m, d->x, B, T, 1);
         float norm = gpt_grad_norm(&m);
         // BF16 activations put ~1e-4 relative noise on the loss (a mean of B*T log-probabilities
         // whose per-token errors mostly cancel); 10 steps of parameter drift add a few times that.
@@ -159,6 +160,7 @@ int main(int argc, char** argv) {
     printf("attention backend: %s\n", attention_backend_name());
     GPT m;
     gpt_allocate(&m, &c, B, T, 1);
+    gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
     fail_if(m.num_parameters != (size_t)d.header[11], "parameter count %zu != dump's %d", m.num_parameters, d.header[11]);
     load_params(&m, d.params);
 
@@ -183,7 +185,7 @@ int main(int argc, char** argv) {
     // backward: every parameter gradient
     gpt_zero_grad(&m);
     gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
-    gpt_backward(&m, d.x, B, T);
+    gpt_backward(&m, d.x, B, T, 1);
     size_t np = m.num_parameters;
     float* grads = (float*)xmalloc(np * sizeof(float));
     float* grads2 = (float*)xmalloc(np * sizeof(float));
@@ -204,7 +206,7 @@ int main(int argc, char** argv) {
     // determinism: the same step again gives bit-identical gradients (resume depends on it)
     gpt_zero_grad(&m);
     gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
-    gpt_backward(&m, d.x, B, T);
+    gpt_backward(&m, d.x, B, T, 1);
     cuda_check(cudaMemcpy(grads2, m.grads_memory, np * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(grads, grads2, np * sizeof(float)) == 0, "gradients differ between two identical runs");
     gpt_free(&m);

@@ -723,14 +723,18 @@ static int spike_check(SpikeState* s, float z, float loss, float norm, char* why
 }
 
 // ----------------------------------------------------------------------------------------------
-// Checkpoints: model, optimizer state, data position and run state in one file (llmc/checkpoint.h
-// makes it atomic). Layout: int32 header[256], then BF16 params, FP32 master params (if any),
-// FP32 Adam m and v, DataLoaderState, SpikeState.
+// Checkpoints: model, optimizer state, data position and run state (llmc/checkpoint.h makes each file
+// atomic). The main file, ckpt_XXXXXXXX.bin, written by rank 0: int32 header[256], the recipe text,
+// BF16 params, then rank 0's optimizer state: FP32 master params (if any) and Adam m and v for the
+// parameters [opt_begin, opt_begin + opt_count), then DataLoaderState and SpikeState. With ZeRO-1
+// on N > 1 ranks, rank r > 0 writes its own optimizer shard to ckpt_XXXXXXXX.rankRRR.bin (same layout
+// without the params) before rank 0 writes the main file, so a main file means a complete checkpoint.
+// Resuming needs the same number of ranks and the same ZeRO setting (the shards would not line up).
 
 enum {
     H_MAGIC, H_VERSION, H_LAYERS, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T, H_STEP, H_ADAM_T,
     H_HAS_MASTER, H_B, H_T, H_GRAD_ACCUM, H_WORLD, H_LOADER_BYTES, H_SPIKE_BYTES, H_SEED_LO, H_SEED_HI,
-    H_RECIPE_BYTES
+    H_RECIPE_BYTES, H_ZERO, H_RANK, H_HAS_PARAMS, H_OPT_BEGIN_LO, H_OPT_BEGIN_HI, H_OPT_COUNT_LO, H_OPT_COUNT_HI
 };
 #define CKPT_HEADER_INTS 256
 #define CKPT_CHUNK (64ull << 20)
@@ -752,39 +756,62 @@ static void read_device(FILE* f, void* dev, size_t bytes, char* staging, const c
 }
 
 typedef struct {
-    int step, grad_accum, world;
+    int step, grad_accum, world, zero;
     uint64_t seed;
     DataLoaderState loader;
     SpikeState spike;
     const char* recipe;
 } RunState;
 
-static void save_checkpoint(GPT* m, const char* path, const RunState* rs) {
-    int32_t h[CKPT_HEADER_INTS] = {0};
-    const GPTConfig* c = &m->config;
-    h[H_MAGIC] = CKPT_MAGIC; h[H_VERSION] = CKPT_VERSION;
-    h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
-    h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
-    h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
-    h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
-    h[H_LOADER_BYTES] = sizeof(DataLoaderState); h[H_SPIKE_BYTES] = sizeof(SpikeState);
-    h[H_SEED_LO] = (int32_t)(rs->seed & 0xFFFFFFFFu); h[H_SEED_HI] = (int32_t)(rs->seed >> 32);
-    h[H_RECIPE_BYTES] = (int32_t)strlen(rs->recipe);
+static void checkpoint_path(char* out, size_t cap, const char* dir, int step, int rank) {
+    if (rank == 0) snprintf(out, cap, "%s/ckpt_%08d.bin", dir, step);
+    else snprintf(out, cap, "%s/ckpt_%08d.rank%03d.bin", dir, step, rank);
+}
+
+static size_t checkpoint_file_bytes(const int32_t* h, size_t num_parameters) {
+    size_t count = ((size_t)(uint32_t)h[H_OPT_COUNT_HI] << 32) | (uint32_t)h[H_OPT_COUNT_LO];
+    return sizeof(int32_t) * CKPT_HEADER_INTS + (size_t)h[H_RECIPE_BYTES] +
+           (h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0) +
+           (h[H_HAS_MASTER] ? 3 : 2) * count * sizeof(float) + (size_t)h[H_LOADER_BYTES] + (size_t)h[H_SPIKE_BYTES];
+}
+
+// Every rank calls this: the ranks that own optimizer shards write them, then rank 0 the main file.
+static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
+    int rank = m->dist ? m->dist->rank : 0;
+    int writes = rank == 0 || m->zero;
     cuda_check(cudaDeviceSynchronize());
-    char* staging = (char*)xmalloc(CKPT_CHUNK);
-    CheckpointWriter w;
-    ckpt_begin(&w, path);
-    ckpt_write(&w, h, sizeof(h));
-    ckpt_write(&w, rs->recipe, strlen(rs->recipe));
-    size_t n = m->num_parameters;
-    write_device(&w, m->params_memory, n * sizeof(floatX), staging);
-    if (m->master) write_device(&w, m->master, n * sizeof(float), staging);
-    write_device(&w, m->adam_m, n * sizeof(float), staging);
-    write_device(&w, m->adam_v, n * sizeof(float), staging);
-    ckpt_write(&w, &rs->loader, sizeof(rs->loader));
-    ckpt_write(&w, &rs->spike, sizeof(rs->spike));
-    ckpt_commit(&w);
-    free(staging);
+    if (m->dist && rank == 0) dist_barrier(m->dist);   // wait until the shard files are complete
+    if (writes) {
+        int32_t h[CKPT_HEADER_INTS] = {0};
+        const GPTConfig* c = &m->config;
+        h[H_MAGIC] = CKPT_MAGIC; h[H_VERSION] = CKPT_VERSION;
+        h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
+        h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
+        h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
+        h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
+        h[H_LOADER_BYTES] = sizeof(DataLoaderState); h[H_SPIKE_BYTES] = sizeof(SpikeState);
+        h[H_SEED_LO] = (int32_t)(rs->seed & 0xFFFFFFFFu); h[H_SEED_HI] = (int32_t)(rs->seed >> 32);
+        h[H_RECIPE_BYTES] = (int32_t)strlen(rs->recipe);
+        h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0;
+        h[H_OPT_BEGIN_LO] = (int32_t)(m->opt_begin & 0xFFFFFFFFu); h[H_OPT_BEGIN_HI] = (int32_t)(m->opt_begin >> 32);
+        h[H_OPT_COUNT_LO] = (int32_t)(m->opt_count & 0xFFFFFFFFu); h[H_OPT_COUNT_HI] = (int32_t)(m->opt_count >> 32);
+        char path[4200];
+        checkpoint_path(path, sizeof(path), dir, rs->step, rank);
+        char* staging = (char*)xmalloc(CKPT_CHUNK);
+        CheckpointWriter w;
+        ckpt_begin(&w, path);
+        ckpt_write(&w, h, sizeof(h));
+        ckpt_write(&w, rs->recipe, strlen(rs->recipe));
+        if (rank == 0) write_device(&w, m->params_memory, m->num_parameters * sizeof(floatX), staging);
+        if (m->master) write_device(&w, m->master, m->opt_count * sizeof(float), staging);
+        write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
+        write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        ckpt_write(&w, &rs->loader, sizeof(rs->loader));
+        ckpt_write(&w, &rs->spike, sizeof(rs->spike));
+        ckpt_commit(&w);
+        free(staging);
+    }
+    if (m->dist && rank != 0) dist_barrier(m->dist);
 }
 
 static void read_checkpoint_header(const char* path, int32_t h[CKPT_HEADER_INTS], GPTConfig* c) {
@@ -799,57 +826,82 @@ static void read_checkpoint_header(const char* path, int32_t h[CKPT_HEADER_INTS]
     config_check(c);
 }
 
-// Loads parameters (always) and, when rs is given, the optimizer and run state. The file's size is
-// checked first, so a truncated checkpoint is refused before anything is overwritten.
-static void load_checkpoint(GPT* m, const char* path, RunState* rs, char* recipe_out, size_t recipe_cap) {
-    int32_t h[CKPT_HEADER_INTS];
+// Opens a checkpoint file after checking its header and its size (so a truncated file is refused
+// before anything is overwritten); leaves the file positioned after the recipe text.
+static FILE* open_checkpoint(const GPT* m, const char* path, int32_t h[CKPT_HEADER_INTS], char* recipe, size_t cap) {
     GPTConfig c;
     read_checkpoint_header(path, h, &c);
     fail_if(c.num_layers != m->config.num_layers || c.channels != m->config.channels ||
             c.num_heads != m->config.num_heads || c.padded_vocab_size != m->config.padded_vocab_size ||
             c.max_seq_len != m->config.max_seq_len, "checkpoint '%s' holds a different model shape", path);
-    size_t n = m->num_parameters;
-    int has_master = h[H_HAS_MASTER];
-    size_t expect = sizeof(int32_t) * CKPT_HEADER_INTS + h[H_RECIPE_BYTES] + n * sizeof(floatX) +
-                    (has_master ? n * sizeof(float) : 0) + 2 * n * sizeof(float) + h[H_LOADER_BYTES] + h[H_SPIKE_BYTES];
+    fail_if(h[H_LOADER_BYTES] != (int)sizeof(DataLoaderState) || h[H_SPIKE_BYTES] != (int)sizeof(SpikeState),
+            "checkpoint '%s' was written by an incompatible build", path);
+    fail_if(h[H_RECIPE_BYTES] < 0 || (size_t)h[H_RECIPE_BYTES] >= cap, "checkpoint '%s': bad recipe length", path);
+    size_t expect = checkpoint_file_bytes(h, m->num_parameters);
     struct stat st;
     fail_if(stat(path, &st) != 0, "cannot stat checkpoint '%s'", path);
     fail_if((size_t)st.st_size != expect, "checkpoint '%s' is %lld bytes, expected %zu: truncated or corrupt",
             path, (long long)st.st_size, expect);
-    fail_if(h[H_LOADER_BYTES] != (int)sizeof(DataLoaderState) || h[H_SPIKE_BYTES] != (int)sizeof(SpikeState),
-            "checkpoint '%s' was written by an incompatible build", path);
     FILE* f = fopen_check(path, "rb");
     fseek(f, sizeof(int32_t) * CKPT_HEADER_INTS, SEEK_SET);
-    char recipe[1024] = {0};
-    fail_if(h[H_RECIPE_BYTES] < 0 || h[H_RECIPE_BYTES] >= (int)sizeof(recipe), "checkpoint '%s': bad recipe length", path);
+    memset(recipe, 0, cap);
     fread_check(recipe, 1, h[H_RECIPE_BYTES], f, path);
+    return f;
+}
+
+// Loads the parameters from the main file (always) and, when rs is given, this rank's optimizer
+// state and the run state. recipe_out receives the recipe the checkpoint was trained with.
+static void load_checkpoint(GPT* m, const char* path, RunState* rs, char* recipe_out, size_t recipe_cap) {
+    int32_t h[CKPT_HEADER_INTS];
+    char recipe[1024];
+    FILE* f = open_checkpoint(m, path, h, recipe, sizeof(recipe));
+    fail_if(!h[H_HAS_PARAMS], "'%s' is an optimizer shard; give the main checkpoint file", path);
     if (recipe_out) snprintf(recipe_out, recipe_cap, "%s", recipe);
     char* staging = (char*)xmalloc(CKPT_CHUNK);
-    read_device(f, m->params_memory, n * sizeof(floatX), staging, path);
-    if (has_master && m->master) {
-        read_device(f, m->master, n * sizeof(float), staging, path);
-    } else if (has_master) {
-        fseek(f, (long)(n * sizeof(float)), SEEK_CUR);  // FP32 masters not wanted: the BF16 params suffice
-    } else if (m->master) {
-        // no master in the file: start the FP32 masters from the BF16 params (exact)
-        float* hm = (float*)xmalloc(n * sizeof(float));
-        uint16_t* hp = (uint16_t*)xmalloc(n * sizeof(uint16_t));
-        cuda_check(cudaMemcpy(hp, m->params_memory, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i++) { uint32_t u = (uint32_t)hp[i] << 16; memcpy(&hm[i], &u, 4); }
-        cuda_check(cudaMemcpy(m->master, hm, n * sizeof(float), cudaMemcpyHostToDevice));
-        free(hm); free(hp);
+    read_device(f, m->params_memory, m->num_parameters * sizeof(floatX), staging, path);
+    if (!rs) {  // weights only (--init-from): a fresh optimizer
+        fclose(f);
+        free(staging);
+        gpt_init_master_from_params(m);
+        return;
     }
-    if (rs) {
-        read_device(f, m->adam_m, n * sizeof(float), staging, path);
-        read_device(f, m->adam_v, n * sizeof(float), staging, path);
-        fread_check(&rs->loader, sizeof(rs->loader), 1, f, path);
-        fread_check(&rs->spike, sizeof(rs->spike), 1, f, path);
-        rs->step = h[H_STEP];
-        rs->grad_accum = h[H_GRAD_ACCUM];
-        rs->world = h[H_WORLD];
-        rs->seed = ((uint64_t)(uint32_t)h[H_SEED_HI] << 32) | (uint32_t)h[H_SEED_LO];
-        m->adam_t = h[H_ADAM_T];
+    int rank = m->dist ? m->dist->rank : 0, world = m->dist ? m->dist->world : 1;
+    fail_if(h[H_WORLD] != world || h[H_ZERO] != m->zero,
+            "cannot resume '%s' on %d process(es) with ZeRO %s: it was written by %d process(es) with ZeRO %s. "
+            "Resume with the same number of processes and --zero setting (or use --init-from for the weights only)",
+            path, world, m->zero ? "on" : "off", h[H_WORLD], h[H_ZERO] ? "on" : "off");
+    char shard_path[4200];
+    if (rank != 0 && m->zero) {
+        fclose(f);
+        const char* slash = strrchr(path, '/');
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+        checkpoint_path(shard_path, sizeof(shard_path), dir, h[H_STEP], rank);
+        char shard_recipe[1024];
+        f = open_checkpoint(m, shard_path, h, shard_recipe, sizeof(shard_recipe));
+        path = shard_path;
+    } else if (rank != 0) {
+        // without ZeRO every rank holds the same optimizer state: read rank 0's
+        fseek(f, (long)(sizeof(int32_t) * CKPT_HEADER_INTS + h[H_RECIPE_BYTES] + m->num_parameters * sizeof(floatX)), SEEK_SET);
     }
+    size_t begin = ((size_t)(uint32_t)h[H_OPT_BEGIN_HI] << 32) | (uint32_t)h[H_OPT_BEGIN_LO];
+    size_t count = ((size_t)(uint32_t)h[H_OPT_COUNT_HI] << 32) | (uint32_t)h[H_OPT_COUNT_LO];
+    fail_if(begin != m->opt_begin || count != m->opt_count, "checkpoint '%s' holds optimizer state for "
+            "parameters [%zu, %zu), this process needs [%zu, %zu)", path, begin, begin + count, m->opt_begin,
+            m->opt_begin + m->opt_count);
+    if (h[H_HAS_MASTER] && m->master) read_device(f, m->master, count * sizeof(float), staging, path);
+    else if (h[H_HAS_MASTER]) fseek(f, (long)(count * sizeof(float)), SEEK_CUR);  // BF16 params suffice
+    else gpt_init_master_from_params(m);  // no masters saved: start them from the BF16 params (exact)
+    read_device(f, m->adam_m, count * sizeof(float), staging, path);
+    read_device(f, m->adam_v, count * sizeof(float), staging, path);
+    fread_check(&rs->loader, sizeof(rs->loader), 1, f, path);
+    fread_check(&rs->spike, sizeof(rs->spike), 1, f, path);
+    rs->step = h[H_STEP];
+    rs->grad_accum = h[H_GRAD_ACCUM];
+    rs->world = h[H_WORLD];
+    rs->zero = h[H_ZERO];
+    rs->seed = ((uint64_t)(uint32_t)h[H_SEED_HI] << 32) | (uint32_t)h[H_SEED_LO];
+    m->adam_t = h[H_ADAM_T];
     free(staging);
     fclose(f);
 }
@@ -857,6 +909,8 @@ static void load_checkpoint(GPT* m, const char* path, RunState* rs, char* recipe
 // ----------------------------------------------------------------------------------------------
 // Evaluation and samples
 
+// Mean loss over the first max_batches validation batches (all of them for 0), averaged over ranks
+// (each rank reads its own part of every batch).
 static float evaluate(GPT* m, DataLoader* val, int max_batches) {
     dataloader_reset(val);
     int n = val->num_batches < max_batches || max_batches <= 0 ? (int)val->num_batches : max_batches;
@@ -865,7 +919,8 @@ static float evaluate(GPT* m, DataLoader* val, int max_batches) {
         dataloader_next_batch(val);
         sum += gpt_forward(m, val->inputs, val->targets, val->B, val->T, 0, 0.0f);
     }
-    return (float)(sum / n);
+    int world = m->dist ? m->dist->world : 1;
+    return (float)((m->dist ? dist_sum_double(m->dist, sum) : sum) / ((double)n * world));
 }
 
 // Samples `count` tokens after <|endoftext|> at temperature 1. Each token re-runs the forward over a
@@ -929,6 +984,8 @@ typedef struct {
     float spike_z;
     int shuffle;
     float peak_tflops;
+    int zero;
+    const char* nccl_id_file;
     const char* recipe;
     const char* slot_override[NUM_SLOTS];
     int fp4_gemm[3];
@@ -955,6 +1012,8 @@ static TrainConfig default_config(void) {
     t.spike_z = 0.0f;
     t.shuffle = 1;
     t.peak_tflops = 989.0f;
+    t.zero = 1;
+    t.nccl_id_file = "";
     t.recipe = "bf16";
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
     t.fp4_gemm[0] = t.fp4_gemm[1] = t.fp4_gemm[2] = 1;
@@ -996,6 +1055,8 @@ int main(int argc, char** argv) {
         {"spike-z", 0, OPT_FLOAT, &tc.spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc.shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
+        {"zero", 0, OPT_BOOL, &tc.zero, NULL, "ZeRO-1 with several processes: shard the optimizer state, all-gather the weights (on|off)"},
+        {"nccl-id-file", 0, OPT_STRING, &tc.nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
         {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4",
          "precision recipe of the linear layers' GEMMs (see README)"},
         {"fprop-x", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_X], NULL, "override slot fprop.x: a spec like bf16, nvfp4, 'nvfp4,sr', 'mxfp4-2d,h32'"},
@@ -1027,7 +1088,10 @@ int main(int argc, char** argv) {
             "--val-every, --val-batches, --sample-every, --sample-tokens and --ckpt-every must be >= 0");
     fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
 
-    int world = 1, rank = 0;
+    fail_if(device_count_or_zero() == 0, "no CUDA GPU found: train_gpt_fp4 needs an NVIDIA GPU (the tests' CPU part runs without one)");
+    Dist dist;
+    dist_init(&dist, tc.nccl_id_file[0] ? tc.nccl_id_file : NULL);
+    int world = dist.world, rank = dist.rank;
     int B = tc.batch_size, T = tc.seq_len;
     int tokens_per_micro = B * T * world;
     if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
@@ -1036,10 +1100,9 @@ int main(int argc, char** argv) {
             tc.total_batch, tokens_per_micro);
     int grad_accum = tc.total_batch / tokens_per_micro;
 
-    fail_if(device_count_or_zero() == 0, "no CUDA GPU found: train_gpt_fp4 needs an NVIDIA GPU (the tests' CPU part runs without one)");
     cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s (compute capability %d.%d, %d SMs, %.0f GiB)\n", prop.name, prop.major, prop.minor,
+    cuda_check(cudaGetDeviceProperties(&prop, dist.device));
+    dist_printf(&dist, "device: %s (compute capability %d.%d, %d SMs, %.0f GiB)\n", prop.name, prop.major, prop.minor,
            prop.multiProcessorCount, prop.totalGlobalMem / (double)(1 << 30));
 
     make_dirs(tc.out_dir);
@@ -1075,7 +1138,15 @@ int main(int argc, char** argv) {
     matmul_init();
     attention_init();
     GPT model;
-    gpt_allocate(&model, &config, B, T, strcmp(tc.master_weights, "fp32") == 0);
+    gpt_allocate(&model, &config, B, T, world);
+    model.dist = &dist;
+    model.zero = tc.zero && world > 1;
+    size_t opt_begin = 0, opt_count = model.num_parameters;
+    if (model.zero) dist_shard_range(&dist, model.num_parameters, &opt_begin, &opt_count);
+    gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
+    if (world > 1)
+        dist_printf(&dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", world, dist_launch_name(&dist),
+                    model.zero ? "on: optimizer state sharded" : "off");
     Recipe recipe;
     recipe_preset(&recipe, tc.recipe);
     for (int i = 0; i < NUM_SLOTS; i++)
@@ -1087,11 +1158,12 @@ int main(int argc, char** argv) {
     gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed);
     static char recipe_text[1024];
     recipe_describe(&model.recipe, recipe_text, sizeof(recipe_text));
-    printf("recipe %s\n", recipe_text);
+    dist_printf(&dist, "recipe %s\n", recipe_text);
     RunState rs;
     memset(&rs, 0, sizeof(rs));
     rs.grad_accum = grad_accum;
     rs.world = world;
+    rs.zero = model.zero;
     rs.seed = (uint64_t)tc.seed;
     rs.recipe = recipe_text;
     if (resume_path[0]) {
@@ -1099,23 +1171,23 @@ int main(int argc, char** argv) {
         memset(&saved, 0, sizeof(saved));
         char saved_recipe[1024];
         load_checkpoint(&model, resume_path, &saved, saved_recipe, sizeof(saved_recipe));
-        fail_if(saved.grad_accum != grad_accum || saved.world != world,
-                "cannot resume '%s' bit for bit: it was written with gradient accumulation %d on %d process(es); "
-                "this run has %d on %d", resume_path, saved.grad_accum, saved.world, grad_accum, world);
+        fail_if(saved.grad_accum != grad_accum,
+                "cannot resume '%s' bit for bit: it was written with gradient accumulation %d; this run has %d "
+                "(keep --batch-size, --seq-len and --total-batch)", resume_path, saved.grad_accum, grad_accum);
         fail_if(saved.seed != rs.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
                 resume_path, (unsigned long long)saved.seed, tc.seed);
         if (strcmp(saved_recipe, recipe_text) != 0) {
             fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
                     "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
-            printf("resuming under a different recipe (was: %s)\n", saved_recipe);
+            dist_printf(&dist, "resuming under a different recipe (was: %s)\n", saved_recipe);
         }
         dataloader_set_state(&train_loader, &saved.loader);
         rs.step = saved.step;
         rs.spike = saved.spike;
-        printf("resumed from %s at step %d\n", resume_path, rs.step);
+        dist_printf(&dist, "resumed from %s at step %d\n", resume_path, rs.step);
     } else if (tc.init_from[0]) {
         load_checkpoint(&model, tc.init_from, NULL, NULL, 0);
-        printf("weights from %s\n", tc.init_from);
+        dist_printf(&dist, "weights from %s\n", tc.init_from);
     } else {
         gpt_init_random(&model, (uint64_t)tc.seed);
     }
@@ -1126,7 +1198,8 @@ int main(int argc, char** argv) {
     double flops_per_token = 6.0 * model.num_parameters + 12.0 * config.num_layers * config.channels * T;
 
     Logger logger;
-    logger_open(&logger, tc.out_dir, resume_path[0] != '\0');
+    memset(&logger, 0, sizeof(logger));
+    if (rank == 0) logger_open(&logger, tc.out_dir, resume_path[0] != '\0');
     char esc[4][1024];
     logger_line(&logger,
         "{\"type\":\"config\",\"model\":\"%s\",\"layers\":%d,\"heads\":%d,\"channels\":%d,\"vocab\":%d,"
@@ -1140,7 +1213,7 @@ int main(int argc, char** argv) {
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
-    printf("training: %d steps of %d tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
+    dist_printf(&dist, "training: %d steps of %d tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
            "master weights %s, recipe %s, attention: %s\n", tc.steps, tc.total_batch, B, T, grad_accum,
            grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, tc.recipe, attention_backend_name());
 
@@ -1151,14 +1224,14 @@ int main(int argc, char** argv) {
         int last = step == tc.steps - 1;
         if (have_val && (step % tc.val_every == 0 || last)) {
             float val_loss = evaluate(&model, &val_loader, tc.val_batches);
-            printf("step %d | val loss %.4f\n", step, val_loss);
+            dist_printf(&dist, "step %d | val loss %.4f\n", step, val_loss);
             logger_line(&logger, "{\"type\":\"val\",\"step\":%d,\"tokens\":%lld,\"val_loss\":%.6f}", step,
                         (long long)step * tc.total_batch, val_loss);
             fail_if(!isfinite(val_loss), "validation loss is %f at step %d; stopping (last checkpoint kept)", val_loss, step);
         }
-        if (tc.sample_every > 0 && step > 0 && step % tc.sample_every == 0 && tokenizer.init_ok) {
+        if (tc.sample_every > 0 && step > 0 && step % tc.sample_every == 0 && tokenizer.init_ok && rank == 0) {
             sample_text(&model, &tokenizer, tc.sample_tokens, (uint64_t)tc.seed, step, sample, sizeof(sample));
-            printf("step %d | sample: %s\n", step, sample);
+            dist_printf(&dist, "step %d | sample: %s\n", step, sample);
             logger_line(&logger, "{\"type\":\"sample\",\"step\":%d,\"text\":\"%s\"}", step,
                         json_escape(sample, sample_esc, sizeof(sample_esc)));
         }
@@ -1170,10 +1243,10 @@ int main(int argc, char** argv) {
         for (int micro = 0; micro < grad_accum; micro++) {
             dataloader_next_batch(&train_loader);
             loss_sum += gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1,
-                                    1.0f / (float)(B * T * grad_accum));
-            gpt_backward(&model, train_loader.inputs, B, T);
+                                    1.0f / ((float)B * T * grad_accum * world));
+            gpt_backward(&model, train_loader.inputs, B, T, micro == grad_accum - 1);
         }
-        float loss = (float)(loss_sum / grad_accum);
+        float loss = (float)((world > 1 ? dist_sum_double(&dist, loss_sum) : loss_sum) / ((double)grad_accum * world));
         float norm = gpt_grad_norm(&model);
         fail_if(!isfinite(loss) || !isfinite(norm),
                 "loss %f, gradient norm %f at step %d: training diverged; stopping without an update "
@@ -1182,7 +1255,7 @@ int main(int argc, char** argv) {
         char why[256] = "";
         int skipped = spike_check(&rs.spike, tc.spike_z, loss, norm, why, sizeof(why));
         if (skipped) {
-            printf("step %d | skipping the update: %s\n", step, why);
+            dist_printf(&dist, "step %d | skipping the update: %s\n", step, why);
             logger_line(&logger, "{\"type\":\"event\",\"step\":%d,\"event\":\"skip\",\"why\":\"%s\"}", step, why);
         } else {
             gpt_update(&model, &opt, lr, norm, step, (uint64_t)tc.seed);
@@ -1194,7 +1267,7 @@ int main(int argc, char** argv) {
         double tok_s = tc.total_batch / (ms * 1e-3);
         double mfu = tok_s * flops_per_token / (tc.peak_tflops * 1e12);
         double eta_s = (tc.steps - step - 1) * (ema_ms > 0 ? ema_ms : ms) * 1e-3;
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %dh%02dm%02ds%s\n",
+        dist_printf(&dist, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %dh%02dm%02ds%s\n",
                step + 1, tc.steps, loss, lr, norm, ms, tok_s, 100.0 * mfu, (int)(eta_s / 3600),
                (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
         logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
@@ -1205,8 +1278,8 @@ int main(int argc, char** argv) {
             rs.step = step + 1;
             rs.loader = dataloader_get_state(&train_loader);
             snprintf(ckpt_path, sizeof(ckpt_path), "%s/ckpt_%08d.bin", tc.out_dir, step + 1);
-            save_checkpoint(&model, ckpt_path, &rs);
-            printf("checkpoint: %s\n", ckpt_path);
+            save_checkpoint(&model, tc.out_dir, &rs);
+            dist_printf(&dist, "checkpoint: %s\n", ckpt_path);
             logger_line(&logger, "{\"type\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}", step + 1,
                         json_escape(ckpt_path, esc[0], sizeof(esc[0])));
         }
@@ -1219,6 +1292,7 @@ int main(int argc, char** argv) {
     gpt_free(&model);
     attention_destroy();
     matmul_destroy();
+    dist_finalize(&dist);
     dataloader_free(&train_loader);
     if (have_val) dataloader_free(&val_loader);
     tokenizer_free(&tokenizer);
