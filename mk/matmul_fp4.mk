@@ -1,0 +1,11 @@
+# matmul_fp4.mk: the native NVFP4 GEMM for compute capability 10.x (llmc/matmul_fp4.cuh, cuBLASLt) and its
+# data layout contract (llmc/matmul_fp4_layout.h).
+#   build/test_matmul_fp4       scale swizzle twin + CPU reference of the native GEMM vs dequantize-then-
+#                               multiply, for fprop / dgrad / wgrad (CPU, CI)
+#   build/test_matmul_fp4_gpu   swizzle kernel vs CPU twin on any GPU; on cc 10.x the native GEMM vs the
+#                               emulation (dequantized BF16 + matmul.cuh); skips the GEMM part elsewhere
+CPU_TESTS += build/test_matmul_fp4
+GPU_TESTS += build/test_matmul_fp4_gpu
+
+build/test_matmul_fp4: llmc/matmul_fp4_layout.h llmc/fp4_quant_cpu.h llmc/fp4_formats.h
+build/test_matmul_fp4_gpu: llmc/matmul_fp4.cuh llmc/matmul_fp4_layout.h llmc/matmul.cuh llmc/nvfp4.cuh
