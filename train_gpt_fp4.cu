@@ -29,6 +29,7 @@
 #include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
 #include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization kernels)
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
+#include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
 #include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
@@ -189,11 +190,20 @@ typedef struct {
     Recipe recipe;
     QuantParams qparams[NUM_SLOTS];
     int fp4_any;                    // some slot of some block is quantized
+    int fp4_native;                 // 1: the GEMMs run on cuBLASLt's native NVFP4 path (compute capability 10.x)
     floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
     int fp4_scratch_owned;
     float* fp4_scalars;             // device: {amax, scale_dec} per operand, then alpha
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
+    // diagnostics: per (layer, linear, slot) quantization statistics, and per (layer, linear) the
+    // forward/backward weight copy comparison; gathered only while diag_active
+    int diag_active;
+    QuantStats* diag_stats;         // device, L * NUM_LINEARS * NUM_SLOTS
+    QuantCompare* diag_compare;     // device, L * NUM_LINEARS
+    // time spent quantizing: event pairs around each quantization, summed once per step
+    cudaEvent_t* qt_events;
+    int qt_count, qt_capacity;
 } GPT;
 
 static size_t gpt_per_layer(const GPT* m, int id) {
@@ -299,6 +309,10 @@ static void gpt_free(GPT* m) {
     cudaFree(m->master);
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
+    cudaFree(m->diag_stats);
+    cudaFree(m->diag_compare);
+    for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
+    free(m->qt_events);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
@@ -389,7 +403,21 @@ static size_t fp4_scratch_elems(size_t N, size_t C) {
     return need;
 }
 
-static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed) {
+// Native NVFP4 GEMMs need every quantized GEMM to have both operands in NVFP4 (E2M1, E4M3 scales per
+// 16); returns NULL when the recipe qualifies, else why not.
+static const char* recipe_native_obstacle(const GPT* m) {
+    for (int g = 0; g < 3; g++) {
+        int qa = !quant_spec_is_bf16(&m->recipe.slot[2 * g]), qb = !quant_spec_is_bf16(&m->recipe.slot[2 * g + 1]);
+        if (!qa && !qb) continue;
+        if (qa != qb) return "a GEMM with one BF16 and one FP4 operand";
+        if (!matmul_fp4_spec_ok(&m->qparams[2 * g]) || !matmul_fp4_spec_ok(&m->qparams[2 * g + 1]))
+            return "a slot that is not NVFP4 (cuBLASLt has FP4 GEMMs only for E2M1 with E4M3 scales per 16)";
+    }
+    return NULL;
+}
+
+// gemm_mode: "auto" (native where the GPU and the recipe allow), "native" (or fail), "emulated".
+static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* gemm_mode) {
     m->recipe = *r;
     recipe_resolve_layers(&m->recipe, m->config.num_layers);
     recipe_check(&m->recipe);
@@ -399,6 +427,12 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed) {
         if (quant_spec_is_bf16(&m->recipe.slot[s])) continue;
         m->qparams[s] = quant_params(&m->recipe.slot[s]);
         m->fp4_any = m->recipe.bf16_first + m->recipe.bf16_last < m->config.num_layers;
+    }
+    m->fp4_native = 0;
+    if (m->fp4_any && strcmp(gemm_mode, "emulated") != 0) {
+        const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(m) : matmul_fp4_native_reason();
+        fail_if(obstacle && strcmp(gemm_mode, "native") == 0, "--fp4-gemm native: %s", obstacle);
+        m->fp4_native = obstacle == NULL;
     }
     if (!m->fp4_any || m->fp4_scratch) return;
     size_t need = fp4_scratch_elems((size_t)m->B * m->T, m->config.channels);
@@ -410,6 +444,30 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed) {
         m->fp4_scratch_owned = 1;
     }
     cuda_check(cudaMalloc(&m->fp4_scalars, FP4_SCALARS * sizeof(float)));
+    size_t nstats = (size_t)m->config.num_layers * NUM_LINEARS * NUM_SLOTS;
+    cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
+    cuda_check(cudaMalloc(&m->diag_compare, (size_t)m->config.num_layers * NUM_LINEARS * sizeof(QuantCompare)));
+    // at most 3 quantization calls per linear per pass (forward 2, backward 3), per micro-step
+    m->qt_capacity = 2 * 5 * NUM_LINEARS * m->config.num_layers;
+    m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
+    for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
+}
+
+// Milliseconds spent in quantization kernels since the last call (the GPU work between each pair of
+// events around a quantization). Call after the stream is synchronized.
+static float fp4_take_quant_ms(GPT* m) {
+    float total = 0.0f;
+    for (int i = 0; i + 1 < m->qt_count; i += 2) {
+        float ms = 0.0f;
+        cuda_check(cudaEventElapsedTime(&ms, m->qt_events[i], m->qt_events[i + 1]));
+        total += ms;
+    }
+    m->qt_count = 0;
+    return total;
+}
+
+static QuantStats* diag_stats_at(GPT* m, int l, int kind, Slot slot) {
+    return m->diag_stats + ((size_t)l * NUM_LINEARS + kind) * NUM_SLOTS + slot;
 }
 
 __global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }
@@ -443,7 +501,20 @@ static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t c
         out[i].ptr = dst[i];
         out[i].dec = scalars + 2 * i + 1;
     }
-    if (nt) quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
+    if (!nt) return;
+    int timed = m->qt_count + 2 <= m->qt_capacity;
+    if (timed) cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
+    quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
+    if (timed) {
+        cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
+        m->qt_count += 2;
+    }
+    if (m->diag_active) {
+        for (int i = 0, k = 0; i < n; i++) {
+            if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) continue;
+            quant_stats_gpu(src, rows, cols, cols, &t[k++], 1, diag_stats_at(m, l, kind, slots[i]), m->stream);
+        }
+    }
 }
 
 static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float* slot) {
@@ -451,6 +522,49 @@ static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float*
     scale_product_kernel<<<1, 1, 0, m->stream>>>(slot, a->dec, b->dec);
     cuda_check_last();
     return slot;
+}
+
+// The native path: packed E2M1 codes and E4M3 scales (swizzled into cuBLASLt's tile layout) carved
+// from the same scratch, in 256-byte aligned pieces.
+typedef struct {
+    const uint8_t* codes;
+    const uint8_t* scales;   // swizzled
+    const float* dec;
+} PackedOperand;
+
+static uint8_t* scratch_take(uint8_t** cursor, size_t bytes) {
+    uint8_t* p = *cursor;
+    *cursor += (size_t)ceil_div((int64_t)bytes, 256) * 256;
+    return p;
+}
+
+// Packed copies (1 or 2) of one rows x cols source for native GEMMs: slot specs must be NVFP4.
+static void quantize_packed(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind, const Slot* slots,
+                            const int* axes, int n, uint8_t** cursor, float* scalars, PackedOperand* out) {
+    QuantTarget t[2];
+    uint8_t* raw_scales[2];
+    for (int i = 0; i < n; i++) {
+        int64_t R = axes[i] ? rows : cols, K = axes[i] ? cols : rows;   // operand rows and reduction length
+        uint8_t* codes = scratch_take(cursor, (size_t)(R * K / 2));
+        raw_scales[i] = scratch_take(cursor, (size_t)(R * K / 16));
+        t[i] = quant_target_packed(&m->qparams[slots[i]], axes[i], fp4_key(m, l, kind, slots[i]), codes, raw_scales[i],
+                                   scalars + 2 * i, scalars + 2 * i + 1);
+        out[i].codes = codes;
+        out[i].dec = scalars + 2 * i + 1;
+    }
+    int timed = m->qt_count + 2 <= m->qt_capacity;
+    if (timed) cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
+    quantize_gpu(src, rows, cols, cols, t, n, m->stream);
+    for (int i = 0; i < n; i++) {
+        int64_t R = axes[i] ? rows : cols, K = axes[i] ? cols : rows;
+        uint8_t* sw = scratch_take(cursor, matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
+        fp4_swizzle_scales_gpu(sw, raw_scales[i], (int)R, (int)(K / 16), m->stream);
+        out[i].scales = sw;
+    }
+    if (timed) {
+        cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
+        m->qt_count += 2;
+    }
 }
 
 static int linear_is_fp4(const GPT* m, int l) {
@@ -464,6 +578,17 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
                            const floatX* bias, int N, int K, int OC) {
     if (!linear_is_fp4(m, l)) {
         matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+        return;
+    }
+    if (m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_FPROP_X])) {
+        uint8_t* cursor = (uint8_t*)m->fp4_scratch;
+        const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
+        const int row_wise = 1;
+        PackedOperand x, w;
+        quantize_packed(m, inp, N, K, l, kind, &sx, &row_wise, 1, &cursor, m->fp4_scalars, &x);
+        quantize_packed(m, weight, OC, K, l, kind, &sw, &row_wise, 1, &cursor, m->fp4_scalars + 2, &w);
+        matmul_fp4_alpha_gpu(m->fp4_scalars + 8, x.dec, w.dec, m->stream);
+        matmul_fp4_forward(out, x.codes, x.scales, w.codes, w.scales, bias, N, K, OC, m->fp4_scalars + 8, m->stream);
         return;
     }
     floatX* qx = m->fp4_scratch;
@@ -485,6 +610,36 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
         matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
         return;
     }
+    int native_dgrad = m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_DGRAD_DY]);
+    int native_wgrad = m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_WGRAD_DY]);
+    if (native_dgrad || native_wgrad) {
+        // native GEMMs where the recipe quantizes them, BF16 GEMMs for a GEMM the recipe leaves in BF16
+        uint8_t* cursor = (uint8_t*)m->fp4_scratch;
+        float* sc = m->fp4_scalars;
+        if (native_dgrad) {
+            const Slot dy_slot = SLOT_DGRAD_DY, w_slot = SLOT_DGRAD_W;
+            const int row_wise = 1, col_wise = 0;
+            PackedOperand dy, w;
+            quantize_packed(m, dout, N, OC, l, kind, &dy_slot, &row_wise, 1, &cursor, sc, &dy);
+            quantize_packed(m, weight, OC, K, l, kind, &w_slot, &col_wise, 1, &cursor, sc + 2, &w);
+            matmul_fp4_alpha_gpu(sc + 8, dy.dec, w.dec, m->stream);
+            matmul_fp4_dgrad(dinp, dy.codes, dy.scales, w.codes, w.scales, N, K, OC, sc + 8, m->stream);
+        } else {
+            matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
+        }
+        if (native_wgrad) {
+            const Slot dy_slot = SLOT_WGRAD_DY, x_slot = SLOT_WGRAD_X;
+            const int col_wise = 0;
+            PackedOperand dy, x;
+            quantize_packed(m, dout, N, OC, l, kind, &dy_slot, &col_wise, 1, &cursor, sc + 4, &dy);
+            quantize_packed(m, inp, N, K, l, kind, &x_slot, &col_wise, 1, &cursor, sc + 6, &x);
+            matmul_fp4_alpha_gpu(sc + 9, dy.dec, x.dec, m->stream);
+            matmul_fp4_wgrad(dweight, dy.codes, dy.scales, x.codes, x.scales, N, K, OC, sc + 9, m->stream);
+        } else {
+            matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+        }
+        return;
+    }
     floatX* q_dy_dgrad = m->fp4_scratch;
     floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * OC);
     floatX* q_x = q_dy_wgrad + align128((size_t)N * OC);
@@ -502,6 +657,21 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     quantize_operands(m, inp, N, K, l, kind, &sx, &col_wise, &q_x, sc + 6, 1, &x);
     matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
     matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
+    // diagnostics: how far the weight the forward used is from the one the backward used (seed 002's
+    // inconsistency; zero with 2D blocks). Both copies in the weight's layout; with a Hadamard they
+    // live in differently rotated spaces and are not compared.
+    const QuantSpec* fw = &m->recipe.slot[SLOT_FPROP_W];
+    const QuantSpec* dw = &m->recipe.slot[SLOT_DGRAD_W];
+    if (m->diag_active && !quant_spec_is_bf16(fw) && !quant_spec_is_bf16(dw) && !fw->hadamard && !dw->hadamard) {
+        const int row_wise = 1;
+        const Slot fslot = SLOT_FPROP_W;
+        Operand wf;
+        m->diag_active = 0;  // this copy is already counted in fprop.w's statistics
+        quantize_operands(m, weight, OC, K, l, kind, &fslot, &row_wise, &q_dy_dgrad, sc + 10, 1, &wf);
+        m->diag_active = 1;
+        quant_compare_gpu(w.ptr, w.dec, wf.ptr, wf.dec, (int64_t)OC * K,
+                          m->diag_compare + (size_t)l * NUM_LINEARS + kind, m->stream);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -720,6 +890,50 @@ static int spike_check(SpikeState* s, float z, float loss, float norm, char* why
         s->count++;
     }
     return spike;
+}
+
+// ----------------------------------------------------------------------------------------------
+// FP4 diagnostics: the statistics linear_forward/linear_backward gather during one step, written to
+// the log as one {"type":"quant"} line per layer and linear (scripts/quant_table.py prints them).
+
+static void diag_begin(GPT* m) {
+    size_t n = (size_t)m->config.num_layers * NUM_LINEARS;
+    cuda_check(cudaMemsetAsync(m->diag_stats, 0, n * NUM_SLOTS * sizeof(QuantStats), m->stream));
+    cuda_check(cudaMemsetAsync(m->diag_compare, 0, n * sizeof(QuantCompare), m->stream));
+    m->diag_active = 1;
+}
+
+static void diag_end(GPT* m, Logger* lg, int step) {
+    m->diag_active = 0;
+    int L = m->config.num_layers;
+    size_t n = (size_t)L * NUM_LINEARS;
+    QuantStats* st = (QuantStats*)xmalloc(n * NUM_SLOTS * sizeof(QuantStats));
+    QuantCompare* cmp = (QuantCompare*)xmalloc(n * sizeof(QuantCompare));
+    cuda_check(cudaMemcpy(st, m->diag_stats, n * NUM_SLOTS * sizeof(QuantStats), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(cmp, m->diag_compare, n * sizeof(QuantCompare), cudaMemcpyDeviceToHost));
+    for (int l = 0; l < L; l++) {
+        if (!recipe_layer_is_fp4(&m->recipe, l, L)) continue;
+        for (int k = 0; k < NUM_LINEARS; k++) {
+            char line[4096];
+            int o = snprintf(line, sizeof(line), "{\"type\":\"quant\",\"step\":%d,\"layer\":%d,\"linear\":\"%s\"",
+                             step, l, LINEAR_NAMES[k]);
+            for (int sl = 0; sl < NUM_SLOTS; sl++) {
+                const QuantStats* q = &st[((size_t)l * NUM_LINEARS + k) * NUM_SLOTS + sl];
+                if (q->n == 0) continue;
+                o += snprintf(line + o, sizeof(line) - o, ",\"%s\":{\"relerr\":%.5f,\"flushed\":%.5f,\"clipped\":%.5f}",
+                              SLOT_NAMES[sl], q->src2 > 0 ? sqrt(q->err2 / q->src2) : 0.0,
+                              (double)q->flushed / q->n, (double)q->clipped / q->n);
+            }
+            const QuantCompare* c = &cmp[(size_t)l * NUM_LINEARS + k];
+            if (c->n > 0)
+                o += snprintf(line + o, sizeof(line) - o, ",\"w_fwd_bwd\":{\"differ\":%.5f,\"rel\":%.5f}",
+                              (double)c->differ / c->n, c->ref2 > 0 ? sqrt(c->diff2 / c->ref2) : 0.0);
+            snprintf(line + o, sizeof(line) - o, "}");
+            logger_line(lg, "%s", line);
+        }
+    }
+    free(st);
+    free(cmp);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -986,6 +1200,8 @@ typedef struct {
     float peak_tflops;
     int zero;
     const char* nccl_id_file;
+    int diag_every;
+    const char* fp4_gemm_mode;
     const char* recipe;
     const char* slot_override[NUM_SLOTS];
     int fp4_gemm[3];
@@ -1013,6 +1229,8 @@ static TrainConfig default_config(void) {
     t.shuffle = 1;
     t.peak_tflops = 989.0f;
     t.zero = 1;
+    t.diag_every = 50;
+    t.fp4_gemm_mode = "auto";
     t.nccl_id_file = "";
     t.recipe = "bf16";
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
@@ -1070,6 +1288,8 @@ int main(int argc, char** argv) {
         {"fp4-wgrad", 0, OPT_BOOL, &tc.fp4_gemm[2], NULL, "off: the weight-gradient GEMM stays BF16 (on|off)"},
         {"bf16-first-layers", 0, OPT_INT, &tc.bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc.bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
+        {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x only), exact BF16 emulation, or auto"},
+        {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
     };
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
@@ -1155,10 +1375,13 @@ int main(int argc, char** argv) {
         if (!tc.fp4_gemm[g]) recipe_disable_gemm(&recipe, g);
     if (tc.bf16_first_layers >= 0) recipe.bf16_first = tc.bf16_first_layers;
     if (tc.bf16_last_layers >= 0) recipe.bf16_last = tc.bf16_last_layers;
-    gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed);
+    gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
     static char recipe_text[1024];
     recipe_describe(&model.recipe, recipe_text, sizeof(recipe_text));
     dist_printf(&dist, "recipe %s\n", recipe_text);
+    if (model.fp4_any)
+        dist_printf(&dist, "FP4 GEMMs: %s\n", model.fp4_native ? "native NVFP4 (cuBLASLt, Blackwell)"
+                                                                : "exact emulation (BF16 tensor cores, tensor scales in alpha)");
     RunState rs;
     memset(&rs, 0, sizeof(rs));
     rs.grad_accum = grad_accum;
@@ -1238,9 +1461,13 @@ int main(int argc, char** argv) {
 
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
+        int diag = model.fp4_any && tc.diag_every > 0 && (step % tc.diag_every == 0 || last);
+        if (diag) diag_begin(&model);
         gpt_zero_grad(&model);
+        model.fp4_step = step;
         double loss_sum = 0.0;
         for (int micro = 0; micro < grad_accum; micro++) {
+            model.fp4_micro = micro;
             dataloader_next_batch(&train_loader);
             loss_sum += gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1,
                                     1.0f / ((float)B * T * grad_accum * world));
@@ -1263,6 +1490,9 @@ int main(int argc, char** argv) {
         cuda_check(cudaStreamSynchronize(model.stream));
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        double quant_ms = model.fp4_any ? fp4_take_quant_ms(&model) : 0.0;
+        double comm_ms = dist_take_comm_ms(&dist);
+        if (diag) diag_end(&model, &logger, step + 1);
         if (step > rs.step) ema_ms = ema_ms == 0.0 ? ms : 0.9 * ema_ms + 0.1 * ms;  // the first step builds plans
         double tok_s = tc.total_batch / (ms * 1e-3);
         double mfu = tok_s * flops_per_token / (tc.peak_tflops * 1e12);
@@ -1271,8 +1501,9 @@ int main(int argc, char** argv) {
                step + 1, tc.steps, loss, lr, norm, ms, tok_s, 100.0 * mfu, (int)(eta_s / 3600),
                (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
         logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
-                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1,
-                    (long long)(step + 1) * tc.total_batch, loss, lr, norm, ms, tok_s, mfu, skipped);
+                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"quant_ms\":%.3f,\"comm_ms\":%.3f,\"tok_per_s\":%.1f,\"mfu\":%.4f,"
+                    "\"skipped\":%d}", step + 1, (long long)(step + 1) * tc.total_batch, loss, lr, norm, ms, quant_ms,
+                    comm_ms, tok_s, mfu, skipped);
 
         if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
             rs.step = step + 1;
@@ -1291,6 +1522,7 @@ int main(int argc, char** argv) {
     logger_close(&logger);
     gpt_free(&model);
     attention_destroy();
+    matmul_fp4_destroy();
     matmul_destroy();
     dist_finalize(&dist);
     dataloader_free(&train_loader);
