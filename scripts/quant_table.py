@@ -24,15 +24,17 @@ def main():
     if not rows:
         sys.exit(f"no diagnostics at step {step}; steps with diagnostics: {steps}")
     if a.mean:
-        acc = defaultdict(lambda: defaultdict(list))
+        groups = defaultdict(list)
         for d in rows:
-            for k, v in d.items():
-                if isinstance(v, dict):
-                    for m, x in v.items():
-                        acc[d["linear"]][(k, m)].append(x)
-        rows = [{"layer": "mean", "linear": lin,
-                 **{k: {m: sum(v) / len(v) for (kk, m), v in vals.items() if kk == k} for (k, _) in vals}}
-                for lin, vals in acc.items()]
+            groups[d["linear"]].append(d)
+        rows = []
+        for lin, ds in groups.items():
+            r = {"layer": "mean", "linear": lin}
+            for k in SLOTS + ["w_fwd_bwd"]:
+                vals = [d[k] for d in ds if k in d]
+                if vals:
+                    r[k] = {m: sum(v[m] for v in vals) / len(vals) for m in vals[0]}
+            rows.append(r)
     print(f"step {step}: relative error / flushed % / clipped %   (w fwd/bwd: elements differing %, relative difference)")
     header = f"{'layer':>5} {'linear':<8}" + "".join(f"{s:>22}" for s in SLOTS) + f"{'w fwd/bwd':>18}"
     print(header)
