@@ -13,7 +13,15 @@ The script initializes from a seed, runs forward/backward once (logits, loss, gr
 
   int32   header[256]   [0]=20261129 magic, [1]=1 version, [2]=L, [3]=NH, [4]=C, [5]=V, [6]=Vp,
                         [7]=maxT, [8]=B, [9]=T, [10]=nsteps, [11]=num_parameters, [12]=seed,
-                        [13]=compute dtype (32 or 64, informational); rest 0
+                        [13]=compute dtype (32 or 64, informational),
+                        [14]=quantization seed seed_q (SR keys; what the C test passes to gpt_set_recipe),
+                        [15]=recipe index in llmc/recipe.h RECIPE_PRESETS (0 bf16, 1 nvfp4,
+                             2 nvfp4-naive, 3 mxfp4, 4 mxfp4-2d, 5 ufp4),
+                        [16]=bf16_first, [17]=bf16_last (resolved block counts kept in BF16),
+                        [18]=number of transformer blocks that run quantized GEMMs (0 for bf16),
+                        [32..63]  recipe name, ASCII, NUL padded (128 bytes),
+                        [64+8s..71+8s] slot s spec string (32 bytes, NUL padded), s = 0..5 in the order
+                             fprop.x fprop.w dgrad.dy dgrad.w wgrad.dy wgrad.x; rest 0
   float32 hyper[16]     [0]=lr, [1]=beta1, [2]=beta2, [3]=eps, [4]=weight_decay, [5]=grad_clip; rest 0
   float32 params[num_parameters]        initial
   int32   x[B*T], int32 y[B*T]
@@ -42,6 +50,36 @@ AdamW is written out by hand (no torch.optim) so the semantics are explicit:
 Caveat for comparisons: where a gradient is tiny, mhat/sqrt(vhat) is about sign(g), so an element
 whose gradient is at rounding-noise level can move by up to ~lr per step in either direction.
 Compare params_after with a tolerance of a few lr on such elements, or weight errors by |g|.
+
+FP4 recipes (--recipe NAME, llmc/recipe.h presets; --recipe all writes every dump, see below).
+Each transformer linear (layer l, kind k: qkv 0, attproj 1, fc 2, fcproj 3) of a block that is FP4
+under the recipe (fp4_any and bf16_first <= l < L - bf16_last, the per-62 rule of recipe.h) runs
+the three GEMMs of train_gpt_fp4.cu linear_forward / linear_backward on quantized operands:
+  fprop: out = Q(X, fprop.x, axis 1) @ Q(W, fprop.w, axis 1)^T + b
+  dgrad: dX  = Q(dY, dgrad.dy, axis 1) @ Q(W, dgrad.w, axis 0)
+  wgrad: dW  = Q(dY, wgrad.dy, axis 0)^T @ Q(X, wgrad.x, axis 0)        db = column sums of dY
+where Q(A, slot, axis) = fake * scale_dec of dev/fp4_ref.py's quantizer (fake = code * block scale,
+BF16; in the rotated space when the slot has a Hadamard; the product of the two operands' scale_dec is
+the GEMM's alpha in the C program) applied to A rounded to BF16 (float64 -> float32 -> BF16 RNE,
+as the C program holds BF16 activations, gradients and weights). Axis 1 = blocks along the
+contiguous (column) dimension of the row-major view, axis 0 = along rows. The GEMMs themselves,
+the bias, db (from the unrounded dY) and everything outside the linears are float64 autograd.
+A BF16 slot is not quantized and passes its tensor through in the reference precision (no BF16
+rounding), so the bf16 recipe and BF16 slots are exactly the plain reference. SR keys:
+  key = rng_key(seed_q, step, ((micro * L + l) * 4 + k) * 6 + slot), micro = 0,
+  step = 0-based optimizer step (0 for logits/loss/grads and the first update, then 1..nsteps-1),
+  SR element index = r * cols + c of the (rotated) row-major view, as dev/fp4_ref.py.
+The quantizer used here (quantize_fast) is a block-vectorized copy of fp4_ref.quantize and is
+checked bit for bit against it by --self-test (golden cases, every recipe slot) and, on every
+quantizer call of a run, by --check-quant. Finite-difference checks do not apply to quantized models
+(the quantized loss is piecewise constant in the operands); read_dump.py instead recomputes the
+quantized forward in numpy with fp4_ref.quantize itself.
+
+Regenerate every committed dump (bf16 -> gpt_ref.bin, nvfp4 mxfp4-2d ufp4 -> gpt_ref_<recipe>.bin; it also
+trains nvfp4-naive and mxfp4 and prints every recipe's loss gap to bf16; about a minute on a CPU):
+  python3 dev/ref/gpt_ref.py --recipe all
+nvfp4-naive and mxfp4 dumps are not committed (size); write one with --recipe nvfp4-naive (or mxfp4).
+Check the FP4 machinery: python3 dev/ref/gpt_ref.py --self-test   (read_dump.py checks any dump)
 """
 import argparse
 import math
@@ -53,6 +91,9 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fp4_ref as F  # noqa: E402  (dev/fp4_ref.py: the numpy FP4 quantizer reference)
 
 MAGIC = 20261129
 VERSION = 1
@@ -118,7 +159,200 @@ def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(p, x, cfg):
+# ---------------------------------------------------------------------------------------------------
+# FP4 recipes: llmc/recipe.h RECIPE_PRESETS, in its order (the index is header word [15]).
+
+SLOT_NAMES = ["fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x"]
+NUM_LINEARS, NUM_SLOTS = 4, 6
+# (name, slot spec strings, bf16_first_per62, bf16_last_per62)
+RECIPE_PRESETS = [
+    ("bf16", ["bf16", "bf16", "bf16", "bf16", "bf16", "bf16"], 0, 0),
+    ("nvfp4", ["nvfp4", "nvfp4-2d", "nvfp4,sr", "nvfp4-2d", "nvfp4,sr,h16,fixed", "nvfp4,h16,fixed"], 2, 8),
+    ("nvfp4-naive", ["nvfp4", "nvfp4", "nvfp4", "nvfp4", "nvfp4", "nvfp4"], 0, 0),
+    ("mxfp4", ["mxfp4", "mxfp4", "mxfp4", "mxfp4", "mxfp4", "mxfp4"], 0, 0),
+    ("mxfp4-2d", ["mxfp4-ceil", "mxfp4-2d", "mxfp4-2d,sr", "mxfp4-2d", "mxfp4-2d,sr", "mxfp4-ceil,sr"], 0, 0),
+    ("ufp4", ["int4,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1",
+              "int4,h16,seed=1"], 0, 0),
+]
+RECIPE_NAMES = [r[0] for r in RECIPE_PRESETS]
+# The dumps kept in the repository (~2.2 MB each; all six would exceed the ~10 MB budget). --recipe all
+# still trains every preset (for the loss-gap table) but writes only these; --recipe NAME writes any one.
+DUMPED_RECIPES = ["bf16", "nvfp4", "mxfp4-2d", "ufp4"]
+
+
+def parse_slot(text):
+    """None for a BF16 slot (not quantized), else fp4_ref's parsed spec dict (plus its text)."""
+    if text == "bf16" or text.split(",")[0] == "bf16" or "bf16" in text.split(","):
+        return None
+    sp = F.parse_spec(text)
+    sp["text"] = text
+    sp["mask"] = F.sign_mask(sp)
+    return sp
+
+
+def make_recipe(name, L, slots=None, bf16_first=-1, bf16_last=-1):
+    """Resolves a preset as gpt_set_recipe does (recipe_resolve_layers, recipe_check, fp4_any)."""
+    idx = RECIPE_NAMES.index(name) if name in RECIPE_NAMES else -1
+    texts = list(slots) if slots is not None else list(RECIPE_PRESETS[idx][1])
+    f62, l62 = (RECIPE_PRESETS[idx][2], RECIPE_PRESETS[idx][3]) if idx >= 0 else (0, 0)
+    first = bf16_first if bf16_first >= 0 else int(math.floor(f62 * L / 62.0 + 0.5))
+    last = bf16_last if bf16_last >= 0 else int(math.floor(l62 * L / 62.0 + 0.5))
+    assert first + last <= L
+    specs = [parse_slot(t) for t in texts]
+    for g in range(3):  # recipe_check: both operands of a GEMM use the same Hadamard
+        a, b = specs[2 * g], specs[2 * g + 1]
+        ha, hb = (a["hadamard"] if a else 0), (b["hadamard"] if b else 0)
+        assert ha == hb and (not ha or (a["signs"], a["seed"]) == (b["signs"], b["seed"])), \
+            f"recipe {name}: operands of GEMM {g} use different Hadamards"
+    fp4_any = any(s is not None for s in specs) and first + last < L
+    layers = [fp4_any and first <= l < L - last for l in range(L)]
+    return dict(name=name, index=idx, texts=texts, specs=specs, bf16_first=first, bf16_last=last,
+                fp4_any=fp4_any, layers=layers)
+
+
+def quantize_fast(sp, x, axis, key):
+    """fp4_ref.quantize, vectorized over blocks (same arithmetic, checked bit for bit against it).
+    x: float32 (rows, cols), BF16-representable. Returns (fake BF16 bits in the view layout, scale_dec)."""
+    grid, W, Lb, n = sp["grid"], sp["w"], sp["l"], sp["hadamard"]
+    maxval = np.float32(F.GRIDS[grid][-1])
+    FMAX = np.float32(3.4028235e38)
+    rows, cols = x.shape
+    T = np.ascontiguousarray(x if axis == 1 else x.T, dtype=np.float32)   # operand M x K, K = reduction
+    M, K = T.shape
+    assert K % Lb == 0 and M % W == 0 and (n == 0 or K % n == 0), (sp["text"], rows, cols, axis)
+    if n:
+        T = F.round_bf16(F.hadamard_f32(T.reshape(M, K // n, n), n, sp["mask"]).reshape(M, K))
+    amax = F.amax_nan(T)
+    if sp["scale"] == "e4m3":
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            s_enc = np.fmin(np.float32(maxval * np.float32(448)) / amax, FMAX)
+        if amax == 0 or s_enc == 0:
+            s_enc = np.float32(1)
+        s_enc = np.float32(s_enc)
+        s_dec_t = np.float32(np.float32(1) / s_enc)
+    else:
+        s_enc = s_dec_t = np.float32(1)
+    Mb, Kb = M // W, K // Lb
+    Tb = T.reshape(Mb, W, Kb, Lb).transpose(0, 2, 1, 3)                   # (Mb, Kb, W, L)
+    bamax = np.abs(Tb).max(axis=(2, 3)).astype(np.float32)                # NaN propagates, as amax_nan
+    nan_block = np.zeros((Mb, Kb), dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        if sp["scale"] == "e4m3":
+            mult = np.float32(s_enc * np.float32(np.float32(1) / maxval))
+            sdec, _ = F.e4m3_rne_satfinite(np.fmin((bamax * mult).astype(np.float32), FMAX))
+            sdec = sdec.astype(np.float32)
+            inv = np.fmin(np.float32(1) / (sdec * s_dec_t).astype(np.float32), FMAX).astype(np.float32)
+        else:
+            nan_block = ~np.isfinite(bamax)
+            b64 = np.where(nan_block, 1.0, bamax.astype(np.float64))
+            _, ex = np.frexp(b64)
+            _, exm = np.frexp(np.float64(maxval))
+            e = (ex.astype(np.int64) - 1) - (int(exm) - 1)
+            if sp["scale"] == "e8m0ceil":
+                e = e + (np.ldexp(np.float64(maxval), e) < b64)
+            e = np.where(b64 == 0, -127, np.clip(e, -127, 127))
+            sdec = np.ldexp(np.float32(1), e).astype(np.float32)
+            inv = np.ldexp(np.float32(1), -e).astype(np.float32)
+            sdec = np.where(nan_block, np.float32(np.nan), sdec).astype(np.float32)
+            inv = np.where(nan_block, np.float32(0), inv).astype(np.float32)
+        v = (Tb * inv[:, :, None, None]).astype(np.float32)
+    if sp["rounding"] == "sr":
+        ii = np.arange(M, dtype=np.uint64)[:, None]
+        kk = np.arange(K, dtype=np.uint64)[None, :]
+        idx = (ii * np.uint64(cols) + kk) if axis == 1 else (kk * np.uint64(cols) + ii)
+        idx = idx.reshape(Mb, W, Kb, Lb).transpose(0, 2, 1, 3)
+        c = F.grid_sr(grid, v, F.sr_bits16(key, idx))
+    else:
+        c = F.grid_rne(grid, v)
+    with np.errstate(over="ignore", invalid="ignore"):
+        fk = F.bf16_rne_bits(F.code_value(grid, c) * sdec[:, :, None, None])
+    fk = np.where(nan_block[:, :, None, None], np.uint16(0x7FC0), fk).astype(np.uint16)
+    fake = fk.transpose(0, 2, 1, 3).reshape(M, K)
+    if axis == 0:
+        fake = fake.T
+    return np.ascontiguousarray(fake), np.float32(s_dec_t)
+
+
+def to_bf16_f32(t):
+    """A float64 torch tensor as the BF16 tensor the C program holds: float64 -> float32 -> BF16 RNE."""
+    return F.round_bf16(t.detach().cpu().numpy().astype(np.float32))
+
+
+class QuantState:
+    """What the quantized linears need besides their tensors: the recipe, seed_q, the step and micro."""
+
+    def __init__(self, recipe, seed_q, L, check=False):
+        self.recipe, self.seed_q, self.L, self.check = recipe, seed_q, L, check
+        self.step, self.micro = 0, 0
+        self.calls = self.checked = 0
+
+    def tensor_id(self, l, kind, slot):
+        return ((self.micro * self.L + l) * NUM_LINEARS + kind) * NUM_SLOTS + slot
+
+    def operand(self, t2d, l, kind, slot, axis):
+        """Q(t2d, slot, axis) as float64: the dequantized operand the GEMM multiplies."""
+        sp = self.recipe["specs"][slot]
+        if sp is None:
+            return t2d  # BF16 slot: passes through (reference precision)
+        x = to_bf16_f32(t2d)
+        key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, slot)))
+        fake, sdec = quantize_fast(sp, x, axis, key)
+        self.calls += 1
+        if self.check:
+            r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key)
+            assert np.array_equal(r["fake"], fake) and r["scale_dec"].tobytes() == sdec.tobytes(), \
+                f"quantize_fast != fp4_ref.quantize: {sp['text']} l={l} kind={kind} slot={slot}"
+            self.checked += 1
+        q = F.bf16_to_f32(fake).astype(np.float64) * np.float64(sdec)  # exact: 8 x 24 significant bits
+        return torch.from_numpy(q).to(t2d.device)
+
+
+class QLinear(torch.autograd.Function):
+    """out = Q(X) Q(W)^T + b with the backward of train_gpt_fp4.cu linear_backward (three quantized GEMMs)."""
+
+    @staticmethod
+    def forward(ctx, a, w, b, st, l, kind):
+        ctx.st, ctx.l, ctx.kind = st, l, kind
+        ctx.save_for_backward(a, w)
+        K = a.shape[-1]
+        a2 = a.reshape(-1, K)
+        xq = st.operand(a2, l, kind, 0, 1)
+        wq = st.operand(w, l, kind, 1, 1)
+        return (xq @ wq.T).view(*a.shape[:-1], w.shape[0]) + b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, w = ctx.saved_tensors
+        st, l, kind = ctx.st, ctx.l, ctx.kind
+        K, OC = a.shape[-1], w.shape[0]
+        a2, g2 = a.reshape(-1, K), g.reshape(-1, OC)
+        dy_d = st.operand(g2, l, kind, 2, 1)
+        w_d = st.operand(w, l, kind, 3, 0)
+        dy_w = st.operand(g2, l, kind, 4, 0)
+        x_w = st.operand(a2, l, kind, 5, 0)
+        da = (dy_d @ w_d).view(a.shape)
+        dw = dy_w.t() @ x_w           # the form autograd uses for a @ w.T, so BF16 slots match it exactly
+        db = g.sum(tuple(range(g.dim() - 1)))
+        return da, dw, db, None, None, None
+
+
+def make_linear(st):
+    """The `lin` hook for forward(): quantized GEMMs in the recipe's FP4 blocks, plain elsewhere."""
+    if st is None:
+        return plain_linear
+
+    def lin(a, w, b, l, kind):
+        if not st.recipe["layers"][l]:
+            return plain_linear(a, w, b, l, kind)
+        return QLinear.apply(a, w, b, st, l, kind)
+    return lin
+
+
+def plain_linear(a, w, b, l, kind):
+    return a @ w.T + b
+
+
+def forward(p, x, cfg, lin=plain_linear):
     """Returns logits (B,T,V) with the padded vocabulary columns removed."""
     L, NH, C, V = cfg["L"], cfg["NH"], cfg["C"], cfg["V"]
     B, T = x.shape
@@ -128,7 +362,7 @@ def forward(p, x, cfg):
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     for l in range(L):
         a = layernorm(h, p["ln1w"][l], p["ln1b"][l])
-        qkv = a @ p["qkvw"][l].T + p["qkvb"][l]  # (B,T,3C): q | k | v
+        qkv = lin(a, p["qkvw"][l], p["qkvb"][l], l, 0)  # (B,T,3C): q | k | v
         q, k, v = qkv.split(C, dim=-1)
         # heads are contiguous chunks of HS channels within q, k and v
         q = q.view(B, T, NH, HS).transpose(1, 2)  # (B,NH,T,HS)
@@ -137,10 +371,10 @@ def forward(p, x, cfg):
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
-        h = h + (y @ p["attprojw"][l].T + p["attprojb"][l])
+        h = h + lin(y, p["attprojw"][l], p["attprojb"][l], l, 1)
         a = layernorm(h, p["ln2w"][l], p["ln2b"][l])
-        f = gelu_tanh(a @ p["fcw"][l].T + p["fcb"][l])
-        h = h + (f @ p["fcprojw"][l].T + p["fcprojb"][l])
+        f = gelu_tanh(lin(a, p["fcw"][l], p["fcb"][l], l, 2))
+        h = h + lin(f, p["fcprojw"][l], p["fcprojb"][l], l, 3)
     h = layernorm(h, p["lnfw"], p["lnfb"])
     logits = h @ p["wte"].T  # (B,T,Vp), tied head
     return logits[..., :V]
@@ -151,10 +385,10 @@ def loss_fn(logits, y):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="mean")
 
 
-def forward_backward(p, x, y, cfg):
+def forward_backward(p, x, y, cfg, lin=plain_linear):
     for t in p.values():
         t.grad = None
-    logits = forward(p, x, cfg)
+    logits = forward(p, x, cfg, lin)
     loss = loss_fn(logits, y)
     loss.backward()
     return logits.detach(), loss.detach(), {k: t.grad.detach().clone() for k, t in p.items()}
@@ -193,10 +427,188 @@ def setup_determinism(device):
     torch.set_float32_matmul_precision("highest")
 
 
+def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None):
+    """Forward/backward at the initial params, then nsteps AdamW steps; st: QuantState or None (plain)."""
+    lin = make_linear(st)
+    p = {k: t.to(dev, dtype).requires_grad_(True) for k, t in p0.items()}
+    xd, yd = x.to(dev), y.to(dev)
+    m = {k: torch.zeros_like(t) for k, t in p.items()}
+    v = {k: torch.zeros_like(t) for k, t in p.items()}
+    step_losses, grad_norms, clipped = [], [], []
+    logits0 = loss0 = grads0 = None
+    for t in range(1, cfg["nsteps"] + 1):
+        if st is not None:
+            st.step = t - 1  # the C program's 0-based optimizer step, the SR keys' `step`
+        logits, loss, g = forward_backward(p, xd, yd, cfg, lin)
+        if t == 1:
+            logits0, loss0, grads0 = logits, loss.item(), g
+        norm, was_clipped = adamw_step(p, g, m, v, t, hp, decayed)
+        step_losses.append(loss.item())
+        grad_norms.append(norm)
+        clipped.append(was_clipped)
+    # the loss after the last update (printed only, not in the dump), at step nsteps
+    if st is not None:
+        st.step = cfg["nsteps"]
+    with torch.no_grad():
+        final_loss = loss_fn(forward(p, xd, cfg, lin), yd).item()
+    return dict(p=p, logits0=logits0, loss0=loss0, grads0=grads0, step_losses=step_losses,
+                grad_norms=grad_norms, clipped=clipped, final_loss=final_loss)
+
+
+def ascii_words(text, nwords):
+    b = text.encode("ascii")
+    assert len(b) < 4 * nwords, text
+    return np.frombuffer(b.ljust(4 * nwords, b"\0"), dtype="<i4")
+
+
+def make_header(cfg, num_parameters, seed, dtype, recipe, seed_q):
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[:14] = [MAGIC, VERSION, cfg["L"], cfg["NH"], cfg["C"], cfg["V"], cfg["Vp"], cfg["maxT"],
+                   cfg["B"], cfg["T"], cfg["nsteps"], num_parameters, seed, 64 if dtype == torch.float64 else 32]
+    header[14:19] = [seed_q, recipe["index"], recipe["bf16_first"], recipe["bf16_last"], sum(recipe["layers"])]
+    header[32:64] = ascii_words(recipe["name"], 32)
+    for s in range(NUM_SLOTS):
+        header[64 + 8 * s:72 + 8 * s] = ascii_words(recipe["texts"][s], 8)
+    return header
+
+
+def write_dump(path, header, hp, init_flat, x, y, res, names):
+    hyper = np.zeros(HYPER_FLOATS, dtype="<f4")
+    hyper[:6] = [hp["lr"], hp["beta1"], hp["beta2"], hp["eps"], hp["weight_decay"], hp["grad_clip"]]
+    out_dir = os.path.dirname(path)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+    with open(path, "wb") as f:
+        for arr in (header, hyper, init_flat,
+                    x.numpy().astype("<i4").ravel(), y.numpy().astype("<i4").ravel(),
+                    res["logits0"].cpu().double().numpy().astype("<f4").ravel(),
+                    np.array([res["loss0"]], dtype="<f4"), flatten(res["grads0"], names),
+                    np.array(res["step_losses"], dtype="<f4"), np.array(res["grad_norms"], dtype="<f4"),
+                    flatten(res["p"], names)):
+            f.write(arr.tobytes())
+    return os.path.getsize(path)
+
+
+def default_out(recipe_name):
+    here = os.path.join("dev", "ref")
+    return os.path.join(here, "gpt_ref.bin" if recipe_name == "bf16" else f"gpt_ref_{recipe_name}.bin")
+
+
+# ---------------------------------------------------------------------------------------------------
+# --self-test: the checks that make the FP4 reference trustworthy (no GPU, a minute or two)
+
+
+def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
+    ok = True
+
+    def report(name, good, msg):
+        nonlocal ok
+        ok &= bool(good)
+        print(f"  {'ok  ' if good else 'FAIL'} {name}: {msg}")
+
+    print("self test:")
+    # 1. The presets agree with llmc/recipe.h (parsed from its text).
+    rh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "llmc", "recipe.h")
+    if os.path.exists(rh):
+        import re
+        txt = open(rh).read()
+        body = txt[txt.index("RECIPE_PRESETS[] = {"):]
+        body = body[:body.index("};")]
+        found = re.findall(r'\{"([\w-]+)",\s*\{([^}]*)\},\s*(\d+),\s*(\d+)', body)
+        parsed = [(n, re.findall(r'"([^"]*)"', s), int(a), int(b)) for n, s, a, b in found]
+        report("presets", parsed == [(n, list(s), a, b) for n, s, a, b in RECIPE_PRESETS],
+               f"{len(parsed)} presets of llmc/recipe.h == RECIPE_PRESETS here")
+    # 2. quantize_fast == fp4_ref.quantize: the golden cases and every recipe slot spec, both axes.
+    rng = np.random.default_rng(20261129)
+    n_cases = 0
+    bad = []
+    cases = [(s, r, c, a, k) for _, s, r, c, a, k in F.CASES]
+    for _, texts, _, _ in RECIPE_PRESETS:
+        for t in texts:
+            if t != "bf16":
+                cases += [(t, 64, 96, a, k) for a in (0, 1) for k in ("normal", "heavy", "outlier", "zeros")]
+    for spec, rows, cols, axis, kind in cases:
+        if kind == "outlier" and (rows if axis == 0 else cols) % 16:
+            continue
+        xb = F.make_data(kind, rows, cols, rng, axis)
+        key = int(F.rng_key(0x5EED, rows, cols + axis))
+        r = F.quantize(spec, xb, rows, cols, axis, key)
+        sp = parse_slot(spec)
+        fake, sdec = quantize_fast(sp, F.bf16_to_f32(xb).reshape(rows, cols), axis, key)
+        n_cases += 1
+        if not (np.array_equal(r["fake"], fake) and r["scale_dec"].tobytes() == sdec.tobytes()):
+            bad.append(f"{spec}/{kind}/axis{axis}")
+    report("quantize_fast", not bad, f"bit-identical to fp4_ref.quantize on {n_cases} cases"
+           + (f"; differs on {bad[:5]}" if bad else ""))
+    # 3. A no-SR, no-Hadamard quantized linear against a direct numpy computation (small example).
+    for rname in ("nvfp4-naive", "mxfp4"):
+        rec = make_recipe(rname, 1)
+        st = QuantState(rec, seed_q, 1)
+        g = torch.Generator().manual_seed(7)
+        N, K, OC = 32, 64, 96
+        a = (torch.randn(N, K, generator=g) * 0.7).double().requires_grad_(True)
+        w = (torch.randn(OC, K, generator=g) * 0.05).to(torch.bfloat16).double().requires_grad_(True)
+        b = (torch.randn(OC, generator=g) * 0.1).double().requires_grad_(True)
+        dy = torch.randn(N, OC, generator=g).double()
+        out = QLinear.apply(a, w, b, st, 0, 2)
+        out.backward(dy)
+
+        def nq(arr, slot, axis):  # direct: fp4_ref.quantize on BF16 bits, dequantize, float64
+            xb = F.bf16_rne_bits(arr.astype(np.float32))
+            spec = rec["texts"][slot]
+            r = F.quantize(spec, xb, arr.shape[0], arr.shape[1], axis, 0)
+            return F.bf16_to_f32(r["fake"]).astype(np.float64) * np.float64(r["scale_dec"])
+        an, wn, bn, dyn = a.detach().numpy(), w.detach().numpy(), b.detach().numpy(), dy.numpy()
+        ref_out = nq(an, 0, 1) @ nq(wn, 1, 1).T + bn
+        ref_da = nq(dyn, 2, 1) @ nq(wn, 3, 0)
+        ref_dw = nq(dyn, 4, 0).T @ nq(an, 5, 0)
+        ref_db = dyn.sum(0)
+        errs = [np.abs(t - r).max() / np.abs(r).max() for t, r in
+                ((out.detach().numpy(), ref_out), (a.grad.numpy(), ref_da), (w.grad.numpy(), ref_dw),
+                 (b.grad.numpy(), ref_db))]
+        # and the quantization did something: the unquantized product is measurably different
+        diff = np.abs(an @ wn.T + bn - ref_out).max() / np.abs(ref_out).max()
+        report(f"qlinear {rname}", max(errs) < 1e-13 and diff > 1e-3,
+               f"out/dX/dW/db vs numpy max rel err {max(errs):.1e}; quantization moves out by {diff:.3f}")
+    # 4. The quantized path with every slot BF16, forced on every block, == the plain reference exactly.
+    plain = train(cfg, hp, p0, x, y, dev, dtype, decayed)
+    rec = make_recipe("bf16", cfg["L"])
+    rec["layers"] = [True] * cfg["L"]  # force QLinear everywhere (the C program would skip it: fp4_any = 0)
+    st = QuantState(rec, seed_q, cfg["L"])
+    forced = train(cfg, hp, p0, x, y, dev, dtype, decayed, st)
+    same = (torch.equal(plain["logits0"], forced["logits0"]) and plain["step_losses"] == forced["step_losses"]
+            and plain["grad_norms"] == forced["grad_norms"]
+            and all(torch.equal(plain["grads0"][k], forced["grads0"][k]) for k in plain["grads0"])
+            and all(torch.equal(plain["p"][k], forced["p"][k]) for k in plain["p"]))
+    report("all-bf16 slots", same, "QLinear with BF16 slots on every block reproduces the bf16 run bit for bit "
+           "(logits, grads, losses, norms, params_after)")
+    # 5. Different SR seeds give different (but close) results; the same seed is deterministic.
+    rec = make_recipe("nvfp4", cfg["L"])
+    cfg1 = dict(cfg, nsteps=1)
+    r1 = train(cfg1, hp, p0, x, y, dev, dtype, decayed, QuantState(rec, seed_q, cfg["L"], check=True))
+    r2 = train(cfg1, hp, p0, x, y, dev, dtype, decayed, QuantState(rec, seed_q, cfg["L"]))
+    r3 = train(cfg1, hp, p0, x, y, dev, dtype, decayed, QuantState(rec, seed_q + 1, cfg["L"]))
+    det = all(torch.equal(r1["grads0"][k], r2["grads0"][k]) for k in r1["grads0"])
+    gd = max((r1["grads0"][k] - r3["grads0"][k]).norm().item() / max(r1["grads0"][k].norm().item(), 1e-30)
+             for k in ("qkvw", "fcw"))
+    report("SR seeds", det and 0 < gd < 0.5, f"same seed bit-identical; seed+1 changes qkvw/fcw grads by {gd:.3f} "
+           "(relative L2); nvfp4 step 0 also checked quantize_fast == fp4_ref.quantize on every call")
+    print("self test:", "OK" if ok else "FAILED")
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--out", default="dev/ref/gpt_ref.bin", help="dump file to write")
+    ap.add_argument("--out", default=None, help="dump file to write (single recipe); default dev/ref/gpt_ref.bin "
+                    "for bf16, dev/ref/gpt_ref_<recipe>.bin otherwise")
+    ap.add_argument("--recipe", default="bf16", choices=RECIPE_NAMES + ["all"],
+                    help="precision recipe of the linear layers (llmc/recipe.h); all: every preset, dumps of "
+                    + " ".join(DUMPED_RECIPES) + " to the default paths")
+    ap.add_argument("--quant-seed", type=int, default=1337, help="seed_q of the SR keys (header word [14])")
+    ap.add_argument("--check-quant", action="store_true",
+                    help="check quantize_fast against fp4_ref.quantize on every quantizer call (slow)")
+    ap.add_argument("--self-test", action="store_true", help="run the FP4 reference's self checks and exit")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64",
@@ -233,6 +645,8 @@ def main():
         sys.exit("--steps must be >= 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("--device cuda asked for but torch sees no GPU; use --device cpu")
+    if args.recipe == "all" and args.out:
+        sys.exit("--out names one file; --recipe all writes the default paths")
 
     setup_determinism(args.device)
     dev = torch.device(args.device)
@@ -252,55 +666,51 @@ def main():
     init_flat = flatten(p0, names)
     assert init_flat.size == num_parameters
 
-    p = {k: t.to(dev, dtype).requires_grad_(True) for k, t in p0.items()}
-    xd, yd = x.to(dev), y.to(dev)
-    m = {k: torch.zeros_like(t) for k, t in p.items()}
-    v = {k: torch.zeros_like(t) for k, t in p.items()}
-
-    step_losses, grad_norms, clipped = [], [], []
-    logits0 = loss0 = grads0 = None
-    for t in range(1, cfg["nsteps"] + 1):
-        logits, loss, g = forward_backward(p, xd, yd, cfg)
-        if t == 1:
-            logits0, loss0, grads0 = logits, loss.item(), g
-        norm, was_clipped = adamw_step(p, g, m, v, t, hp, decayed)
-        step_losses.append(loss.item())
-        grad_norms.append(norm)
-        clipped.append(was_clipped)
-
-    grads_flat = flatten(grads0, names)
-    after_flat = flatten(p, names)
-    assert not grads_flat[cfg["V"] * cfg["C"]:cfg["Vp"] * cfg["C"]].any(), "padded wte rows got gradient"
-
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[:14] = [MAGIC, VERSION, cfg["L"], cfg["NH"], cfg["C"], cfg["V"], cfg["Vp"], cfg["maxT"],
-                   B, T, cfg["nsteps"], num_parameters, args.seed, 64 if dtype == torch.float64 else 32]
-    hyper = np.zeros(HYPER_FLOATS, dtype="<f4")
-    hyper[:6] = [hp["lr"], hp["beta1"], hp["beta2"], hp["eps"], hp["weight_decay"], hp["grad_clip"]]
-
-    out_dir = os.path.dirname(args.out)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    with open(args.out, "wb") as f:
-        for arr in (header, hyper, init_flat,
-                    x.numpy().astype("<i4").ravel(), y.numpy().astype("<i4").ravel(),
-                    logits0.cpu().double().numpy().astype("<f4").ravel(),
-                    np.array([loss0], dtype="<f4"), grads_flat,
-                    np.array(step_losses, dtype="<f4"), np.array(grad_norms, dtype="<f4"),
-                    after_flat):
-            f.write(arr.tobytes())
-    size = os.path.getsize(args.out)
+    if args.self_test:
+        sys.exit(0 if self_test(cfg, hp, p0, x, y, dev, dtype, decayed, args.quant_seed) else 1)
 
     print(f"gpt_ref: L={cfg['L']} NH={cfg['NH']} C={cfg['C']} V={V} Vp={cfg['Vp']} maxT={cfg['maxT']} "
           f"B={B} T={T} steps={cfg['nsteps']} seed={args.seed} device={args.device} dtype={args.dtype} "
           f"torch={torch.__version__}")
     print(f"hyper: lr={hp['lr']} b1={hp['beta1']} b2={hp['beta2']} eps={hp['eps']} "
           f"wd={hp['weight_decay']} grad_clip={hp['grad_clip']}")
-    print(f"num_parameters={num_parameters}  wrote {args.out} ({size} bytes)")
-    print(f"initial loss {loss0:.6f} (ln V = {math.log(V):.6f})")
-    for t, (l, n, c) in enumerate(zip(step_losses, grad_norms, clipped), 1):
-        print(f"step {t:2d}  loss {l:.6f}  grad_norm {n:.6f}{'  clipped' if c else ''}")
-    print(f"clipping triggered on {sum(clipped)} of {cfg['nsteps']} steps")
+    names_to_run = RECIPE_NAMES if args.recipe == "all" else [args.recipe]
+    if args.recipe != "bf16" and "bf16" not in names_to_run:
+        names_to_run = ["bf16"] + names_to_run  # the baseline of the loss gaps (its dump is not written)
+    results = {}
+    for rname in names_to_run:
+        rec = make_recipe(rname, cfg["L"])
+        st = QuantState(rec, args.quant_seed, cfg["L"], check=args.check_quant) if rec["fp4_any"] else None
+        res = train(cfg, hp, p0, x, y, dev, dtype, decayed, st)
+        results[rname] = res
+        grads_flat = flatten(res["grads0"], names)
+        assert not grads_flat[cfg["V"] * cfg["C"]:cfg["Vp"] * cfg["C"]].any(), "padded wte rows got gradient"
+        print(f"\nrecipe {rname} (index {rec['index']}): " + "; ".join(f"{s}={t}" for s, t in zip(SLOT_NAMES, rec["texts"]))
+              + f"; bf16 blocks first {rec['bf16_first']} last {rec['bf16_last']}; quantized blocks "
+              f"{[l for l in range(cfg['L']) if rec['layers'][l]]}; seed_q {args.quant_seed}")
+        if st is not None:
+            print(f"  {st.calls} quantizer calls" + (f", {st.checked} checked against fp4_ref.quantize" if st.checked else ""))
+        if (args.recipe == "all" and rname in DUMPED_RECIPES) or rname == args.recipe:
+            out = args.out or default_out(rname)
+            header = make_header(cfg, num_parameters, args.seed, dtype, rec, args.quant_seed)
+            size = write_dump(out, header, hp, init_flat, x, y, res, names)
+            print(f"  num_parameters={num_parameters}  wrote {out} ({size} bytes)")
+        print(f"  initial loss {res['loss0']:.6f} (ln V = {math.log(V):.6f})")
+        for t, (l, n, c) in enumerate(zip(res["step_losses"], res["grad_norms"], res["clipped"]), 1):
+            print(f"  step {t:2d}  loss {l:.6f}  grad_norm {n:.6f}{'  clipped' if c else ''}")
+        print(f"  clipping triggered on {sum(res['clipped'])} of {cfg['nsteps']} steps; "
+              f"loss after the last update {res['final_loss']:.6f}")
+    if len(results) > 1:
+        b = results["bf16"]
+        print(f"\nloss gap to bf16 (relative): step 0 = before any update, step {cfg['nsteps'] - 1} = before the "
+              f"last update, final = after {cfg['nsteps']} updates")
+        print(f"  {'recipe':12s} {'step 0':>22s} {'step %d' % (cfg['nsteps'] - 1):>22s} {'final':>22s}")
+        for rname, r in results.items():
+            cols = []
+            for a, ref in ((r["loss0"], b["loss0"]), (r["step_losses"][-1], b["step_losses"][-1]),
+                           (r["final_loss"], b["final_loss"])):
+                cols.append(f"{a:.5f} ({100 * (a - ref) / ref:+.2f}%)")
+            print(f"  {rname:12s} " + " ".join(f"{c:>22s}" for c in cols))
 
 
 if __name__ == "__main__":

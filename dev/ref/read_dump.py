@@ -4,15 +4,23 @@
 The checks do not use torch: a plain numpy float64 forward pass (written separately from the
 torch reference) recomputes logits and loss from the stored initial parameters, and central
 finite differences of that numpy loss are compared with a few stored gradients per tensor.
+For an FP4 recipe dump (header word [15] > 0) the numpy forward quantizes the GEMM operands of the
+quantized blocks with dev/fp4_ref.py's quantize itself (not gpt_ref.py's vectorized copy), using the
+recipe, seed_q and block range stored in the header; finite differences do not apply there (the
+quantized loss is piecewise constant), so the gradients are only checked against grad_norms[0].
 Exit status is nonzero when a check fails.
 
   python3 dev/ref/read_dump.py [dev/ref/gpt_ref.bin] [--no-check]
 """
 import argparse
 import math
+import os
 import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import fp4_ref as F  # noqa: E402  (dev/fp4_ref.py)
 
 MAGIC = 20261129
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
@@ -45,6 +53,14 @@ def read(path):
     hyper = take("<f4", 16)
     d = dict(L=L, NH=NH, C=C, V=V, Vp=Vp, maxT=maxT, B=B, T=T, nsteps=nsteps, N=N, seed=seed,
              dtype_bits=int(h[13]), header=h, hyper=hyper)
+
+    def text(a, b):
+        return h[a:b].astype("<i4").tobytes().split(b"\0")[0].decode("ascii")
+    # FP4 recipe words (dumps written before they existed have zeros there: bf16)
+    d["seed_q"], d["recipe_index"] = int(h[14]), int(h[15])
+    d["bf16_first"], d["bf16_last"], d["fp4_blocks"] = int(h[16]), int(h[17]), int(h[18])
+    d["recipe"] = text(32, 64) or "bf16"
+    d["slots"] = [text(64 + 8 * s, 72 + 8 * s) or "bf16" for s in range(6)]
     d["params"] = take("<f4", N)
     d["x"] = take("<i4", B * T).reshape(B, T)
     d["y"] = take("<i4", B * T).reshape(B, T)
@@ -77,7 +93,33 @@ def np_layernorm(x, w, b):
     return (x - mu) / np.sqrt(var + 1e-5) * w + b
 
 
-def np_forward(p, x, d):
+def np_linear(a, w, b, l, kind):
+    return a @ w.T + b
+
+
+def np_qlinear(d):
+    """The FP4 forward GEMM of gpt_ref.py / train_gpt_fp4.cu linear_forward, with fp4_ref.quantize."""
+    L = d["L"]
+    quantized = [s != "bf16" for s in d["slots"]]
+    fp4_any = any(quantized) and d["bf16_first"] + d["bf16_last"] < L
+
+    def q(arr, l, kind, slot):
+        if not quantized[slot]:
+            return arr
+        tid = ((0 * L + l) * 4 + kind) * 6 + slot
+        key = int(F.rng_key(d["seed_q"], 0, tid))
+        r = F.quantize(d["slots"][slot], F.bf16_rne_bits(arr.astype(np.float32)), arr.shape[0], arr.shape[1], 1, key)
+        return F.bf16_to_f32(r["fake"]).astype(np.float64) * np.float64(r["scale_dec"])
+
+    def lin(a, w, b, l, kind):
+        if not (fp4_any and d["bf16_first"] <= l < L - d["bf16_last"]):
+            return a @ w.T + b
+        a2 = a.reshape(-1, a.shape[-1])
+        return (q(a2, l, kind, 0) @ q(w, l, kind, 1).T).reshape(a.shape[:-1] + (w.shape[0],)) + b
+    return lin
+
+
+def np_forward(p, x, d, lin=np_linear):
     L, NH, C, V = d["L"], d["NH"], d["C"], d["V"]
     B, T = x.shape
     HS = C // NH
@@ -85,7 +127,7 @@ def np_forward(p, x, d):
     mask = np.triu(np.ones((T, T), dtype=bool), 1)
     for l in range(L):
         a = np_layernorm(h, p["ln1w"][l], p["ln1b"][l])
-        qkv = a @ p["qkvw"][l].T + p["qkvb"][l]
+        qkv = lin(a, p["qkvw"][l], p["qkvb"][l], l, 0)
         out = np.empty((B, T, C))
         for hd in range(NH):
             sl = slice(hd * HS, (hd + 1) * HS)
@@ -97,11 +139,11 @@ def np_forward(p, x, d):
             s = np.exp(s - s.max(-1, keepdims=True))
             s /= s.sum(-1, keepdims=True)
             out[:, :, sl] = np.einsum("bts,bsd->btd", s, v)
-        h = h + out @ p["attprojw"][l].T + p["attprojb"][l]
+        h = h + lin(out, p["attprojw"][l], p["attprojb"][l], l, 1)
         a = np_layernorm(h, p["ln2w"][l], p["ln2b"][l])
-        u = a @ p["fcw"][l].T + p["fcb"][l]
+        u = lin(a, p["fcw"][l], p["fcb"][l], l, 2)
         u = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3)))
-        h = h + u @ p["fcprojw"][l].T + p["fcprojb"][l]
+        h = h + lin(u, p["fcprojw"][l], p["fcprojb"][l], l, 3)
     h = np_layernorm(h, p["lnfw"], p["lnfb"])
     return (h @ p["wte"].T)[:, :, :V]
 
@@ -132,15 +174,21 @@ def check(d, rng):
     pad = slice(d["V"] * d["C"], d["Vp"] * d["C"])
     report("padding", not d["params"][pad].any() and not d["grads"][pad].any()
            and not d["params_after"][pad].any(), "padded wte rows are zero in params, grads, params_after")
-    logits = np_forward(p, x, d)
+    fp4 = d["recipe_index"] > 0 or any(s != "bf16" for s in d["slots"])
+    logits = np_forward(p, x, d, np_qlinear(d) if fp4 else np_linear)
     err = np.abs(logits - d["logits"]).max()
-    report("logits", err < 1e-4, f"max |numpy - dump| = {err:.3e}")
+    report("logits", err < 1e-4, f"max |numpy - dump| = {err:.3e}"
+           + (f" (recipe {d['recipe']}: operands quantized with fp4_ref.quantize)" if fp4 else ""))
     loss = np_loss(logits, y)
     report("loss", abs(loss - d["loss"]) < 1e-5, f"numpy {loss:.7f} dump {d['loss']:.7f}")
     report("step_losses[0]", d["step_losses"][0] == np.float32(d["loss"]), "equals loss")
     gn = float(np.sqrt((d["grads"].astype(np.float64) ** 2).sum()))
     report("grad_norms[0]", abs(gn - d["grad_norms"][0]) < 1e-5 * max(1.0, gn),
            f"norm(grads) {gn:.7f} dump {d['grad_norms'][0]:.7f}")
+    if fp4:
+        print(f"  (finite differences skipped: recipe {d['recipe']} quantizes the GEMMs, the loss is piecewise "
+              "constant in the operands)")
+        return ok
 
     # Central differences at a few entries per tensor, picked among the largest gradients so the
     # difference quotient is well above float64 noise; plus one random entry.
@@ -184,6 +232,10 @@ def main():
     print(f"  L={d['L']} NH={d['NH']} C={d['C']} V={d['V']} Vp={d['Vp']} maxT={d['maxT']} "
           f"B={d['B']} T={d['T']} nsteps={d['nsteps']} num_parameters={d['N']} seed={d['seed']}")
     print(f"  lr={hy[0]:g} beta1={hy[1]:g} beta2={hy[2]:g} eps={hy[3]:g} wd={hy[4]:g} grad_clip={hy[5]:g}")
+    print(f"  recipe {d['recipe']} (index {d['recipe_index']}), seed_q {d['seed_q']}, bf16 blocks first "
+          f"{d['bf16_first']} last {d['bf16_last']}, quantized blocks {d['fp4_blocks']}; slots "
+          + "; ".join(f"{n}={s}" for n, s in zip(["fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy",
+                                                   "wgrad.x"], d["slots"])))
     p = split(d["params"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
     g = split(d["grads"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
     pa = split(d["params_after"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
