@@ -236,9 +236,10 @@ static void check_linear_exact(GPT* m, int B, int T) {
     double* qdy2 = cpu_operand(m, dy, N, OC, 0, SLOT_WGRAD_DY, kind);
     double* qx2 = cpu_operand(m, x, N, C, 0, SLOT_WGRAD_X, kind);
     size_t big = (size_t)N * OC > (size_t)OC * C ? (size_t)N * OC : (size_t)OC * C;
-    double* want = (double*)xmalloc(big * sizeof(double));
-    double* mag = (double*)xmalloc(big * sizeof(double));
-    float* got = (float*)xmalloc(big * sizeof(float));
+    double* want = (double*)calloc(big, sizeof(double));
+    double* mag = (double*)calloc(big, sizeof(double));
+    float* got = (float*)calloc(big, sizeof(float));
+    fail_if(!want || !mag || !got, "out of host memory");
     // fprop: y = qx qw^T + bias
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OC; o++) {
