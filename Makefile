@@ -99,8 +99,8 @@ build/%: dev/test/%.cu $(HEADERS) dev/test/testing.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
 
-test: $(CPU_TESTS) $(GPU_TESTS) test_gpt_fp4
-	@bash scripts/run_tests.sh $(CPU_TESTS) $(GPU_TESTS) ./test_gpt_fp4
+test: $(CPU_TESTS) $(GPU_TESTS) test_gpt_fp4 train_gpt_fp4
+	@bash scripts/run_tests.sh $(CPU_TESTS) $(GPU_TESTS) ./test_gpt_fp4 scripts/check_resume.sh
 
 clean:
 	rm -rf train_gpt_fp4 test_gpt_fp4 build
