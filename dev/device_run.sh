@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU-machine session in one command: build, then the stages named in STAGES (default: all).
 # Full logs go to $OUT/logs.tgz (the device tool brings $OUT back); a summary goes to stdout.
-#   STAGES="tests train resume fp4 bench torch" bash dev/device_run.sh
+#   STAGES="tests train resume fp4 ranks bench torch" bash dev/device_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/device_out}
 LOGS=/tmp/device_logs
@@ -25,7 +25,7 @@ stage() {
     echo "=== $name (rc=$rc, $((SECONDS - t0)) s)"
     grep -E "${GREP:-^(FAIL|SKIP|TESTS|error)|passed|check_|tok/s|tokens/s|TFLOP|GB/s|%|recipe|ms}" "$LOGS/$name.log" | tail -n "${TAILN:-25}"
 }
-for s in ${STAGES:-tests train resume fp4 bench torch}; do
+for s in ${STAGES:-tests train resume fp4 ranks bench torch}; do
     case $s in
     tests)  stage tests make test
             stage distributed make check-distributed ;;
@@ -37,8 +37,11 @@ for s in ${STAGES:-tests train resume fp4 bench torch}; do
             stage bench_attention build/bench_attention
             stage bench_kernels build/bench_kernels
             stage bench_quant bash dev/bench/bench_quant.sh ;;
-    fp4)    stage train_nvfp4 ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_nvfp4 --recipe nvfp4 --sample-every 0
+    fp4)    stage train_nvfp4 ./train_gpt_fp4 --steps 40 --out-dir /tmp/run_nvfp4 --recipe nvfp4 --sample-every 0 --diag-every 20
+            TAILN=40 GREP=. stage quant_table python3 scripts/quant_table.py /tmp/run_nvfp4/log.jsonl
             stage resume_nvfp4 scripts/check_resume.sh --recipe nvfp4 ;;
+    ranks)  GREP="check_multigpu|error" stage one_rank_bf16 scripts/check_multigpu.sh 1 --tol 0
+            GREP="check_multigpu|error" stage one_rank_nvfp4 scripts/check_multigpu.sh 1 --tol 0 --recipe nvfp4 ;;
     torch)  stage torch python3 dev/bench/bench_torch.py ;;
     *)      stage "$s" bash -c "$s" ;;
     esac
