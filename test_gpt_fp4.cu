@@ -79,14 +79,16 @@ static double rel_l2(const float* a, const float* b, size_t n) {
 // then lands on the neighbouring FP4 code, an error of up to half a quantization step (~15-30% of that
 // element). About 1% of elements do, which puts a few percent of relative error on the tensors
 // downstream (simulated in dev/ref/gpt_ref.py: ~5% on the logits, up to 0.23 on a gradient tensor,
-// 0.2 on the 10-step parameter change, but under 7e-4 on the loss). So for FP4 the loss is the sharp
+// 0.2 on the 10-step parameter change, but under 7e-4 on the loss; the gradient norm of one step
+// moves by up to 15%: the reference's own norm jumps by 13% between consecutive steps of the nvfp4
+// run, so 25% is allowed). So for FP4 the loss is the sharp
 // whole-model check (1e-3: the FP4-vs-BF16 gap after 10 steps is 2.5e-3 and more), the others only
 // catch gross errors, and check_linear_exact below checks one linear's three GEMMs exactly.
 typedef struct {
     double logits, loss, grad, train_loss, grad_norm, change_fp32, change_bf16;
 } Tolerances;
 static const Tolerances TOL_BF16 = {1e-2, 1e-3, 2e-2, 2e-3, 2e-2, 0.08, 0.15};
-static const Tolerances TOL_FP4 = {8e-2, 2e-3, 0.30, 1e-3, 0.15, 0.30, 0.40};
+static const Tolerances TOL_FP4 = {8e-2, 2e-3, 0.30, 1e-3, 0.25, 0.30, 0.40};
 
 static void set_recipe_from_dump(GPT* m, const RefDump* d) {
     char name[129] = {0};

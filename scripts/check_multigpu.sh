@@ -12,7 +12,7 @@
 # different order than N accumulation steps do (NCCL's ring/tree order vs. sequential adds into a
 # BF16/FP32 buffer), and those rounding differences grow over the steps.
 # Extra flags go to both runs unchanged (e.g. --recipe nvfp4, --zero off).
-# Environment: MODEL (d6), B (4), T (256), STEPS (20), SEED (1337), OUT (out/check_multigpu),
+# Environment: MODEL (d6), B (4), T (256), STEPS (20), SEED (1337), CHECK_OUT (out/check_multigpu),
 #              TRAINER (./train_gpt_fp4), MPIRUN (mpirun).
 # Exit status: 0 same curve, 1 different curve (or a run failed), 2 cannot run here.
 set -euo pipefail
@@ -34,7 +34,7 @@ while [ $# -gt 0 ]; do
 done
 
 MODEL=${MODEL:-d6}; B=${B:-4}; T=${T:-256}; STEPS=${STEPS:-20}; SEED=${SEED:-1337}
-OUT=${OUT:-out/check_multigpu}
+OUT=${CHECK_OUT:-out/check_multigpu}
 TRAINER=${TRAINER:-./train_gpt_fp4}
 MPIRUN=${MPIRUN:-mpirun}
 
