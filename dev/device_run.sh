@@ -43,6 +43,10 @@ for s in ${STAGES:-tests train resume fp4 ranks bench torch}; do
     ranks)  GREP="check_multigpu|error" stage one_rank_bf16 scripts/check_multigpu.sh 1 --tol 0
             GREP="check_multigpu|error" stage one_rank_nvfp4 scripts/check_multigpu.sh 1 --tol 0 --recipe nvfp4 ;;
     torch)  stage torch python3 dev/bench/bench_torch.py ;;
-    *)      stage "$s" bash -c "$s" ;;
+    quantfast) make -j16 GPU_ARCHS=${GPU_ARCHS:-90} build/test_quant_fast build/bench_quant_fast > /dev/null 2>&1
+            stage test_quant_fast build/test_quant_fast
+            TAILN=40 GREP=. stage bench_quant_fast build/bench_quant_fast ;;
+    compare) TAILN=40 GREP=. stage compare bash dev/run_enwiki_compare.sh ;;
+    *)      echo "unknown stage '$s'" ;;
     esac
 done
