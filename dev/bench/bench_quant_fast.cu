@@ -1,0 +1,162 @@
+// bench_quant_fast.cu: quantize_gpu (llmc/nvfp4.cuh) vs quantize_fast_gpu (llmc/quant_fast.cuh) at training
+// shapes, against device copy bandwidth measured in the same run. Also checks, for every row, that the fast
+// outputs equal the reference ones bit for bit (column "same").
+// Usage: build/bench_quant_fast [-n iters]
+// Columns: ref / fast: both passes (amax + apply), us per call; amax / apply: the fast passes alone;
+// eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
+// twice + outputs) / fast time; apply% = (input + outputs) / apply time; amax% = input / amax time.
+// Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
+#include <vector>
+#include "llmc/quant_fast.cuh"
+
+static float time_ms(cudaEvent_t a, cudaEvent_t b) { float ms; cuda_check(cudaEventElapsedTime(&ms, a, b)); return ms; }
+
+struct Bench {
+    int iters;
+    double copy_gbs;
+    cudaEvent_t e0, e1;
+};
+
+template <typename F>
+static double run(Bench& b, F f) {
+    f();
+    cuda_check(cudaDeviceSynchronize());
+    cuda_check(cudaEventRecord(b.e0));
+    for (int i = 0; i < b.iters; i++) f();
+    cuda_check(cudaEventRecord(b.e1));
+    cuda_check(cudaEventSynchronize(b.e1));
+    return time_ms(b.e0, b.e1) / b.iters * 1e3;   // us
+}
+
+static QuantParams params(const char* s) {
+    QuantSpec spec;
+    char err[256];
+    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
+    return quant_params(&spec);
+}
+
+struct Cfg {
+    const char* name;
+    const char* spec[2];
+    int axis[2];
+    int n;
+};
+
+int main(int argc, char** argv) {
+    Bench b;
+    b.iters = 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) b.iters = atoi(argv[++i]);
+        else fail("usage: %s [-n iters]", argv[0]);
+    }
+    if (device_count_or_zero() == 0) { printf("bench_quant_fast: no CUDA GPU on this machine, nothing to time\n"); return 0; }
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, 0));
+    cuda_check(cudaEventCreate(&b.e0));
+    cuda_check(cudaEventCreate(&b.e1));
+    {
+        size_t cbytes = (size_t)1 << 30;
+        void *ca, *cb;
+        cuda_check(cudaMalloc(&ca, cbytes));
+        cuda_check(cudaMalloc(&cb, cbytes));
+        cuda_check(cudaMemset(ca, 1, cbytes));
+        double us = run(b, [&] { cuda_check(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, 0)); });
+        b.copy_gbs = 2.0 * cbytes / (us * 1e-6) / 1e9;
+        cudaFree(ca); cudaFree(cb);
+    }
+    printf("device: %s, %d SMs; copy bandwidth (cudaMemcpy D2D, 1 GiB, read+write): %.0f GB/s\n\n", prop.name,
+           prop.multiProcessorCount, b.copy_gbs);
+
+    const Cfg cfgs[] = {
+        {"nvfp4 row (fprop X)", {"nvfp4", NULL}, {1, 0}, 1},
+        {"nvfp4 row SR", {"nvfp4,sr", NULL}, {1, 0}, 1},
+        {"nvfp4 col H16 (wgrad X)", {"nvfp4,h16,fixed", NULL}, {0, 0}, 1},
+        {"nvfp4 col H16 SR (wgrad dY)", {"nvfp4,sr,h16,fixed", NULL}, {0, 0}, 1},
+        {"dual dY: row SR + col H16 SR", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},
+        {"dual X: row + col H16", {"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2},
+        {"nvfp4 col (no H)", {"nvfp4", NULL}, {0, 0}, 1},
+        {"nvfp4-2d row (fprop W)", {"nvfp4-2d", NULL}, {1, 0}, 1},
+        {"nvfp4-2d col (dgrad W)", {"nvfp4-2d", NULL}, {0, 0}, 1},
+        {"dual nvfp4-2d row + col", {"nvfp4-2d", "nvfp4-2d"}, {1, 0}, 2},
+        {"mxfp4 row", {"mxfp4", NULL}, {1, 0}, 1},
+        {"dual mxfp4-2d SR (dY)", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
+        {"int4 row H16", {"int4,h16,seed=1", NULL}, {1, 0}, 1},
+        {"dual int4 H16 SR (ufp4 dY)", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
+        {"nvfp4 row H32", {"nvfp4,h32", NULL}, {1, 0}, 1},
+        {"nvfp4 col H32 SR", {"nvfp4,sr,h32", NULL}, {0, 0}, 1},
+    };
+    const int ncfg = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {768, 3072}, {3072, 768}};
+    printf("| %-30s | %-12s | %8s | %8s | %6s | %8s | %8s | %5s | %5s | %6s | %5s | %4s |\n", "config", "shape", "ref us",
+           "fast us", "speedup", "amax us", "apply us", "eff%", "traf%", "apply%", "amax%", "same");
+    printf("|--------------------------------|--------------|----------|----------|---------|----------|----------|-------|-------|--------|-------|------|\n");
+    for (auto& sh : shapes) {
+        const int64_t R = sh[0], C = sh[1], n = R * C;
+        uint16_t *in, *f[4];
+        float* sc;
+        cuda_check(cudaMalloc(&in, 2 * n));
+        for (int k = 0; k < 4; k++) cuda_check(cudaMalloc(&f[k], 2 * n));
+        cuda_check(cudaMalloc(&sc, 64));
+        {
+            std::vector<uint16_t> h(n);
+            uint64_t s = 1;
+            for (int64_t i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                double u1 = ((s >> 11) + 1) * (1.0 / 9007199254740993.0);
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                double u2 = (s >> 11) * (1.0 / 9007199254740992.0);
+                h[i] = bf16_bits_rne((float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2)));
+            }
+            cuda_check(cudaMemcpy(in, h.data(), 2 * n, cudaMemcpyHostToDevice));
+        }
+        double copy_us = run(b, [&] { cuda_check(cudaMemcpyAsync(f[0], in, 2 * n, cudaMemcpyDeviceToDevice, 0)); });
+        printf("| %-30s | %6lld x %-4lld | %8s | %8.1f | %7s | %8s | %8s | %4.0f%% | %5s | %6s | %5s | %4s |\n",
+               "device copy of the tensor", (long long)R, (long long)C, "", copy_us, "", "", "",
+               100.0 * 4.0 * n / (copy_us * 1e-6) / 1e9 / b.copy_gbs, "", "", "", "");
+        for (int ci = 0; ci < ncfg; ci++) {
+            const Cfg& c = cfgs[ci];
+            QuantParams p[2];
+            QuantTarget tr[2], tf[2];
+            for (int k = 0; k < c.n; k++) {
+                p[k] = params(c.spec[k]);
+                uint64_t key = rng_key(7, 1, 10 + k);
+                tr[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[k], C, sc + 4 * k, sc + 4 * k + 1);
+                tf[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[2 + k], C, sc + 4 * k + 2, sc + 4 * k + 3);
+            }
+            if (!quant_fast_supported(tf, c.n, R, C, C)) {
+                printf("| %-30s | %6lld x %-4lld | not supported by the fast path\n", c.name, (long long)R, (long long)C);
+                continue;
+            }
+            const floatX* x = (const floatX*)in;
+            double ref = run(b, [&] { quantize_gpu(x, R, C, C, tr, c.n, 0); });
+            double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+            double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+            double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+            // bit-exactness at this shape
+            quantize_gpu(x, R, C, C, tr, c.n, 0);
+            quantize_fast_gpu(x, R, C, C, tf, c.n, 0);
+            cuda_check(cudaDeviceSynchronize());
+            int same = 1;
+            {
+                std::vector<uint16_t> ha(n), hb(n);
+                float s[16];
+                cuda_check(cudaMemcpy(s, sc, sizeof(s), cudaMemcpyDeviceToHost));
+                for (int k = 0; k < c.n; k++) {
+                    cuda_check(cudaMemcpy(ha.data(), f[k], 2 * n, cudaMemcpyDeviceToHost));
+                    cuda_check(cudaMemcpy(hb.data(), f[2 + k], 2 * n, cudaMemcpyDeviceToHost));
+                    same &= ha == hb && f32_bits(s[4 * k]) == f32_bits(s[4 * k + 2]) && f32_bits(s[4 * k + 1]) == f32_bits(s[4 * k + 3]);
+                }
+            }
+            const double IN = 2.0 * n, OUT = 2.0 * n * c.n;
+            auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
+            printf("| %-30s | %6lld x %-4lld | %8.1f | %8.1f | %6.2fx | %8.1f | %8.1f | %4.0f%% | %4.0f%% | %5.0f%% | %4.0f%% | %4s |\n",
+                   c.name, (long long)R, (long long)C, ref, fast, ref / fast, am, ap, pct(IN + OUT, fast),
+                   pct(2 * IN + OUT, fast), pct(IN + OUT, ap), pct(IN, am), same ? "yes" : "NO");
+        }
+        cudaFree(in);
+        for (int k = 0; k < 4; k++) cudaFree(f[k]);
+        cudaFree(sc);
+    }
+    printf("\nTargets (65536 x 3072): nvfp4 row fake (amax + apply) <= ~450 us; dual dY <= ~900 us; apply%% >= 70.\n");
+    return 0;
+}

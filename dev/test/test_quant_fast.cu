@@ -1,0 +1,403 @@
+// test_quant_fast.cu: llmc/quant_fast.cuh against quantize_gpu (llmc/nvfp4.cuh), bit for bit.
+// CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
+// grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
+// --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction.
+// GPU part (skips without a GPU): quantize_fast_gpu vs quantize_gpu (fake outputs including the padding
+// between rows, amax and scale_dec bits) for every supported configuration on small shapes, trainer-like
+// dual targets and large shapes, on normal, heavy-tailed and special-value data; quant_fast_supported()
+// false for what the fast path does not handle.
+// Usage: build/test_quant_fast [--exhaustive] [--quick]
+#include <math.h>
+#include <thread>
+#include <vector>
+#include <atomic>
+#include "llmc/quant_fast.cuh"
+#include "dev/test/testing.h"
+
+// ----------------------------------------------------------------------------------------------------
+// CPU: element arithmetic
+
+static const int GRIDS[3] = {QGRID_E2M1, QGRID_INT4, QGRID_E1M2};
+
+// Checks every pattern u = start, start + stride, ... <= end (non-negative floats and +inf) for one grid.
+// Returns the number of mismatches; prints the first few.
+static long long check_elem_range(int gid, uint32_t start, uint32_t end, uint32_t stride) {
+    const GridTraits* g = grid_traits((QuantGrid)gid);
+    const QFGrid G = qf_grid_consts(gid);
+    long long bad = 0;
+    for (uint64_t uu = start; uu <= end; uu += stride) {
+        const uint32_t u = (uint32_t)uu;
+        const float a = f32_from_bits(u);
+        // RNE
+        const uint8_t c = grid_round_rne(g, a);
+        const float want = g->levels[c & 7];
+        const float got = qf_rne_mag(G, a);
+        int ok = (c & 8) == 0 && f32_bits(got) == f32_bits(want);
+        ok = ok && grid_round_rne(g, -a) == (uint8_t)(c | 8);   // sign handled outside: code | 8
+        // SR: find the step of qf_sr_mag in r16 (r < rb rounds up), check both sides against the reference
+        const float up0 = qf_sr_mag(G, a, 0), dn0 = qf_sr_mag(G, a, 65535);
+        int lo = 0, hi = 65536;   // first r with result == dn0 (monotone step)
+        if (f32_bits(up0) == f32_bits(dn0)) lo = hi = 0;
+        else {
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (f32_bits(qf_sr_mag(G, a, (uint32_t)mid)) == f32_bits(dn0)) hi = mid; else lo = mid + 1;
+            }
+        }
+        const int rb = lo;
+        const int rs[4] = {0, 65535, rb - 1, rb};
+        for (int k = 0; k < 4 && ok; k++) {
+            const int r = rs[k];
+            if (r < 0 || r > 65535) continue;
+            const uint8_t cs = grid_round_sr(g, a, (uint32_t)r);
+            const float m = qf_sr_mag(G, a, (uint32_t)r);
+            ok = (cs & 8) == 0 && f32_bits(m) == f32_bits(g->levels[cs & 7]) &&
+                 grid_round_sr(g, -a, (uint32_t)r) == (uint8_t)(cs | 8);
+            // the step is a single one: everything below rb equals up0, from rb on equals dn0
+            if (ok && rb > 0 && rb <= 65535) ok = f32_bits(qf_sr_mag(G, a, (uint32_t)(rb - 1))) == f32_bits(up0);
+        }
+        if (!ok) {
+            if (bad < 5)
+                printf("  elem mismatch grid %s |x| = %.9g (0x%08x): rne ref code %d got %.9g; sr step %d\n",
+                       quant_grid_table[gid].name, a, u, c, got, rb);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+static void cpu_element_checks(int exhaustive) {
+    const int nthreads = std::max(1u, std::thread::hardware_concurrency());
+    for (int gi = 0; gi < 3; gi++) {
+        const int gid = GRIDS[gi];
+        std::atomic<long long> bad(0);
+        // dense: every pattern in [0, 16] with a small stride (all with --exhaustive), sparse: up to +inf
+        const uint32_t end16 = f32_bits(16.0f), endinf = 0x7F800000u;
+        const uint32_t s_dense = exhaustive ? 1 : 97, s_sparse = exhaustive ? 1 : 65521;
+        std::vector<std::thread> th;
+        for (int t = 0; t < nthreads; t++)
+            th.emplace_back([&, t] {
+                const uint64_t n = (uint64_t)end16 / s_dense + 1;
+                const uint64_t a = n * t / nthreads, b = n * (t + 1) / nthreads;
+                if (b > a) bad += check_elem_range(gid, (uint32_t)(a * s_dense), (uint32_t)((b - 1) * s_dense), s_dense);
+                const uint64_t n2 = (uint64_t)(endinf - end16) / s_sparse + 1;
+                const uint64_t a2 = n2 * t / nthreads, b2 = n2 * (t + 1) / nthreads;
+                if (b2 > a2)
+                    bad += check_elem_range(gid, end16 + (uint32_t)(a2 * s_sparse), end16 + (uint32_t)((b2 - 1) * s_sparse),
+                                            s_sparse);
+            });
+        for (auto& x : th) x.join();
+        // every pattern within +-4096 ulps of each level and decision point (the interesting spots)
+        const GridTraits* g = grid_traits((QuantGrid)gid);
+        for (int i = 0; i < 15; i++) {
+            float v = i < 8 ? g->levels[i] : g->mids[i - 8];
+            uint32_t u = f32_bits(v);
+            uint32_t s = u > 4096 ? u - 4096 : 0;
+            bad += check_elem_range(gid, s, u + 4096, 1);
+        }
+        bad += check_elem_range(gid, 0, 70000, 1);   // zero and the subnormals
+        CHECK(bad == 0, "fast element arithmetic vs reference, grid %s: %lld mismatches (%s)", quant_grid_table[gid].name,
+              (long long)bad, exhaustive ? "exhaustive" : "sampled");
+    }
+    // the code * block scale product is exact in BF16 (or inf), so truncation == bf16_bits_rne, with sign
+    long long bad = 0;
+    for (int gi = 0; gi < 3; gi++) {
+        const GridTraits* g = grid_traits((QuantGrid)GRIDS[gi]);
+        for (int k = 0; k < 8; k++) {
+            for (int sb = 0; sb < 256 + 255; sb++) {
+                float sd;
+                if (sb < 256) { if ((sb & 0x7F) == 0x7F || (sb & 0x80)) continue; sd = e4m3_value((uint8_t)sb); }
+                else sd = exp2_exact(sb - 256 - 127);
+                float pr = g->levels[k] * sd;
+                uint32_t b = f32_bits(pr);
+                if (bf16_bits_rne(pr) != (uint16_t)(b >> 16) || bf16_bits_rne(-g->levels[k] * sd) != (uint16_t)(0x8000 | (b >> 16)))
+                    bad++;
+            }
+        }
+    }
+    CHECK(bad == 0, "code * scale products exact in BF16: %lld exceptions", bad);
+    // r16 + 0.5 construction
+    bad = 0;
+    for (uint32_t r = 0; r < 65536; r++)
+        if (f32_from_bits(0x4B000000u | r) - 8388607.5f != (float)r + 0.5f) bad++;
+    CHECK(bad == 0, "SR threshold construction: %lld exceptions", bad);
+    // amax of BF16-rounded values == rounding of the max: bf16_bits_rne is monotone on non-NaN magnitudes
+    // (NaN payloads are not: the kernels round a group holding a NaN value by value)
+    bad = 0;
+    uint32_t prev = 0;
+    for (uint64_t u = 0; u <= 0x7F800000u; u += (u > 0x7F7F0000u ? 1 : 251)) {
+        uint32_t r = bf16_bits_rne(f32_from_bits((uint32_t)u));
+        if (r < prev) bad++;
+        prev = r;
+    }
+    CHECK(bad == 0, "bf16_bits_rne monotone on non-NaN magnitudes: %lld exceptions", bad);
+}
+
+// ----------------------------------------------------------------------------------------------------
+// GPU: fast vs reference
+
+static uint64_t lcg = 12345;
+static double urand(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) * (1.0 / 9007199254740992.0);
+}
+static double nrand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+
+enum { D_NORMAL = 0, D_HEAVY, D_SPECIAL, D_NONFINITE, D_COUNT };
+static const char* const DNAMES[D_COUNT] = {"normal", "heavy", "special", "nonfinite"};
+
+// BF16 data of a rows x cols view (ld), padding NaN-filled (never read).
+static std::vector<uint16_t> make_data(int64_t rows, int64_t cols, int64_t ld, int kind) {
+    std::vector<uint16_t> h(rows * ld, 0x7FC1);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < cols; c++) {
+            double x = nrand();
+            if (kind == D_HEAVY) x *= exp(1.5 * nrand());
+            if (kind >= D_SPECIAL) {
+                // region type by 16x16 tile (deterministic in the tile), so whole blocks share a kind
+                uint64_t tt = (uint64_t)(r / 16) * 7919 + (uint64_t)(c / 16) * 104729 + (uint64_t)kind * 31;
+                tt = rng_mix64(tt) % 8;
+                if (tt == 0) x = 0.0;
+                else if (tt == 1) x *= 1e-40;      // BF16 subnormals
+                else if (tt == 2) x *= 1e-30;      // tiny: E4M3 block scale underflows
+                else if (tt == 3) x *= 1e37;       // huge: rotations overflow to inf
+                else if (tt == 4) x = (urand() < 0.5 ? -0.0 : 0.0);
+                else if (tt == 5) x *= 3e38 * urand();
+            }
+            uint16_t b = bf16_bits_rne((float)x);
+            if (kind == D_NONFINITE && urand() < 0.002) {
+                double u = urand();
+                b = u < 0.4 ? 0x7F80 : u < 0.8 ? 0xFF80 : (u < 0.9 ? 0x7FC0 : 0xFFC3);
+            }
+            h[r * ld + c] = b;
+        }
+    }
+    return h;
+}
+
+static QuantParams parse(const char* s) {
+    QuantSpec spec;
+    char err[256];
+    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
+    return quant_params(&spec);
+}
+
+struct Case {
+    const char* spec[2];
+    int axis[2];
+    int n;
+};
+
+static int expect_supported(const QuantParams* p, int n, const int* axes, const int* hs, int64_t rows, int64_t cols) {
+    if (cols % 8) return 0;
+    for (int k = 0; k < n; k++)
+        if (!qf_shape_ok(&p[k], rows, cols, axes[k]) || !qf_h_ok(p[k].hadamard)) return 0;
+    if (n == 2) {
+        if (axes[0] == axes[1]) return 0;
+        int ha = axes[0] ? hs[0] : hs[1], hb = axes[0] ? hs[1] : hs[0];
+        return qf_combo_ok(ha, hb);
+    }
+    return 1;
+}
+
+static int n_cases = 0, n_skipped_shape = 0;
+
+// Runs one case; returns 1 if it ran (supported), 0 if the fast path does not take it.
+static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int kind, uint64_t seed) {
+    const int64_t ld = cols + pad;
+    QuantParams p[2];
+    int hs[2];
+    for (int k = 0; k < cs.n; k++) { p[k] = parse(cs.spec[k]); hs[k] = p[k].hadamard; }
+    int any_shape_bad = 0;
+    for (int k = 0; k < cs.n; k++) any_shape_bad |= !qf_shape_ok(&p[k], rows, cols, cs.axis[k]);
+    std::vector<uint16_t> h = make_data(rows, cols, ld, kind);
+    uint16_t *in, *fref[2], *ffast[2];
+    float* sc;
+    const size_t bytes = (size_t)rows * ld * 2;
+    cuda_check(cudaMalloc(&in, bytes));
+    cuda_check(cudaMemcpy(in, h.data(), bytes, cudaMemcpyHostToDevice));
+    for (int k = 0; k < 2; k++) {
+        cuda_check(cudaMalloc(&fref[k], bytes));
+        cuda_check(cudaMalloc(&ffast[k], bytes));
+        cuda_check(cudaMemset(fref[k], 0x5A, bytes));
+        cuda_check(cudaMemset(ffast[k], 0x5A, bytes));
+    }
+    cuda_check(cudaMalloc(&sc, 16 * sizeof(float)));
+    cuda_check(cudaMemset(sc, 0xFF, 16 * sizeof(float)));
+    QuantTarget tr[2], tf[2];
+    for (int k = 0; k < cs.n; k++) {
+        uint64_t key = rng_key(seed, 3, 100 + k);
+        tr[k] = quant_target_fake(&p[k], cs.axis[k], key, (floatX*)fref[k], ld, sc + 4 * k, sc + 4 * k + 1);
+        tf[k] = quant_target_fake(&p[k], cs.axis[k], key, (floatX*)ffast[k], ld, sc + 4 * k + 2, sc + 4 * k + 3);
+    }
+    int sup = quant_fast_supported(tf, cs.n, rows, cols, ld);
+    int want_sup = expect_supported(p, cs.n, cs.axis, hs, rows, cols);
+    char desc[400];
+    snprintf(desc, sizeof(desc), "[%s ax%d%s%s%s] %lldx%lld ld %lld %s", cs.spec[0], cs.axis[0], cs.n == 2 ? " + " : "",
+             cs.n == 2 ? cs.spec[1] : "", cs.n == 2 ? (cs.axis[1] ? " ax1" : " ax0") : "", (long long)rows,
+             (long long)cols, (long long)ld, DNAMES[kind]);
+    CHECK(sup == want_sup, "quant_fast_supported = %d, expected %d for %s", sup, want_sup, desc);
+    if (!sup || any_shape_bad) {
+        n_skipped_shape++;
+        cudaFree(in); for (int k = 0; k < 2; k++) { cudaFree(fref[k]); cudaFree(ffast[k]); } cudaFree(sc);
+        return 0;
+    }
+    quantize_gpu((floatX*)in, rows, cols, ld, tr, cs.n, 0);
+    quantize_fast_gpu((floatX*)in, rows, cols, ld, tf, cs.n, 0);
+    cuda_check(cudaDeviceSynchronize());
+    float s[16];
+    cuda_check(cudaMemcpy(s, sc, sizeof(s), cudaMemcpyDeviceToHost));
+    std::vector<uint16_t> a(rows * ld), b(rows * ld);
+    for (int k = 0; k < cs.n; k++) {
+        cuda_check(cudaMemcpy(a.data(), fref[k], bytes, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(b.data(), ffast[k], bytes, cudaMemcpyDeviceToHost));
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < rows * ld; i++)
+            if (a[i] != b[i]) { if (first < 0) first = i; bad++; }
+        uint32_t ar = f32_bits(s[4 * k]), af = f32_bits(s[4 * k + 2]), dr = f32_bits(s[4 * k + 1]), df = f32_bits(s[4 * k + 3]);
+        if (bad) {
+            int64_t r = first / ld, c = first % ld;
+            printf("  %s target %d (%s axis %d): %lld of %lld values differ; first at (%lld, %lld): in 0x%04x ref 0x%04x "
+                   "fast 0x%04x; amax ref 0x%08x fast 0x%08x\n",
+                   desc, k, cs.spec[k], cs.axis[k], (long long)bad, (long long)(rows * ld), (long long)r, (long long)c,
+                   h[first], a[first], b[first], ar, af);
+            int shown = 0;
+            for (int64_t i = first + 1; i < rows * ld && shown < 4; i++)
+                if (a[i] != b[i]) {
+                    printf("    also (%lld, %lld): in 0x%04x ref 0x%04x fast 0x%04x\n", (long long)(i / ld), (long long)(i % ld),
+                           h[i], a[i], b[i]);
+                    shown++;
+                }
+        }
+        CHECK(bad == 0 && ar == af && dr == df, "%s target %d: %lld values differ, amax 0x%08x/0x%08x, scale_dec 0x%08x/0x%08x",
+              desc, k, (long long)bad, ar, af, dr, df);
+    }
+    n_cases++;
+    cudaFree(in);
+    for (int k = 0; k < 2; k++) { cudaFree(fref[k]); cudaFree(ffast[k]); }
+    cudaFree(sc);
+    return 1;
+}
+
+static void gpu_checks(int quick) {
+    // every single-target configuration on small shapes
+    const char* grids[] = {"e2m1", "int4", "e1m2"};
+    const char* blocks[] = {"1x16", "1x32", "16x16", "32x32"};
+    const char* scales[] = {"e4m3", "e8m0", "e8m0ceil"};
+    const char* rounds[] = {"rne", "sr"};
+    const char* hads[] = {"h0", "h16", "h32,seed=5", "h16,plain", "h32,fixed", "h8"};
+    static char specbuf[2000][96];
+    int nspec = 0;
+    for (auto g : grids)
+        for (auto b : blocks)
+            for (auto s : scales)
+                for (auto r : rounds)
+                    for (auto h : hads)
+                        snprintf(specbuf[nspec++], 96, "%s,%s,%s,%s,%s", g, b, s, r, h);
+    const int64_t small[][3] = {{64, 96, 0}, {96, 160, 8}, {48, 80, 0}, {32, 256, 24}, {160, 48, 0}};
+    int ran = 0;
+    for (int i = 0; i < nspec; i++) {
+        for (int axis = 0; axis < 2; axis++) {
+            Case c = {{specbuf[i], NULL}, {axis, 0}, 1};
+            const int nsh = quick ? 2 : 5;
+            for (int sh = 0; sh < nsh; sh++) {
+                int kind = (i + sh + axis) % D_COUNT;
+                ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], kind, 1000 + i);
+            }
+        }
+    }
+    printf("single targets, small shapes: %d cases ran\n", ran);
+    // dual targets (row-wise + column-wise), random spec pairs on small shapes, every data kind
+    ran = 0;
+    for (int i = 0; i < (quick ? 150 : 600); i++) {
+        int a = (int)(urand() * nspec), b = (int)(urand() * nspec);
+        Case c = {{specbuf[a], specbuf[b]}, {1, 0}, 2};
+        if (urand() < 0.5) { c.axis[0] = 0; c.axis[1] = 1; }
+        const int sh = i % 5;
+        ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], i % D_COUNT, 2000 + i);
+    }
+    printf("dual targets, small shapes: %d cases ran\n", ran);
+    // the trainer's configurations (recipes.h presets) at training shapes
+    const Case trainer[] = {
+        {{"nvfp4", NULL}, {1, 0}, 1},                                   // fprop X
+        {{"nvfp4-2d", NULL}, {1, 0}, 1},                                // fprop W
+        {{"nvfp4-2d", NULL}, {0, 0}, 1},                                // dgrad W
+        {{"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},                // dY
+        {{"nvfp4,h16,fixed", NULL}, {0, 0}, 1},                         // wgrad X
+        {{"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2},                      // X both copies
+        {{"mxfp4-ceil", NULL}, {1, 0}, 1},
+        {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
+        {{"mxfp4-ceil,sr", NULL}, {0, 0}, 1},
+        {{"mxfp4", NULL}, {1, 0}, 1},
+        {{"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
+        {{"int4,h16,seed=1", NULL}, {1, 0}, 1},
+        {{"int4,h16,seed=1", NULL}, {0, 0}, 1},
+        {{"nvfp4-2d", "nvfp4-2d"}, {1, 0}, 2},
+        {{"nvfp4,sr", NULL}, {1, 0}, 1},
+        {{"nvfp4,sr,h16,fixed", NULL}, {0, 0}, 1},
+    };
+    const int64_t big[][3] = {{768, 3072, 0}, {3072, 768, 0}, {2304, 768, 0}, {4096, 768, 0}, {480, 272, 16}, {8192, 3072, 0},
+                              {65536, 768, 0}};
+    ran = 0;
+    const int nbig = quick ? 5 : 7;
+    for (size_t i = 0; i < sizeof(trainer) / sizeof(trainer[0]); i++)
+        for (int sh = 0; sh < nbig; sh++) {
+            int kind = (int)((i + sh) % D_COUNT);
+            if (big[sh][0] * big[sh][1] > (int64_t)8192 * 3072 && (i % 3)) continue;   // 65536 x 768: a third of them
+            ran += run_case(trainer[i], big[sh][0], big[sh][1], big[sh][2], kind, 3000 + i);
+        }
+    printf("trainer configurations, training shapes: %d cases ran\n", ran);
+
+    // not handled: quant_fast_supported must say so
+    {
+        QuantParams p = parse("nvfp4"), ph8 = parse("nvfp4,h8"), ph64 = parse("nvfp4,h64");
+        floatX* buf;
+        uint8_t* codes;
+        float* sc;
+        cuda_check(cudaMalloc(&buf, 1 << 20));
+        cuda_check(cudaMalloc(&codes, 1 << 16));
+        cuda_check(cudaMalloc(&sc, 64));
+        QuantTarget t = quant_target_fake(&p, 1, 1, buf, 256, sc, sc + 1);
+        CHECK(quant_fast_supported(&t, 1, 64, 256, 256), "plain nvfp4 row-wise should be supported");
+        QuantTarget tp = quant_target_packed(&p, 1, 1, codes, codes + 8192, sc, sc + 1);
+        CHECK(!quant_fast_supported(&tp, 1, 64, 256, 256), "packed output is not supported");
+        QuantTarget t8 = quant_target_fake(&ph8, 1, 1, buf, 256, sc, sc + 1);
+        CHECK(!quant_fast_supported(&t8, 1, 64, 256, 256), "H8 is not supported");
+        QuantTarget t64 = quant_target_fake(&ph64, 1, 1, buf, 256, sc, sc + 1);
+        CHECK(!quant_fast_supported(&t64, 1, 64, 256, 256), "H64 is not supported");
+        CHECK(!quant_fast_supported(&t, 1, 64, 256, 260), "ld %% 8 != 0 is not supported");
+        QuantTarget tmis = quant_target_fake(&p, 1, 1, (floatX*)((char*)buf + 8), 256, sc, sc + 1);
+        CHECK(!quant_fast_supported(&tmis, 1, 64, 256, 256), "misaligned fake output is not supported");
+        QuantTarget tt[2] = {t, t};
+        CHECK(!quant_fast_supported(tt, 2, 64, 256, 256), "two targets on the same axis are not supported");
+        QuantTarget t3[3] = {t, t, t};
+        CHECK(!quant_fast_supported(t3, 3, 64, 256, 256), "three targets are not supported");
+        CHECK(!quant_fast_supported(&t, 1, 64, 250, 256), "cols %% 16 != 0 for 1x16 row-wise is not supported");
+        QuantParams pb = parse("nvfp4");
+        pb.grid.levels[7] = 5.0f;
+        QuantTarget tb = quant_target_fake(&pb, 1, 1, buf, 256, sc, sc + 1);
+        CHECK(!quant_fast_supported(&tb, 1, 64, 256, 256), "an unknown grid is not supported");
+        QuantParams ph16 = parse("nvfp4,h16"), ph32 = parse("nvfp4,h32");
+        QuantTarget d1[2] = {quant_target_fake(&ph16, 1, 1, buf, 256, sc, sc + 1),
+                             quant_target_fake(&ph32, 0, 1, buf, 256, sc + 2, sc + 3)};
+        CHECK(!quant_fast_supported(d1, 2, 64, 256, 256), "dual H16 row + H32 col has no kernel");
+        cudaFree(buf); cudaFree(codes); cudaFree(sc);
+    }
+    printf("cases compared: %d (skipped as unsupported shape/config: %d)\n", n_cases, n_skipped_shape);
+}
+
+int main(int argc, char** argv) {
+    int exhaustive = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--exhaustive")) exhaustive = 1;
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else fail("usage: %s [--exhaustive] [--quick]", argv[0]);
+    }
+    cpu_element_checks(exhaustive);
+    if (device_count_or_zero() == 0) {
+        test_skip("quant_fast gpu", "no CUDA GPU on this machine");
+        return test_summary("quant_fast");
+    }
+    gpu_checks(quick);
+    return test_summary("quant_fast");
+}

@@ -1,0 +1,740 @@
+// quant_fast.cuh: bandwidth-bound twins of quantize_gpu (nvfp4.cuh) for fake-quant (BF16) outputs.
+// defines: quant_fast_supported(), quantize_fast_gpu(), quant_fast_amax_gpu(), quant_fast_apply_gpu(),
+//          qf_rne_mag(), qf_sr_mag(), QFGrid, qf_grid_consts(), qf_grid_id()
+// Same contract and bit-identical outputs (fake BF16, *amax, *scale_dec) as quantize_gpu for the
+// targets quant_fast_supported() accepts:
+//   - 1 target, or 2 targets with different axes (one row-wise, one column-wise), read once per pass;
+//   - grids e2m1 / int4 / e1m2; blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
+//     rne and sr; Hadamard 0, 16 or 32 with any signs;
+//   - fake output only (codes / scales NULL), 16-byte aligned input and fake with ld % 8 == 0, cols % 8 == 0,
+//     and a shape quantize_gpu accepts.
+// Anything else: quant_fast_supported() returns 0 and the caller uses quantize_gpu.
+//
+// Layout. A warp owns a 32 x 128 tile of the view; lane = rg * 16 + cg holds the 16 rows
+// [rg*16, rg*16+16) x 8 columns [cg*8, cg*8+8) of it as 16 16-byte words in registers (coalesced: each row
+// load of a half-warp is 256 contiguous bytes). Row-wise (axis 1) blocks span 2 (L=16) or 4 (L=32) lanes
+// of one row: block amax and the Hadamard stages h >= 8 go through shuffles. Column-wise (axis 0) blocks
+// are a column of the thread's 16 rows (L=16) or of two lanes rg = 0, 1 (L=32, H32: shuffle xor 16).
+// 2D tiles: the thread's 16 x 8 patch plus lanes xor 1 (16x16) or xor 1, 2, 16 (32x32).
+//
+// Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
+// fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
+// (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as nvfp4.cuh).
+//   fast RNE:  |q| = min((|x| + C) - C, max), C = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,inf);
+//              int4: 2^23; e1m2: 2^22): the FPU's ties-to-even at the region's grid spacing.
+//   fast SR:   s = 1/spacing of |x|'s region; f = floor(|x| s); up = (r16 + 0.5) < (|x| s - f) 2^16
+//              (the reference's (2 r16 + 1) < frac 2^17, halved; every step is exact), |q| = min((f + up)/s, max).
+//   output:    sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf).
+// dev/test/test_quant_fast.cu checks these against grid_round_rne / grid_round_sr over float bit patterns
+// (all of them with --exhaustive) and the product exactness for every code and scale, then compares
+// quantize_fast_gpu with quantize_gpu bit for bit on the GPU.
+// Hadamard: the butterflies of hadamard_f32_n in the same order (cross-lane stages as shuffles); the
+// rotated values are rounded to BF16 by the hardware (cvt.rn.bf16x2) when the block amax is finite (equal
+// to bf16_bits_rne for non-NaN inputs), else by bf16_bits_rne. Block and tensor amax of the rounded values
+// are taken as the rounding of the max of the unrounded ones (rounding is monotone on non-NaN magnitudes;
+// a group holding a NaN is rounded value by value).
+// SR bits: rng_bits32(key, (r * cols + c) / 2) for the element pair (c even, c + 1), as sr_bits16.
+#pragma once
+#include <cuda_bf16.h>
+#include "nvfp4.cuh"
+
+#define QF_THREADS 128
+#define QF_MIN_CTAS 3
+#define QF_WARPS (QF_THREADS / 32)
+#define QF_ROWS 16          // rows per thread
+#define QF_TILE_R 32        // rows per warp tile
+#define QF_TILE_C 128       // cols per warp tile
+#define QF_RNG_MUL 0xD1B54A32D192ED03ull   // rng_bits32's index multiplier (rng.h)
+
+// ---------------------------------------------------------------------------------------------------
+// Element arithmetic (HD: the CPU test checks it against the reference functions)
+
+#if defined(__CUDA_ARCH__)
+#define QF_ADD(a, b) __fadd_rn((a), (b))
+#define QF_SUB(a, b) __fsub_rn((a), (b))
+#define QF_MUL(a, b) __fmul_rn((a), (b))
+#else
+#define QF_ADD(a, b) ((a) + (b))
+#define QF_SUB(a, b) ((a) - (b))
+#define QF_MUL(a, b) ((a) * (b))
+#endif
+
+typedef struct {
+    float thr1, thr2;     // region bounds on |x| (E2M1: 2, 4; uniform grids: +inf)
+    float rc[3];          // RNE: (|x| + rc) - rc rounds to the region's spacing, ties to even
+    float sc[3], isc[3];  // SR: |x| * sc has unit spacing in the region; isc = 1 / sc
+    float maxval;
+} QFGrid;
+
+// |x| (not NaN) -> magnitude of grid_round_rne's code value.
+HD float qf_rne_mag(const QFGrid& g, float a) {
+    const float c = a < g.thr1 ? g.rc[0] : (a < g.thr2 ? g.rc[1] : g.rc[2]);
+    return fminf(QF_SUB(QF_ADD(a, c), c), g.maxval);
+}
+
+// |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value.
+HD float qf_sr_mag(const QFGrid& g, float a, uint32_t r16) {
+    const bool p1 = a < g.thr1, p2 = a < g.thr2;
+    const float s = p1 ? g.sc[0] : (p2 ? g.sc[1] : g.sc[2]);
+    const float is = p1 ? g.isc[0] : (p2 ? g.isc[1] : g.isc[2]);
+    const float q = QF_MUL(a, s);
+    const float f = floorf(q);
+    const float right = QF_MUL(QF_SUB(q, f), 65536.0f);
+    const float left = QF_SUB(f32_from_bits(0x4B000000u | (r16 & 0xFFFFu)), 8388607.5f);   // r16 + 0.5
+    const float k = left < right ? QF_ADD(f, 1.0f) : f;
+    return fminf(QF_MUL(k, is), g.maxval);
+}
+
+static inline int qf_grid_id(const GridTraits* g) {
+    for (int i = QGRID_E2M1; i < QGRID_COUNT; i++)
+        if (!memcmp(g, &quant_grid_table[i].t, sizeof(GridTraits))) return i;
+    return -1;
+}
+
+static inline QFGrid qf_grid_consts(int gid) {
+    QFGrid g;
+    const float inf = INFINITY;
+    if (gid == QGRID_E2M1) {
+        g = QFGrid{2.0f, 4.0f, {4194304.0f, 8388608.0f, 16777216.0f}, {2.0f, 1.0f, 0.5f}, {0.5f, 1.0f, 2.0f}, 6.0f};
+    } else if (gid == QGRID_INT4) {
+        g = QFGrid{inf, inf, {8388608.0f, 8388608.0f, 8388608.0f}, {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}, 7.0f};
+    } else {
+        fail_if(gid != QGRID_E1M2, "qf_grid_consts: no fast path for grid %d", gid);
+        g = QFGrid{inf, inf, {4194304.0f, 4194304.0f, 4194304.0f}, {2.0f, 2.0f, 2.0f}, {0.5f, 0.5f, 0.5f}, 3.5f};
+    }
+    return g;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Kernel arguments
+
+typedef struct {
+    QuantParams p;
+    QFGrid g;
+    uint64_t key;
+    uint16_t* fake;
+    int64_t ld_fake;
+    float* amax;
+    float* scale_dec;
+    float hscale;     // hadamard_scale(H)
+    uint32_t hsigns;  // sign bits of positions 0..31
+    int sr, bw, bl;
+} QFTarget;
+
+typedef struct {
+    QFTarget t[2];    // [0]: the row-wise (axis 1) target, [1]: the column-wise (axis 0) target
+    const uint16_t* in;
+    int64_t rows, cols, ld;
+    int64_t tiles_c;  // warp tiles along cols
+    int64_t tiles;    // warp tiles in all
+} QFArgs;
+
+// ---------------------------------------------------------------------------------------------------
+// Device helpers
+
+__device__ __forceinline__ uint32_t qf_max(uint32_t a, uint32_t b) { return a > b ? a : b; }
+__device__ __forceinline__ uint32_t qf_vmax(uint32_t a, uint32_t b) { return __vmaxu2(a, b); }
+// max of the two BF16 halves (magnitudes), as FP32 bits
+__device__ __forceinline__ uint32_t qf_hmax(uint32_t m2) { return qf_max(m2 << 16, m2 & 0xFFFF0000u); }
+__device__ __forceinline__ uint32_t qf_shfl_max(uint32_t m, int x) { return qf_max(m, __shfl_xor_sync(0xFFFFFFFFu, m, x)); }
+__device__ __forceinline__ uint32_t qf_absbits(float y) { return f32_bits(y) & 0x7FFFFFFFu; }
+// BF16 rounding of FP32 magnitude bits, as FP32 bits
+__device__ __forceinline__ uint32_t qf_round_bits(uint32_t m) { return (uint32_t)bf16_bits_rne(f32_from_bits(m)) << 16; }
+// The amax bits of n values after BF16 rounding, given m = the max of their unrounded magnitude bits:
+// the rounding of m when m is not NaN (rounding is monotone there); NaN payloads do not round
+// monotonically ((u >> 16) | 0x40), so a NaN group is rounded value by value (rare path).
+template <int N>
+__device__ __forceinline__ uint32_t qf_rmax(uint32_t m, const float (&y)[N]) {
+    if (m <= 0x7F800000u) return qf_round_bits(m);
+    uint32_t r = 0;
+#pragma unroll
+    for (int j = 0; j < N; j++) r = qf_max(r, qf_round_bits(qf_absbits(y[j])));
+    return r;
+}
+__device__ __forceinline__ float qf_lo(uint32_t w) { return f32_from_bits(w << 16); }
+__device__ __forceinline__ float qf_hi(uint32_t w) { return f32_from_bits(w & 0xFFFF0000u); }
+__device__ __forceinline__ uint32_t qf_cvt2(float a, float b) {   // RNE, a -> low half
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+__device__ __forceinline__ uint32_t qf_cvt2_ref(float a, float b) {
+    return (uint32_t)bf16_bits_rne(a) | ((uint32_t)bf16_bits_rne(b) << 16);
+}
+__device__ __forceinline__ uint32_t qf_rng(uint64_t key, uint64_t idx_mul) {
+    return (uint32_t)(rng_mix64(key ^ idx_mul) >> 32);
+}
+
+// Reference element (exactly qt_process of nvfp4.cuh): any block, including inf / NaN ones.
+__device__ __forceinline__ uint32_t qf_slow_elem(const QuantParams& p, float v, const QuantBlockScale& bs, int sr,
+                                                 uint32_t r16) {
+    float x = v * bs.inv;
+    uint8_t c = bs.is_nan ? 0 : sr ? grid_round_sr(&p.grid, x, r16) : grid_round_rne(&p.grid, x);
+    return bs.is_nan ? (uint32_t)BF16_CANONICAL_NAN : (uint32_t)bf16_bits_rne(grid_code_value(&p.grid, c) * bs.sdec);
+}
+
+// Fast element pair -> packed BF16 word. sw: the BF16 bits of the pair (signs).
+template <bool SR>
+__device__ __forceinline__ uint32_t qf_fast_pair(const QFGrid& g, float v0, float v1, uint32_t sw, float inv0, float sd0,
+                                                 float inv1, float sd1, uint32_t rnd) {
+    const float a0 = fabsf(QF_MUL(v0, inv0)), a1 = fabsf(QF_MUL(v1, inv1));
+    float m0, m1;
+    if (SR) { m0 = qf_sr_mag(g, a0, rnd & 0xFFFFu); m1 = qf_sr_mag(g, a1, rnd >> 16); }
+    else { m0 = qf_rne_mag(g, a0); m1 = qf_rne_mag(g, a1); }
+    const uint32_t o = __byte_perm(f32_bits(QF_MUL(m0, sd0)), f32_bits(QF_MUL(m1, sd1)), 0x7632);
+    return o | (sw & 0x80008000u);
+}
+
+__device__ __forceinline__ uint32_t qf_slow_pair(const QuantParams& p, float v0, float v1, const QuantBlockScale& b0,
+                                                 const QuantBlockScale& b1, int sr, uint32_t rnd) {
+    return qf_slow_elem(p, v0, b0, sr, rnd & 0xFFFFu) | (qf_slow_elem(p, v1, b1, sr, rnd >> 16) << 16);
+}
+
+// Register-array access with a run-time index through selects (keeps the arrays in registers): for the
+// rolled slow paths, so that the reference code appears once per call site.
+template <int N>
+__device__ __forceinline__ uint32_t qf_pick(const uint32_t (&a)[N], int i) {
+    uint32_t x = a[0];
+#pragma unroll
+    for (int k = 1; k < N; k++) x = i == k ? a[k] : x;
+    return x;
+}
+
+template <int N>
+__device__ __forceinline__ void qf_butterfly(float* v) {   // stages h = 1 .. N/2 of hadamard_f32_n
+#pragma unroll
+    for (int h = 1; h < N; h <<= 1) {
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            if (j & h) continue;
+            const float a = v[j], b = v[j + h];
+            v[j] = QF_ADD(a, b);
+            v[j + h] = QF_SUB(a, b);
+        }
+    }
+}
+
+// Cross-lane butterfly stage: the lower lane (up == 0) holds a = v[j], the partner b = v[j + h]:
+// lower gets a + b, upper gets a - b (a the partner's value).
+__device__ __forceinline__ float qf_xstage(float own, int lanexor, uint32_t upmask) {
+    const float o = __shfl_xor_sync(0xFFFFFFFFu, own, lanexor);
+    return upmask ? QF_SUB(o, own) : QF_ADD(own, o);
+}
+
+// Axis 1: rotate one row's 8 values (columns c0..c0+7 of an H-group spread over H/8 lanes).
+template <int H>
+__device__ __forceinline__ void qf_rot_row(const uint32_t (&w)[4], const uint32_t (&smask)[4], float hscale, int cg,
+                                           float (&y)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t x = w[i] ^ smask[i];
+        y[2 * i] = qf_lo(x);
+        y[2 * i + 1] = qf_hi(x);
+    }
+    qf_butterfly<8>(y);
+#pragma unroll
+    for (int h = 8; h < H; h <<= 1) {
+        const int lx = h / 8;
+        const uint32_t up = cg & lx;
+#pragma unroll
+        for (int j = 0; j < 8; j++) y[j] = qf_xstage(y[j], lx, up);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) y[j] = QF_MUL(y[j], hscale);
+}
+
+// Axis 0: rotate the column pair p over the thread's 16 rows (H32: with lane rg ^ 1). w holds sign-flipped input.
+template <int H>
+__device__ __forceinline__ void qf_rot_cols(const uint32_t (&w)[QF_ROWS][4], int p, float hscale, int rg,
+                                            float (&lo)[QF_ROWS], float (&hi)[QF_ROWS]) {
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_lo(w[r][p]); hi[r] = qf_hi(w[r][p]); }
+    qf_butterfly<16>(lo);
+    qf_butterfly<16>(hi);
+    if (H == 32) {
+#pragma unroll
+        for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_xstage(lo[r], 16, rg); hi[r] = qf_xstage(hi[r], 16, rg); }
+    }
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) { lo[r] = QF_MUL(lo[r], hscale); hi[r] = QF_MUL(hi[r], hscale); }
+}
+
+__device__ __forceinline__ void qf_row_signs(const QFTarget& T, int H, int cg, uint32_t (&smask)[4]) {
+    const uint32_t sb = H ? T.hsigns >> ((cg * 8) & (H - 1)) : 0u;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        smask[i] = (((sb >> (2 * i)) & 1u) ? 0x8000u : 0u) | (((sb >> (2 * i + 1)) & 1u) ? 0x80000000u : 0u);
+}
+
+__device__ __forceinline__ void qf_col_signs(const QFTarget& T, int H, int rg, uint32_t (&w)[QF_ROWS][4]) {
+    const uint32_t sb = T.hsigns >> (H == 32 ? 16 * rg : 0);
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) {
+        const uint32_t mk = ((sb >> r) & 1u) ? 0x80008000u : 0u;
+#pragma unroll
+        for (int p = 0; p < 4; p++) w[r][p] ^= mk;
+    }
+}
+
+__device__ __forceinline__ void qf_load(const QFArgs& A, int64_t r0, int64_t c0, bool stream, uint32_t (&w)[QF_ROWS][4]) {
+    const bool cv = c0 < A.cols;
+    const int64_t nr = A.rows - r0;
+    const uint16_t* src = A.in + r0 * A.ld + c0;
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) {
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if (cv && r < nr) {
+            const uint4* ptr = (const uint4*)(src + r * A.ld);
+            u = stream ? __ldcs(ptr) : __ldg(ptr);
+        }
+        w[r][0] = u.x; w[r][1] = u.y; w[r][2] = u.z; w[r][3] = u.w;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Apply, row-wise target (axis 1)
+
+template <int H, bool SR>
+__device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& A, const uint32_t (&w)[QF_ROWS][4],
+                                               int64_t r0, int64_t c0, int lane, float s_enc) {
+    const int cg = lane & 15;
+    uint32_t smask[4];
+    qf_row_signs(T, H, cg, smask);
+    const bool twod = T.bw > 1;
+    const int l4 = T.bl == 32;
+    uint32_t tile_m = 0;
+    if (twod) {
+        if (H) {
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++) {
+                float y[8];
+                qf_rot_row<H>(w[r], smask, T.hscale, cg, y);
+                uint32_t mr = 0;
+#pragma unroll
+                for (int j = 0; j < 8; j++) mr = qf_max(mr, qf_absbits(y[j]));
+                tile_m = qf_max(tile_m, qf_rmax(mr, y));
+            }
+        } else {
+            uint32_t m2 = 0;
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) m2 = qf_vmax(m2, w[r][i] & 0x7FFF7FFFu);
+            tile_m = qf_hmax(m2);
+        }
+        tile_m = qf_shfl_max(tile_m, 1);
+        if (l4) { tile_m = qf_shfl_max(tile_m, 2); tile_m = qf_shfl_max(tile_m, 16); }
+    }
+    const bool cv = c0 < A.cols;
+    const int64_t nr = A.rows - r0;
+    uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
+    uint64_t pm = 0, pstep = 0;
+    if (SR) {
+        pm = ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL;
+        pstep = (uint64_t)(A.cols >> 1) * QF_RNG_MUL;
+    }
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) {
+        float y[8];
+        uint32_t m;
+        if (H) {
+            qf_rot_row<H>(w[r], smask, T.hscale, cg, y);
+            m = 0;
+#pragma unroll
+            for (int j = 0; j < 8; j++) m = qf_max(m, qf_absbits(y[j]));
+            m = qf_rmax(m, y);
+        } else {
+            const uint32_t m2 = qf_vmax(qf_vmax(w[r][0] & 0x7FFF7FFFu, w[r][1] & 0x7FFF7FFFu),
+                                        qf_vmax(w[r][2] & 0x7FFF7FFFu, w[r][3] & 0x7FFF7FFFu));
+            m = qf_hmax(m2);
+        }
+        if (!twod) {
+            m = qf_shfl_max(m, 1);
+            if (l4) m = qf_shfl_max(m, 2);
+        } else {
+            m = tile_m;
+        }
+        const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), s_enc);
+        const bool fast = m < 0x7F800000u;
+        uint32_t vw[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (H) vw[i] = fast ? qf_cvt2(y[2 * i], y[2 * i + 1]) : qf_cvt2_ref(y[2 * i], y[2 * i + 1]);
+            else vw[i] = w[r][i];
+        }
+        uint32_t rnd[4] = {0, 0, 0, 0};
+        if (SR) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) rnd[i] = qf_rng(T.key, pm + (uint64_t)i * QF_RNG_MUL);
+            pm += pstep;
+        }
+        uint32_t o[4] = {0, 0, 0, 0};
+        if (fast) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                o[i] = qf_fast_pair<SR>(T.g, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+        } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
+#pragma unroll 1
+            for (int i = 0; i < 4; i++) {
+                const uint32_t x = qf_pick(vw, i);
+                const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
+#pragma unroll
+                for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
+            }
+        }
+        if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Apply, column-wise target (axis 0). Consumes w (sign flips, then outputs in place).
+
+template <int H, bool SR>
+__device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
+                                               int64_t r0, int64_t c0, int lane, float s_enc) {
+    const int rg = lane >> 4;
+    if (H) qf_col_signs(T, H, rg, w);
+    const bool twod = T.bw > 1;
+    const int l32 = T.bl == 32;
+    uint32_t tile_m = 0;
+    if (twod) {
+        if (H) {
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                float lo[QF_ROWS], hi[QF_ROWS];
+                qf_rot_cols<H>(w, p, T.hscale, rg, lo, hi);
+                uint32_t ml = 0, mh = 0;
+#pragma unroll
+                for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
+                tile_m = qf_max(tile_m, qf_max(qf_rmax(ml, lo), qf_rmax(mh, hi)));
+            }
+        } else {
+            uint32_t m2 = 0;
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) m2 = qf_vmax(m2, w[r][i] & 0x7FFF7FFFu);
+            tile_m = qf_hmax(m2);
+        }
+        tile_m = qf_shfl_max(tile_m, 1);
+        if (l32) { tile_m = qf_shfl_max(tile_m, 2); tile_m = qf_shfl_max(tile_m, 16); }
+    }
+    const uint64_t pm0 = SR ? ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL : 0;
+    const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        uint32_t mlo, mhi;
+        uint32_t vw[QF_ROWS];
+        float lo[QF_ROWS], hi[QF_ROWS];
+        if (H) {
+            qf_rot_cols<H>(w, p, T.hscale, rg, lo, hi);
+            mlo = 0; mhi = 0;
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++) { mlo = qf_max(mlo, qf_absbits(lo[r])); mhi = qf_max(mhi, qf_absbits(hi[r])); }
+            mlo = qf_rmax(mlo, lo); mhi = qf_rmax(mhi, hi);
+            if (l32 && !twod) { mlo = qf_shfl_max(mlo, 16); mhi = qf_shfl_max(mhi, 16); }
+        } else {
+            uint32_t m2 = 0;
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++) m2 = qf_vmax(m2, w[r][p] & 0x7FFF7FFFu);
+            if (l32 && !twod) m2 = qf_vmax(m2, __shfl_xor_sync(0xFFFFFFFFu, m2, 16));
+            mlo = m2 << 16; mhi = m2 & 0xFFFF0000u;
+        }
+        if (twod) { mlo = tile_m; mhi = tile_m; }
+        const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), s_enc);
+        const QuantBlockScale bhi = twod ? blo : quant_block_scale(&T.p, f32_from_bits(mhi), s_enc);
+        const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
+#pragma unroll
+        for (int r = 0; r < QF_ROWS; r++) {
+            if (H) vw[r] = fast ? qf_cvt2(lo[r], hi[r]) : qf_cvt2_ref(lo[r], hi[r]);
+            else vw[r] = w[r][p];
+        }
+        uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
+        if (fast) {
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++) {
+                const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
+                pm += pstep;
+                w[r][p] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
+            }
+        } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
+#pragma unroll 1
+            for (int r = 0; r < QF_ROWS; r++) {
+                const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
+                pm += pstep;
+                const uint32_t x = qf_pick(vw, r);
+                const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
+#pragma unroll
+                for (int k = 0; k < QF_ROWS; k++) w[k][p] = k == r ? ow : w[k][p];
+            }
+        }
+    }
+    const bool cv = c0 < A.cols;
+    const int64_t nr = A.rows - r0;
+    uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++)
+        if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(w[r][0], w[r][1], w[r][2], w[r][3]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Kernels. HA: Hadamard size of the row-wise target (-1: none), HB: of the column-wise target.
+
+__device__ __forceinline__ void qf_tile_origin(const QFArgs& A, int64_t t, int lane, int64_t* r0, int64_t* c0) {
+    const int64_t tr = t / A.tiles_c, tc = t - tr * A.tiles_c;
+    *r0 = tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
+    *c0 = tc * QF_TILE_C + (lane & 15) * 8;
+}
+
+template <int HA, int HB>
+__global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const __grid_constant__ QFArgs A) {
+    __shared__ uint32_t red[2][QF_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int cg = lane & 15, rg = lane >> 4;
+    uint32_t m2raw = 0, ma = 0, mb = 0, ma_nan = 0, mb_nan = 0;   // unrounded maxima; rounded maxima of NaN groups
+    uint32_t smask[4] = {0, 0, 0, 0};
+    if (HA > 0) qf_row_signs(A.t[0], HA, cg, smask);
+    for (int64_t t = (int64_t)blockIdx.x * QF_WARPS + warp; t < A.tiles; t += (int64_t)gridDim.x * QF_WARPS) {
+        int64_t r0, c0;
+        qf_tile_origin(A, t, lane, &r0, &c0);
+        uint32_t w[QF_ROWS][4];
+        qf_load(A, r0, c0, false, w);
+        if (HA == 0 || HB == 0) {
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) m2raw = qf_vmax(m2raw, w[r][i] & 0x7FFF7FFFu);
+        }
+        if (HA > 0) {
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++) {
+                float y[8];
+                qf_rot_row<HA>(w[r], smask, A.t[0].hscale, cg, y);
+                uint32_t mr = 0;
+#pragma unroll
+                for (int j = 0; j < 8; j++) mr = qf_max(mr, qf_absbits(y[j]));
+                if (mr <= 0x7F800000u) ma = qf_max(ma, mr);
+                else ma_nan = qf_max(ma_nan, qf_rmax(mr, y));
+            }
+        }
+        if (HB > 0) {
+            qf_col_signs(A.t[1], HB, rg, w);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                float lo[QF_ROWS], hi[QF_ROWS];
+                qf_rot_cols<HB>(w, p, A.t[1].hscale, rg, lo, hi);
+                uint32_t ml = 0, mh = 0;
+#pragma unroll
+                for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
+                if (qf_max(ml, mh) <= 0x7F800000u) mb = qf_max(mb, qf_max(ml, mh));
+                else mb_nan = qf_max(mb_nan, qf_max(qf_rmax(ml, lo), qf_rmax(mh, hi)));
+            }
+        }
+    }
+    const uint32_t raw = qf_hmax(m2raw);
+    uint32_t m[2] = {HA > 0 ? qf_max(qf_round_bits(ma), ma_nan) : raw, HB > 0 ? qf_max(qf_round_bits(mb), mb_nan) : raw};
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) m[k] = qf_shfl_max(m[k], x);
+        if (lane == 0) red[k][warp] = m[k];
+    }
+    __syncthreads();
+    if (threadIdx.x < 2) {
+        const int k = threadIdx.x;
+        if ((k == 0 && HA < 0) || (k == 1 && HB < 0)) return;
+        uint32_t mm = 0;
+        for (int i = 0; i < QF_WARPS; i++) mm = qf_max(mm, red[k][i]);
+        if (mm) atomicMax((unsigned int*)A.t[k].amax, mm);
+    }
+}
+
+// Registers: the thread's patch (64) plus one target's working set; 128-thread CTAs, at least 3 per SM
+// (at most 168 registers: no spills with a Hadamard on both targets).
+template <int HA, int HB>
+__global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const __grid_constant__ QFArgs A) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float s_enc[2] = {1.0f, 1.0f};
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        if ((k == 0 && HA < 0) || (k == 1 && HB < 0)) continue;
+        s_enc[k] = quant_tensor_scale_enc(&A.t[k].p, *A.t[k].amax);
+        if (blockIdx.x == 0 && threadIdx.x == 0)
+            *A.t[k].scale_dec = A.t[k].p.scale == QSCALE_E4M3 ? 1.0f / s_enc[k] : 1.0f;
+    }
+    const int64_t t = (int64_t)blockIdx.x * QF_WARPS + warp;
+    if (t >= A.tiles) return;
+    int64_t r0, c0;
+    qf_tile_origin(A, t, lane, &r0, &c0);
+    uint32_t w[QF_ROWS][4];
+    qf_load(A, r0, c0, true, w);
+    if constexpr (HA >= 0) {
+        constexpr int H = HA > 0 ? HA : 0;
+        if (A.t[0].sr) qf_apply_axis1<H, true>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
+        else qf_apply_axis1<H, false>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
+    }
+    if constexpr (HB >= 0) {
+        constexpr int H = HB > 0 ? HB : 0;
+        if (A.t[1].sr) qf_apply_axis0<H, true>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
+        else qf_apply_axis0<H, false>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Host side
+
+// The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
+// what the recipes use): one target of either axis with H 0/16/32; two targets (row-wise, column-wise)
+// with H (0, 0), (0, 16), (0, 32), (16, 16), (32, 32).
+static inline int qf_combo_ok(int ha, int hb) {
+    if (ha < 0 || hb < 0) return 1;
+    return ha == 0 || ha == hb;
+}
+
+static inline int qf_h_ok(int h) { return h == 0 || h == 16 || h == 32; }
+
+static inline int qf_shape_ok(const QuantParams* p, int64_t rows, int64_t cols, int axis) {
+    if (rows <= 0 || cols <= 0) return 0;
+    const int64_t M = axis ? rows : cols, K = axis ? cols : rows;
+    if (K % p->block_l || M % p->block_w) return 0;
+    if (p->hadamard && K % p->hadamard) return 0;
+    return 1;
+}
+
+static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols) {
+    const QuantParams* p = &t->p;
+    if (t->axis != 0 && t->axis != 1) return 0;
+    if (qf_grid_id(&p->grid) < 0) return 0;
+    if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
+    if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
+        return 0;
+    if (!qf_h_ok(p->hadamard)) return 0;
+    if (!t->fake || t->codes || t->scales || !t->amax || !t->scale_dec) return 0;
+    if ((uintptr_t)t->fake % 16 || t->ld_fake % 8 || t->ld_fake < cols) return 0;
+    return qf_shape_ok(p, rows, cols, t->axis);
+}
+
+static inline int quant_fast_supported(const QuantTarget* t, int n, int64_t rows, int64_t cols, int64_t ld) {
+    if (!t || n < 1 || n > 2) return 0;
+    if (ld < cols || ld % 8 || cols % 8 || rows <= 0 || cols <= 0) return 0;
+    if (n == 2 && t[0].axis == t[1].axis) return 0;
+    int h[2] = {-1, -1};
+    for (int k = 0; k < n; k++) {
+        if (!qf_target_ok(&t[k], rows, cols)) return 0;
+        h[t[k].axis ? 0 : 1] = t[k].p.hadamard;
+    }
+    return qf_combo_ok(h[0], h[1]);
+}
+
+static inline QFTarget qf_target(const QuantTarget* t) {
+    QFTarget q;
+    memset(&q, 0, sizeof(q));
+    q.p = t->p;
+    q.g = qf_grid_consts(qf_grid_id(&t->p.grid));
+    q.key = t->key;
+    q.fake = (uint16_t*)t->fake;
+    q.ld_fake = t->ld_fake;
+    q.amax = t->amax;
+    q.scale_dec = t->scale_dec;
+    q.hscale = t->p.hadamard ? hadamard_scale(t->p.hadamard) : 1.0f;
+    q.hsigns = t->p.signs[0];
+    q.sr = t->p.rounding == QROUND_SR;
+    q.bw = t->p.block_w;
+    q.bl = t->p.block_l;
+    return q;
+}
+
+typedef struct {
+    QFArgs a;
+    int ha, hb;       // Hadamard sizes, -1: no target on that axis
+    int sra, srb;
+} QFLaunch;
+
+static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                  int n) {
+    fail_if(!quant_fast_supported(t, n, rows, cols, ld),
+            "quantize_fast_gpu: targets not supported (check quant_fast_supported first; %lld x %lld, ld %lld, %d targets)",
+            (long long)rows, (long long)cols, (long long)ld, n);
+    fail_if((uintptr_t)in % 16, "quantize_fast_gpu: input must be 16-byte aligned");
+    QFLaunch L;
+    memset(&L, 0, sizeof(L));
+    L.ha = L.hb = -1;
+    for (int k = 0; k < n; k++) {
+        const int slot = t[k].axis ? 0 : 1;
+        L.a.t[slot] = qf_target(&t[k]);
+        if (slot == 0) { L.ha = t[k].p.hadamard; L.sra = L.a.t[0].sr; }
+        else { L.hb = t[k].p.hadamard; L.srb = L.a.t[1].sr; }
+    }
+    L.a.in = (const uint16_t*)in;
+    L.a.rows = rows; L.a.cols = cols; L.a.ld = ld;
+    L.a.tiles_c = ceil_div(cols, QF_TILE_C);
+    L.a.tiles = L.a.tiles_c * ceil_div(rows, QF_TILE_R);
+    return L;
+}
+
+static inline int qf_num_sms(void) {
+    static int sms = 0;
+    if (!sms) {
+        int dev = 0;
+        cuda_check(cudaGetDevice(&dev));
+        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return sms;
+}
+
+template <int HA, int HB>
+static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
+    static int per_sm = 0;
+    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_amax_kernel<HA, HB>, QF_THREADS, 0));
+    int64_t blocks = ceil_div(L.a.tiles, QF_WARPS), cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
+    if (blocks > cap) blocks = cap;
+    qf_amax_kernel<HA, HB><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
+    cuda_check_last();
+}
+
+template <int HA, int HB>
+static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
+    qf_apply_kernel<HA, HB><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
+    cuda_check_last();
+}
+
+template <int HA, int HB>
+static inline void qf_launch(const QFLaunch& L, int amax, cudaStream_t s) {
+    if (amax) qf_launch_amax<HA, HB>(L, s);
+    else qf_launch_apply<HA, HB>(L, s);
+}
+
+#ifndef QF_NO_DISPATCH
+static inline void qf_dispatch(const QFLaunch& L, int amax, cudaStream_t s) {
+#define QF_CASE(A, B) if (L.ha == A && L.hb == B) { qf_launch<A, B>(L, amax, s); return; }
+    QF_CASE(0, -1) QF_CASE(16, -1) QF_CASE(32, -1) QF_CASE(-1, 0) QF_CASE(-1, 16) QF_CASE(-1, 32)
+    QF_CASE(0, 0) QF_CASE(0, 16) QF_CASE(0, 32) QF_CASE(16, 16) QF_CASE(32, 32)
+#undef QF_CASE
+    fail("quantize_fast_gpu: internal: no kernel for Hadamard sizes %d / %d", L.ha, L.hb);
+}
+#endif
+
+// Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax.
+static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                       int n, cudaStream_t s) {
+    QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
+    for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
+    qf_dispatch(L, 1, s);
+}
+
+// Pass 2: quantize with the amax already on the device (from pass 1, quant_amax_gpu, or a producer).
+static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                        int n, cudaStream_t s) {
+    QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
+    qf_dispatch(L, 0, s);
+}
+
+// Both passes (the contract of quantize_gpu).
+static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                     int n, cudaStream_t s) {
+    QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
+    for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
+    qf_dispatch(L, 1, s);
+    qf_dispatch(L, 0, s);
+}
