@@ -71,25 +71,24 @@ int main(int argc, char** argv) {
         {"nvfp4 row (fprop X)", {"nvfp4", NULL}, {1, 0}, 1},
         {"nvfp4 row SR", {"nvfp4,sr", NULL}, {1, 0}, 1},
         {"nvfp4 col H16 (wgrad X)", {"nvfp4,h16,fixed", NULL}, {0, 0}, 1},
-        {"nvfp4 col H16 SR (wgrad dY)", {"nvfp4,sr,h16,fixed", NULL}, {0, 0}, 1},
-        {"dual dY: row SR + col H16 SR", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},
-        {"dual X: row + col H16", {"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2},
+        {"nvfp4 col H16 SR", {"nvfp4,sr,h16,fixed", NULL}, {0, 0}, 1},
+        {"DUAL dY rowSR+colH16SR", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},
+        {"DUAL X row+colH16", {"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2},
         {"nvfp4 col (no H)", {"nvfp4", NULL}, {0, 0}, 1},
         {"nvfp4-2d row (fprop W)", {"nvfp4-2d", NULL}, {1, 0}, 1},
         {"nvfp4-2d col (dgrad W)", {"nvfp4-2d", NULL}, {0, 0}, 1},
-        {"dual nvfp4-2d row + col", {"nvfp4-2d", "nvfp4-2d"}, {1, 0}, 2},
+        {"DUAL nvfp4-2d row+col", {"nvfp4-2d", "nvfp4-2d"}, {1, 0}, 2},
         {"mxfp4 row", {"mxfp4", NULL}, {1, 0}, 1},
-        {"dual mxfp4-2d SR (dY)", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
+        {"DUAL mxfp4-2d SR", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
         {"int4 row H16", {"int4,h16,seed=1", NULL}, {1, 0}, 1},
-        {"dual int4 H16 SR (ufp4 dY)", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
+        {"DUAL int4 H16 SR (ufp4)", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
         {"nvfp4 row H32", {"nvfp4,h32", NULL}, {1, 0}, 1},
         {"nvfp4 col H32 SR", {"nvfp4,sr,h32", NULL}, {0, 0}, 1},
     };
     const int ncfg = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
-    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {768, 3072}, {3072, 768}};
-    printf("| %-30s | %-12s | %8s | %8s | %6s | %8s | %8s | %5s | %5s | %6s | %5s | %4s |\n", "config", "shape", "ref us",
-           "fast us", "speedup", "amax us", "apply us", "eff%", "traf%", "apply%", "amax%", "same");
-    printf("|--------------------------------|--------------|----------|----------|---------|----------|----------|-------|-------|--------|-------|------|\n");
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {3072, 768}};
+    printf("%-26s %7s %7s %6s %6s %6s %5s %5s %6s %5s %4s\n", "config", "ref us", "fast us", "x", "amax", "apply", "eff%",
+           "traf%", "apply%", "amax%", "same");
     for (auto& sh : shapes) {
         const int64_t R = sh[0], C = sh[1], n = R * C;
         uint16_t *in, *f[4];
@@ -110,9 +109,8 @@ int main(int argc, char** argv) {
             cuda_check(cudaMemcpy(in, h.data(), 2 * n, cudaMemcpyHostToDevice));
         }
         double copy_us = run(b, [&] { cuda_check(cudaMemcpyAsync(f[0], in, 2 * n, cudaMemcpyDeviceToDevice, 0)); });
-        printf("| %-30s | %6lld x %-4lld | %8s | %8.1f | %7s | %8s | %8s | %4.0f%% | %5s | %6s | %5s | %4s |\n",
-               "device copy of the tensor", (long long)R, (long long)C, "", copy_us, "", "", "",
-               100.0 * 4.0 * n / (copy_us * 1e-6) / 1e9 / b.copy_gbs, "", "", "", "");
+        printf("-- %lld x %lld: device copy of the tensor %.1f us (%.0f%% of the 1 GiB copy bandwidth)\n", (long long)R,
+               (long long)C, copy_us, 100.0 * 4.0 * n / (copy_us * 1e-6) / 1e9 / b.copy_gbs);
         for (int ci = 0; ci < ncfg; ci++) {
             const Cfg& c = cfgs[ci];
             QuantParams p[2];
@@ -124,7 +122,7 @@ int main(int argc, char** argv) {
                 tf[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[2 + k], C, sc + 4 * k + 2, sc + 4 * k + 3);
             }
             if (!quant_fast_supported(tf, c.n, R, C, C)) {
-                printf("| %-30s | %6lld x %-4lld | not supported by the fast path\n", c.name, (long long)R, (long long)C);
+                printf("%-26s not supported by the fast path\n", c.name);
                 continue;
             }
             const floatX* x = (const floatX*)in;
@@ -149,8 +147,8 @@ int main(int argc, char** argv) {
             }
             const double IN = 2.0 * n, OUT = 2.0 * n * c.n;
             auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
-            printf("| %-30s | %6lld x %-4lld | %8.1f | %8.1f | %6.2fx | %8.1f | %8.1f | %4.0f%% | %4.0f%% | %5.0f%% | %4.0f%% | %4s |\n",
-                   c.name, (long long)R, (long long)C, ref, fast, ref / fast, am, ap, pct(IN + OUT, fast),
+            printf("%-26s %7.1f %7.1f %5.2fx %6.1f %6.1f %4.0f%% %4.0f%% %5.0f%% %4.0f%% %4s\n",
+                   c.name, ref, fast, ref / fast, am, ap, pct(IN + OUT, fast),
                    pct(2 * IN + OUT, fast), pct(IN + OUT, ap), pct(IN, am), same ? "yes" : "NO");
         }
         cudaFree(in);
