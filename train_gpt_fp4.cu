@@ -27,7 +27,8 @@
 #include "llmc/attention.cuh"      // defines: attention_forward, attention_backward
 #include "llmc/fused_classifier.cuh" // defines: fused_classifier
 #include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
-#include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization kernels)
+#include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization, reference kernels)
+#include "llmc/quant_fast.cuh"     // defines: quantize_fast_gpu (bandwidth-bound twins of quantize_gpu)
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
 #include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
@@ -504,7 +505,10 @@ static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t c
     if (!nt) return;
     int timed = m->qt_count + 2 <= m->qt_capacity;
     if (timed) cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
-    quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
+    // the fast kernels are bit-identical to the reference ones (dev/test/test_quant_fast.cu) for the
+    // configurations they take; anything else goes to the reference kernels
+    if (quant_fast_supported(t, nt, rows, cols, cols)) quantize_fast_gpu(src, rows, cols, cols, t, nt, m->stream);
+    else quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
     if (timed) {
         cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
         m->qt_count += 2;
