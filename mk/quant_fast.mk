@@ -4,8 +4,6 @@
 #                            --exhaustive checks every float bit pattern on the CPU (minutes), --quick fewer cases
 #   build/bench_quant_fast   quantize_gpu vs quantize_fast_gpu vs device copy at training shapes
 GPU_TESTS += build/test_quant_fast
-QF_NVCC_FLAGS = $(filter-out --use_fast_math=false,$(NVCC_FLAGS))
-build/test_quant_fast build/bench_quant_fast: NVCC_FLAGS := $(QF_NVCC_FLAGS)
 build/test_quant_fast: llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
 
 build/bench_quant_fast: dev/bench/bench_quant_fast.cu llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
