@@ -1,1 +1,2 @@
 CPU_TESTS += build/test_core
+CPU_TESTS += build/test_recipe
