@@ -205,6 +205,7 @@ typedef struct {
     // time spent quantizing: event pairs around each quantization, summed once per step
     cudaEvent_t* qt_events;
     int qt_count, qt_capacity;
+    float quant_ms;                 // harvested so far this step
 } GPT;
 
 static size_t gpt_per_layer(const GPT* m, int id) {
@@ -454,16 +455,34 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
 }
 
-// Milliseconds spent in quantization kernels since the last call (the GPU work between each pair of
-// events around a quantization). Call after the stream is synchronized.
-static float fp4_take_quant_ms(GPT* m) {
-    float total = 0.0f;
+// Event pairs around each quantization. The pool holds one micro-step's worth; gpt_forward harvests
+// it after its synchronisation (when every recorded event has completed), the step's end once more.
+static int fp4_time_begin(GPT* m) {
+    if (m->qt_count + 2 > m->qt_capacity) return 0;
+    cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
+    return 1;
+}
+
+static void fp4_time_end(GPT* m, int timed) {
+    if (!timed) return;
+    cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
+    m->qt_count += 2;
+}
+
+static void fp4_harvest_quant_ms(GPT* m) {
     for (int i = 0; i + 1 < m->qt_count; i += 2) {
         float ms = 0.0f;
         cuda_check(cudaEventElapsedTime(&ms, m->qt_events[i], m->qt_events[i + 1]));
-        total += ms;
+        m->quant_ms += ms;
     }
     m->qt_count = 0;
+}
+
+// Milliseconds spent in quantization kernels since the last call. Call after the stream is synchronized.
+static float fp4_take_quant_ms(GPT* m) {
+    fp4_harvest_quant_ms(m);
+    float total = m->quant_ms;
+    m->quant_ms = 0.0f;
     return total;
 }
 
@@ -503,16 +522,12 @@ static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t c
         out[i].dec = scalars + 2 * i + 1;
     }
     if (!nt) return;
-    int timed = m->qt_count + 2 <= m->qt_capacity;
-    if (timed) cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
+    int timed = fp4_time_begin(m);
     // the fast kernels are bit-identical to the reference ones (dev/test/test_quant_fast.cu) for the
     // configurations they take; anything else goes to the reference kernels
     if (quant_fast_supported(t, nt, rows, cols, cols)) quantize_fast_gpu(src, rows, cols, cols, t, nt, m->stream);
     else quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
-    if (timed) {
-        cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
-        m->qt_count += 2;
-    }
+    fp4_time_end(m, timed);
     if (m->diag_active) {
         for (int i = 0, k = 0; i < n; i++) {
             if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) continue;
@@ -556,8 +571,7 @@ static void quantize_packed(GPT* m, const floatX* src, int64_t rows, int64_t col
         out[i].codes = codes;
         out[i].dec = scalars + 2 * i + 1;
     }
-    int timed = m->qt_count + 2 <= m->qt_capacity;
-    if (timed) cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
+    int timed = fp4_time_begin(m);
     quantize_gpu(src, rows, cols, cols, t, n, m->stream);
     for (int i = 0; i < n; i++) {
         int64_t R = axes[i] ? rows : cols, K = axes[i] ? cols : rows;
@@ -565,10 +579,7 @@ static void quantize_packed(GPT* m, const floatX* src, int64_t rows, int64_t col
         fp4_swizzle_scales_gpu(sw, raw_scales[i], (int)R, (int)(K / 16), m->stream);
         out[i].scales = sw;
     }
-    if (timed) {
-        cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
-        m->qt_count += 2;
-    }
+    fp4_time_end(m, timed);
 }
 
 static int linear_is_fp4(const GPT* m, int l) {
@@ -734,6 +745,7 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     fused_classifier(a->logits, a->losses, dloss, m->targets_device, N, V, Vp, backward, s);
     cuda_check(cudaMemcpyAsync(m->losses_host, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
     cuda_check(cudaStreamSynchronize(s));
+    if (m->fp4_any) fp4_harvest_quant_ms(m);
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->losses_host[i];
     return (float)(sum / N);
@@ -1463,6 +1475,7 @@ int main(int argc, char** argv) {
                         json_escape(sample, sample_esc, sizeof(sample_esc)));
         }
 
+        if (model.fp4_any) fp4_take_quant_ms(&model);   // drop what validation and samples quantized
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         int diag = model.fp4_any && tc.diag_every > 0 && (step % tc.diag_every == 0 || last);
