@@ -1518,9 +1518,9 @@ int main(int argc, char** argv) {
                step + 1, tc.steps, loss, lr, norm, ms, tok_s, 100.0 * mfu, (int)(eta_s / 3600),
                (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
         logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
-                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"quant_ms\":%.3f,\"comm_ms\":%.3f,\"tok_per_s\":%.1f,\"mfu\":%.4f,"
-                    "\"skipped\":%d}", step + 1, (long long)(step + 1) * tc.total_batch, loss, lr, norm, ms, quant_ms,
-                    comm_ms, tok_s, mfu, skipped);
+                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"compute_ms\":%.3f,\"quant_ms\":%.3f,\"comm_ms\":%.3f,"
+                    "\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1, (long long)(step + 1) * tc.total_batch,
+                    loss, lr, norm, ms, ms - quant_ms - comm_ms, quant_ms, comm_ms, tok_s, mfu, skipped);
 
         if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
             rs.step = step + 1;
