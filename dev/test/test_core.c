@@ -1,9 +1,6 @@
 // test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/args.h),
 // learning-rate schedules (llmc/schedule.h), atomic checkpoint files (llmc/checkpoint.h), the JSON
 // escaping of the log (llmc/logger.h) and BF16 rounding (llmc/stochastic_round.cuh).
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "llmc/args.h"
 #include "llmc/schedule.h"
 #include "llmc/checkpoint.h"
@@ -24,29 +21,12 @@ static int parse(Cfg* c, int argc, const char** argv) {
     return parse_options(opts, 5, argc, (char**)argv);
 }
 
-// Runs parse() in a child; returns its exit status and its stderr in err.
-static int parse_in_child(int argc, const char** argv, char* err, size_t cap) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        int devnull = open("/dev/null", 1);
-        if (devnull >= 0) dup2(devnull, 1);
-        Cfg c = {1, 0.1f, "d6", 1, "x"};
-        parse(&c, argc, argv);
-        exit(0);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t n;
-    while (got + 1 < cap && (n = read(fds[0], err + got, cap - 1 - got)) > 0) got += (size_t)n;
-    err[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+typedef struct { int argc; const char* argv[4]; const char* message; } BadArgs;
+
+static void parse_bad(const void* arg) {
+    const BadArgs* b = (const BadArgs*)arg;
+    Cfg c = {1, 0.1f, "d6", 1, "x"};
+    parse(&c, b->argc, (const char**)b->argv);
 }
 
 static void test_args(void) {
@@ -57,7 +37,7 @@ static void test_args(void) {
           strcmp(c.out, "runs/a") == 0, "parsed values wrong: b=%d lr=%g model=%s shuffle=%d out=%s",
           c.b, c.lr, c.model, c.shuffle, c.out);
 
-    struct { int argc; const char* argv[4]; const char* message; } bad[] = {
+    BadArgs bad[] = {
         {2, {"prog", "--batchsize"}, "unknown option '--batchsize'"},
         {3, {"prog", "-bz", "8"}, "unknown option '-bz'"},          // llm.c's "-bz 8" silently set -b
         {3, {"prog", "--batch-size", "8x"}, "--batch-size expects an integer, got '8x'"},
@@ -70,7 +50,7 @@ static void test_args(void) {
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[1024];
-        int rc = parse_in_child(bad[i].argc, bad[i].argv, err, sizeof(err));
+        int rc = test_run_child(parse_bad, &bad[i], err, sizeof(err));
         CHECK(rc == 1 && strstr(err, bad[i].message) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'",
               i, rc, err, bad[i].message);
     }

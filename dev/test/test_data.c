@@ -277,29 +277,10 @@ static void test_resume(void) {
 // its stderr holds both substrings (the second may be NULL).
 static void expect_exit(const char* what, void (*fn)(const void*), const void* arg, int want_ok,
                         const char* sub1, const char* sub2) {
-    int fds[2];
-    if (pipe(fds) != 0) { CHECK(0, "%s: pipe failed", what); return; }
-    fflush(stdout); fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, 1);
-        fn(arg);
-        fflush(NULL);
-        _exit(0);
-    }
-    close(fds[1]);
     char buf[4096];
-    size_t len = 0;
-    ssize_t got;
-    while ((got = read(fds[0], buf + len, sizeof(buf) - 1 - len)) > 0) len += (size_t)got;
-    buf[len] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    int exited = WIFEXITED(status), code = exited ? WEXITSTATUS(status) : -1;
+    int code = test_run_child(fn, arg, buf, sizeof(buf));
+    size_t len = strlen(buf);
+    int exited = code >= 0;
     if (want_ok) CHECK(exited && code == 0, "%s: child exit status %d, want 0; stderr: %s", what, code, buf);
     else CHECK(exited && code != 0, "%s: child exit status %d (signal? %d), want a clean nonzero exit; stderr: %s",
                what, code, !exited, buf);

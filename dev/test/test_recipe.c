@@ -1,9 +1,6 @@
 // test_recipe.c: CPU tests of llmc/recipe.h: the presets resolve to the slot specs RECIPES.md
 // describes, overrides and GEMM switches act on the right slots, the BF16-block rule scales with
 // depth, the canonical description is stable, and invalid recipes fail with a clear message.
-#include <fcntl.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include "llmc/recipe.h"
 #include "dev/test/testing.h"
 
@@ -13,37 +10,15 @@ static int spec_is(const QuantSpec* s, QuantGrid grid, int bw, int bl, QuantScal
            s->hadamard == hadamard;
 }
 
-// Runs f in a child; returns its exit status and its stderr in err.
-static int in_child(void (*f)(void), char* err, size_t cap) {
-    int fds[2];
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        f();
-        exit(0);
-    }
-    close(fds[1]);
-    size_t got = 0;
-    ssize_t n;
-    while (got + 1 < cap && (n = read(fds[0], err + got, cap - 1 - got)) > 0) got += (size_t)n;
-    err[got] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static void bad_hadamard(void) {
+static void bad_hadamard(const void*) {
     Recipe r;
     recipe_preset(&r, "nvfp4");
     recipe_set_slot(&r, SLOT_WGRAD_X, "nvfp4");   // wgrad.dy keeps its H16: the product would be wrong
     recipe_check(&r);
 }
-static void bad_preset(void) { Recipe r; recipe_preset(&r, "fp3"); }
-static void bad_spec(void) { Recipe r; recipe_preset(&r, "bf16"); recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,7x7"); }
-static void too_many_bf16(void) { Recipe r; recipe_preset(&r, "nvfp4"); r.bf16_first = 8; r.bf16_last = 8; recipe_resolve_layers(&r, 12); }
+static void bad_preset(const void*) { Recipe r; recipe_preset(&r, "fp3"); }
+static void bad_spec(const void*) { Recipe r; recipe_preset(&r, "bf16"); recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,7x7"); }
+static void too_many_bf16(const void*) { Recipe r; recipe_preset(&r, "nvfp4"); r.bf16_first = 8; r.bf16_last = 8; recipe_resolve_layers(&r, 12); }
 
 int main(void) {
     Recipe r;
@@ -125,7 +100,7 @@ int main(void) {
     CHECK(strcmp(a, b) != 0, "a changed slot must change the description");
 
     // invalid recipes: one clear message, exit 1
-    struct { void (*f)(void); const char* msg; } bad[] = {
+    struct { void (*f)(const void*); const char* msg; } bad[] = {
         {bad_hadamard, "must use the same Hadamard transform"},
         {bad_preset, "unknown --recipe 'fp3'"},
         {bad_spec, "--fprop-x 'nvfp4,7x7'"},
@@ -133,7 +108,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[2048];
-        int rc = in_child(bad[i].f, err, sizeof(err));
+        int rc = test_run_child(bad[i].f, NULL, err, sizeof(err));
         CHECK(rc == 1 && strstr(err, bad[i].msg) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'", i, rc, err,
               bad[i].msg);
     }

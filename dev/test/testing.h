@@ -1,11 +1,16 @@
 // testing.h: the tiny test harness every test binary uses.
-// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_summary()
+// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_summary(), test_run_child()
 // Each binary prints PASS/FAIL/SKIP lines and ends with one line
 //   TESTS <name>: passed=P failed=F skipped=S
 // which scripts/run_tests.sh sums into the closing "N passed, N failed, N skipped".
 #pragma once
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <math.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 static int test_passed = 0, test_failed = 0, test_skipped = 0;
 
@@ -31,4 +36,34 @@ static inline void test_skip(const char* what, const char* why) {
 static inline int test_summary(const char* name) {
     printf("TESTS %s: passed=%d failed=%d skipped=%d\n", name, test_passed, test_failed, test_skipped);
     return test_failed ? 1 : 0;
+}
+
+// Runs fn(arg) in a child process (for code that is meant to exit, like fail()). Returns the child's
+// exit status (-1 if it did not exit normally, e.g. a crash) and what it wrote to stderr in err;
+// its stdout is discarded.
+static inline int test_run_child(void (*fn)(const void*), const void* arg, char* err, size_t cap) {
+    int fds[2];
+    err[0] = '\0';
+    if (pipe(fds) != 0) return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        fn(arg);
+        fflush(NULL);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < cap && (got = read(fds[0], err + len, cap - 1 - len)) > 0) len += (size_t)got;
+    err[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
