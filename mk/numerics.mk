@@ -24,6 +24,6 @@ build/fp4_mse: dev/fp4_mse.c $(FP4_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
 
-build/bench_quant: dev/bench/bench_quant.cu $(FP4_HEADERS) llmc/nvfp4.cuh
+build/bench_quant: dev/bench/bench_quant.cu dev/bench/bench_common.cuh $(FP4_HEADERS) llmc/nvfp4.cuh
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

@@ -6,6 +6,6 @@
 GPU_TESTS += build/test_quant_fast
 build/test_quant_fast: llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
 
-build/bench_quant_fast: dev/bench/bench_quant_fast.cu llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
+build/bench_quant_fast: dev/bench/bench_quant_fast.cu dev/bench/bench_common.cuh llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

@@ -7,25 +7,11 @@
 // input a second time) / time. The issue's target: eff >= 70% of copy for the row-wise NVFP4 path.
 #include <vector>
 #include "llmc/nvfp4.cuh"
+#include "dev/bench/bench_common.cuh"
 
-static float time_ms(cudaEvent_t a, cudaEvent_t b) { float ms; cuda_check(cudaEventElapsedTime(&ms, a, b)); return ms; }
-
-struct Bench {
-    int iters;
-    double copy_gbs;
-    cudaEvent_t e0, e1;
-};
-
+// ms per call
 template <typename F>
-static double run(Bench& b, F f) {
-    f();  // warm up
-    cuda_check(cudaDeviceSynchronize());
-    cuda_check(cudaEventRecord(b.e0));
-    for (int i = 0; i < b.iters; i++) f();
-    cuda_check(cudaEventRecord(b.e1));
-    cuda_check(cudaEventSynchronize(b.e1));
-    return time_ms(b.e0, b.e1) / b.iters;
-}
+static double run(Bench& b, F f) { return bench_ms(b, f); }
 
 static void row(Bench& b, const char* name, int64_t R, int64_t C, double ms, double min_bytes, double traffic) {
     double eff = min_bytes / (ms * 1e-3) / 1e9, tr = traffic / (ms * 1e-3) / 1e9;
@@ -33,36 +19,11 @@ static void row(Bench& b, const char* name, int64_t R, int64_t C, double ms, dou
            ms * 1e3, eff, 100 * eff / b.copy_gbs, tr, 100 * tr / b.copy_gbs);
 }
 
-static QuantParams params(const char* s) {
-    QuantSpec spec; char err[256];
-    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
-    return quant_params(&spec);
-}
+static QuantParams params(const char* s) { return bench_params(s); }
 
 int main(int argc, char** argv) {
     Bench b;
-    b.iters = 20;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc) b.iters = atoi(argv[++i]);
-        else fail("usage: %s [-n iters]", argv[0]);
-    }
-    if (device_count_or_zero() == 0) { printf("bench_quant: no CUDA GPU on this machine, nothing to time\n"); return 0; }
-    cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, 0));
-    cuda_check(cudaEventCreate(&b.e0));
-    cuda_check(cudaEventCreate(&b.e1));
-
-    // copy bandwidth: 1 GiB device-to-device, bytes read + written
-    size_t cbytes = (size_t)1 << 30;
-    void *ca, *cb;
-    cuda_check(cudaMalloc(&ca, cbytes));
-    cuda_check(cudaMalloc(&cb, cbytes));
-    cuda_check(cudaMemset(ca, 1, cbytes));
-    double cms = run(b, [&] { cuda_check(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, 0)); });
-    b.copy_gbs = 2.0 * cbytes / (cms * 1e-3) / 1e9;
-    cudaFree(ca); cudaFree(cb);
-    printf("device: %s, %d SMs; copy bandwidth (cudaMemcpy D2D, 1 GiB, read+write): %.0f GB/s\n\n", prop.name,
-           prop.multiProcessorCount, b.copy_gbs);
+    if (!bench_init(b, argc, argv, "bench_quant")) return 0;
     printf("| %-44s | %-14s | %-9s | %-8s | %-6s | %-8s | %-6s |\n", "kernel", "shape", "time us", "eff GB/s", "% copy",
            "trafGB/s", "% copy");
     printf("|%s|%s|%s|%s|%s|%s|%s|\n", "----------------------------------------------", "----------------",

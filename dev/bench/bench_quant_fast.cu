@@ -8,32 +8,13 @@
 // Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
 #include <vector>
 #include "llmc/quant_fast.cuh"
+#include "dev/bench/bench_common.cuh"
 
-static float time_ms(cudaEvent_t a, cudaEvent_t b) { float ms; cuda_check(cudaEventElapsedTime(&ms, a, b)); return ms; }
-
-struct Bench {
-    int iters;
-    double copy_gbs;
-    cudaEvent_t e0, e1;
-};
-
+// us per call
 template <typename F>
-static double run(Bench& b, F f) {
-    f();
-    cuda_check(cudaDeviceSynchronize());
-    cuda_check(cudaEventRecord(b.e0));
-    for (int i = 0; i < b.iters; i++) f();
-    cuda_check(cudaEventRecord(b.e1));
-    cuda_check(cudaEventSynchronize(b.e1));
-    return time_ms(b.e0, b.e1) / b.iters * 1e3;   // us
-}
+static double run(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
 
-static QuantParams params(const char* s) {
-    QuantSpec spec;
-    char err[256];
-    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
-    return quant_params(&spec);
-}
+static QuantParams params(const char* s) { return bench_params(s); }
 
 struct Cfg {
     const char* name;
@@ -44,28 +25,7 @@ struct Cfg {
 
 int main(int argc, char** argv) {
     Bench b;
-    b.iters = 20;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-n") && i + 1 < argc) b.iters = atoi(argv[++i]);
-        else fail("usage: %s [-n iters]", argv[0]);
-    }
-    if (device_count_or_zero() == 0) { printf("bench_quant_fast: no CUDA GPU on this machine, nothing to time\n"); return 0; }
-    cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, 0));
-    cuda_check(cudaEventCreate(&b.e0));
-    cuda_check(cudaEventCreate(&b.e1));
-    {
-        size_t cbytes = (size_t)1 << 30;
-        void *ca, *cb;
-        cuda_check(cudaMalloc(&ca, cbytes));
-        cuda_check(cudaMalloc(&cb, cbytes));
-        cuda_check(cudaMemset(ca, 1, cbytes));
-        double us = run(b, [&] { cuda_check(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, 0)); });
-        b.copy_gbs = 2.0 * cbytes / (us * 1e-6) / 1e9;
-        cudaFree(ca); cudaFree(cb);
-    }
-    printf("device: %s, %d SMs; copy bandwidth (cudaMemcpy D2D, 1 GiB, read+write): %.0f GB/s\n\n", prop.name,
-           prop.multiProcessorCount, b.copy_gbs);
+    if (!bench_init(b, argc, argv, "bench_quant_fast")) return 0;
 
     const Cfg cfgs[] = {
         {"nvfp4 row (fprop X)", {"nvfp4", NULL}, {1, 0}, 1},

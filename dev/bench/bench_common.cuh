@@ -1,0 +1,61 @@
+// bench_common.cuh: what the quantizer benchmarks share: timing a launch with CUDA events (after one
+// warm-up call) and the device copy bandwidth measured in the same run, the baseline every table
+// row is compared with.
+// defines: Bench, bench_ms(), bench_init(), bench_params()
+#pragma once
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp4_formats.h"
+
+struct Bench {
+    int iters;
+    double copy_gbs;   // cudaMemcpyAsync D2D of 1 GiB, bytes read + written
+    cudaEvent_t e0, e1;
+};
+
+// Mean milliseconds per call of f over b.iters calls.
+template <typename F>
+static double bench_ms(Bench& b, F f) {
+    f();  // warm up
+    cuda_check(cudaDeviceSynchronize());
+    cuda_check(cudaEventRecord(b.e0));
+    for (int i = 0; i < b.iters; i++) f();
+    cuda_check(cudaEventRecord(b.e1));
+    cuda_check(cudaEventSynchronize(b.e1));
+    float ms;
+    cuda_check(cudaEventElapsedTime(&ms, b.e0, b.e1));
+    return ms / b.iters;
+}
+
+// Parses [-n iters], measures the copy bandwidth and prints the device line. Returns 0 (after saying
+// so) when there is no GPU.
+static int bench_init(Bench& b, int argc, char** argv, const char* name) {
+    b.iters = 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) b.iters = atoi(argv[++i]);
+        else fail("usage: %s [-n iters]", argv[0]);
+    }
+    if (device_count_or_zero() == 0) { printf("%s: no CUDA GPU on this machine, nothing to time\n", name); return 0; }
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, 0));
+    cuda_check(cudaEventCreate(&b.e0));
+    cuda_check(cudaEventCreate(&b.e1));
+    size_t cbytes = (size_t)1 << 30;
+    void *ca, *cb;
+    cuda_check(cudaMalloc(&ca, cbytes));
+    cuda_check(cudaMalloc(&cb, cbytes));
+    cuda_check(cudaMemset(ca, 1, cbytes));
+    double ms = bench_ms(b, [&] { cuda_check(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice, 0)); });
+    b.copy_gbs = 2.0 * cbytes / (ms * 1e-3) / 1e9;
+    cudaFree(ca);
+    cudaFree(cb);
+    printf("device: %s, %d SMs; copy bandwidth (cudaMemcpy D2D, 1 GiB, read+write): %.0f GB/s\n\n", prop.name,
+           prop.multiProcessorCount, b.copy_gbs);
+    return 1;
+}
+
+static QuantParams bench_params(const char* s) {
+    QuantSpec spec;
+    char err[256];
+    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
+    return quant_params(&spec);
+}
