@@ -3,7 +3,8 @@
 //          qf_rne_mag(), qf_sr_mag(), QFGrid, qf_grid_consts(), qf_grid_id()
 // Same contract and bit-identical outputs (fake BF16, *amax, *scale_dec) as quantize_gpu for the
 // targets quant_fast_supported() accepts:
-//   - 1 target, or 2 targets with different axes (one row-wise, one column-wise), read once per pass;
+//   - 1 target, or 2 targets with different axes (one row-wise, one column-wise): the amax pass reads the
+//     input once for both, the apply pass runs one kernel per target (see qf_dispatch_apply);
 //   - grids e2m1 / int4 / e1m2; blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
 //     rne and sr; Hadamard 0, 16 or 32 with any signs;
 //   - fake output only (codes / scales NULL), 16-byte aligned input and fake with ld % 8 == 0, cols % 8 == 0,
@@ -292,11 +293,40 @@ __device__ __forceinline__ void qf_load(const QFArgs& A, int64_t r0, int64_t c0,
     }
 }
 
+// The apply loops are rolled to keep the code small: fully unrolled, a dual-target kernel is ~14k
+// straight-line instructions per tile, more than the instruction caches hold, and ncu showed 40% of
+// its stalls waiting on instruction fetch at 30% issue. A rolled body always works on the same
+// registers (rows 0..QF_RGROUP-1, or word 0 of every row) and rotates the patch after each
+// iteration, so every index stays static (no local memory); after a full loop the patch is back in
+// order (row-wise) or holds the outputs in order (column-wise).
+#define QF_RGROUP 4   // rows per iteration of the row-wise loop
+
+__device__ __forceinline__ void qf_rotate_rows(uint32_t (&w)[QF_ROWS][4]) {   // rows r <- r + QF_RGROUP
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        uint32_t t[QF_RGROUP];
+#pragma unroll
+        for (int r = 0; r < QF_RGROUP; r++) t[r] = w[r][i];
+#pragma unroll
+        for (int r = 0; r < QF_ROWS - QF_RGROUP; r++) w[r][i] = w[r + QF_RGROUP][i];
+#pragma unroll
+        for (int r = 0; r < QF_RGROUP; r++) w[QF_ROWS - QF_RGROUP + r][i] = t[r];
+    }
+}
+
+__device__ __forceinline__ void qf_rotate_cols(uint32_t (&w)[QF_ROWS][4]) {   // words i <- i + 1
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) {
+        const uint32_t t = w[r][0];
+        w[r][0] = w[r][1]; w[r][1] = w[r][2]; w[r][2] = w[r][3]; w[r][3] = t;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Apply, row-wise target (axis 1)
 
 template <int H, bool SR>
-__device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& A, const uint32_t (&w)[QF_ROWS][4],
+__device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
                                                int64_t r0, int64_t c0, int lane, float s_enc) {
     const int cg = lane & 15;
     uint32_t smask[4];
@@ -334,19 +364,22 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
         pm = ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL;
         pstep = (uint64_t)(A.cols >> 1) * QF_RNG_MUL;
     }
+#pragma unroll 1
+    for (int g = 0; g < QF_ROWS; g += QF_RGROUP) {   // rolled (see qf_rotate_rows); w[rr] is row g + rr
 #pragma unroll
-    for (int r = 0; r < QF_ROWS; r++) {
+    for (int rr = 0; rr < QF_RGROUP; rr++) {
+        const int r = g + rr;
         float y[8];
         uint32_t m;
         if (H) {
-            qf_rot_row<H>(w[r], smask, T.hscale, cg, y);
+            qf_rot_row<H>(w[rr], smask, T.hscale, cg, y);
             m = 0;
 #pragma unroll
             for (int j = 0; j < 8; j++) m = qf_max(m, qf_absbits(y[j]));
             m = qf_rmax(m, y);
         } else {
-            const uint32_t m2 = qf_vmax(qf_vmax(w[r][0] & 0x7FFF7FFFu, w[r][1] & 0x7FFF7FFFu),
-                                        qf_vmax(w[r][2] & 0x7FFF7FFFu, w[r][3] & 0x7FFF7FFFu));
+            const uint32_t m2 = qf_vmax(qf_vmax(w[rr][0] & 0x7FFF7FFFu, w[rr][1] & 0x7FFF7FFFu),
+                                        qf_vmax(w[rr][2] & 0x7FFF7FFFu, w[rr][3] & 0x7FFF7FFFu));
             m = qf_hmax(m2);
         }
         if (!twod) {
@@ -361,7 +394,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             if (H) vw[i] = fast ? qf_cvt2(y[2 * i], y[2 * i + 1]) : qf_cvt2_ref(y[2 * i], y[2 * i + 1]);
-            else vw[i] = w[r][i];
+            else vw[i] = w[rr][i];
         }
         uint32_t rnd[4] = {0, 0, 0, 0};
         if (SR) {
@@ -384,6 +417,8 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
             }
         }
         if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    qf_rotate_rows(w);
     }
 }
 
@@ -422,13 +457,13 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
     }
     const uint64_t pm0 = SR ? ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
-#pragma unroll
-    for (int p = 0; p < 4; p++) {
+#pragma unroll 1
+    for (int p = 0; p < 4; p++) {   // rolled (see qf_rotate_cols): column pair p is in w[.][0]
         uint32_t mlo, mhi;
         uint32_t vw[QF_ROWS];
         float lo[QF_ROWS], hi[QF_ROWS];
         if (H) {
-            qf_rot_cols<H>(w, p, T.hscale, rg, lo, hi);
+            qf_rot_cols<H>(w, 0, T.hscale, rg, lo, hi);
             mlo = 0; mhi = 0;
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) { mlo = qf_max(mlo, qf_absbits(lo[r])); mhi = qf_max(mhi, qf_absbits(hi[r])); }
@@ -437,7 +472,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         } else {
             uint32_t m2 = 0;
 #pragma unroll
-            for (int r = 0; r < QF_ROWS; r++) m2 = qf_vmax(m2, w[r][p] & 0x7FFF7FFFu);
+            for (int r = 0; r < QF_ROWS; r++) m2 = qf_vmax(m2, w[r][0] & 0x7FFF7FFFu);
             if (l32 && !twod) m2 = qf_vmax(m2, __shfl_xor_sync(0xFFFFFFFFu, m2, 16));
             mlo = m2 << 16; mhi = m2 & 0xFFFF0000u;
         }
@@ -448,7 +483,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) {
             if (H) vw[r] = fast ? qf_cvt2(lo[r], hi[r]) : qf_cvt2_ref(lo[r], hi[r]);
-            else vw[r] = w[r][p];
+            else vw[r] = w[r][0];
         }
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
         if (fast) {
@@ -456,7 +491,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
             for (int r = 0; r < QF_ROWS; r++) {
                 const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
                 pm += pstep;
-                w[r][p] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
+                w[r][0] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
             }
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
@@ -466,9 +501,10 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
                 const uint32_t x = qf_pick(vw, r);
                 const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
 #pragma unroll
-                for (int k = 0; k < QF_ROWS; k++) w[k][p] = k == r ? ow : w[k][p];
+                for (int k = 0; k < QF_ROWS; k++) w[k][0] = k == r ? ow : w[k][0];
             }
         }
+        qf_rotate_cols(w);
     }
     const bool cv = c0 < A.cols;
     const int64_t nr = A.rows - r0;
@@ -551,7 +587,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 }
 
 // Registers: the thread's patch (64) plus one target's working set; 128-thread CTAs, at least 3 per SM
-// (at most 168 registers: no spills with a Hadamard on both targets).
+// (at most 168 registers; a cap of 128 spilled ~320 bytes in the column-wise Hadamard kernel).
 template <int HA, int HB>
 __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const __grid_constant__ QFArgs A) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -699,35 +735,40 @@ static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 
-template <int HA, int HB>
-static inline void qf_launch(const QFLaunch& L, int amax, cudaStream_t s) {
-    if (amax) qf_launch_amax<HA, HB>(L, s);
-    else qf_launch_apply<HA, HB>(L, s);
-}
-
-#ifndef QF_NO_DISPATCH
-static inline void qf_dispatch(const QFLaunch& L, int amax, cudaStream_t s) {
-#define QF_CASE(A, B) if (L.ha == A && L.hb == B) { qf_launch<A, B>(L, amax, s); return; }
+// The amax pass reads the input once for both targets; the apply pass runs one kernel per target:
+// a dual-target apply kernel needs 168 registers (12 warps per SM) and ran slower than the two
+// single-target kernels together (bench_quant_fast, nvfp4 dY pair at 65536 x 3072: 1323 us dual vs
+// 1113 us split), although it reads the input once instead of twice.
+static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
+#define QF_CASE(A, B) if (L.ha == A && L.hb == B) { qf_launch_amax<A, B>(L, s); return; }
     QF_CASE(0, -1) QF_CASE(16, -1) QF_CASE(32, -1) QF_CASE(-1, 0) QF_CASE(-1, 16) QF_CASE(-1, 32)
     QF_CASE(0, 0) QF_CASE(0, 16) QF_CASE(0, 32) QF_CASE(16, 16) QF_CASE(32, 32)
 #undef QF_CASE
-    fail("quantize_fast_gpu: internal: no kernel for Hadamard sizes %d / %d", L.ha, L.hb);
+    fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
-#endif
+
+static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
+    if (L.ha == 0) qf_launch_apply<0, -1>(L, s);
+    else if (L.ha == 16) qf_launch_apply<16, -1>(L, s);
+    else if (L.ha == 32) qf_launch_apply<32, -1>(L, s);
+    if (L.hb == 0) qf_launch_apply<-1, 0>(L, s);
+    else if (L.hb == 16) qf_launch_apply<-1, 16>(L, s);
+    else if (L.hb == 32) qf_launch_apply<-1, 32>(L, s);
+}
 
 // Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax.
 static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                        int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
-    qf_dispatch(L, 1, s);
+    qf_dispatch_amax(L, s);
 }
 
 // Pass 2: quantize with the amax already on the device (from pass 1, quant_amax_gpu, or a producer).
 static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                         int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
-    qf_dispatch(L, 0, s);
+    qf_dispatch_apply(L, s);
 }
 
 // Both passes (the contract of quantize_gpu).
@@ -735,6 +776,6 @@ static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t col
                                      int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
-    qf_dispatch(L, 1, s);
-    qf_dispatch(L, 0, s);
+    qf_dispatch_amax(L, s);
+    qf_dispatch_apply(L, s);
 }

@@ -26,10 +26,15 @@ for r in recipes:
     ms = statistics.median(d["ms"] for d in warm)
     tok = statistics.median(d["tok_per_s"] for d in warm)
     mfu = statistics.median(d["mfu"] for d in warm)
+    quant = statistics.median(d.get("quant_ms", 0.0) for d in warm)   # time inside quantization kernels
     mem = [d for d in map(json.loads, open(f"{out}/{r}/log.jsonl")) if d.get("event") == "done"]
-    rows.append((r, ms, tok, mfu, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"]))
+    rows.append((r, ms, tok, mfu, quant, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"]))
 base = rows[0][1]
-print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'GPU GiB':>9}{'last loss':>11}")
-for r, ms, tok, mfu, mem, loss in rows:
-    print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{mem:>9.1f}{loss:>11.4f}")
+# extra ms: step time over the baseline's; quant ms: of it, spent in the quantization kernels (CUDA events
+# around each quantization call); the rest of the extra is scale products, launches and GEMM differences
+print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'extra ms':>10}{'quant ms':>10}"
+      f"{'GPU GiB':>9}{'last loss':>11}")
+for r, ms, tok, mfu, quant, mem, loss in rows:
+    print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{ms - base:>10.1f}{quant:>10.1f}"
+          f"{mem:>9.1f}{loss:>11.4f}")
 PY
