@@ -181,20 +181,23 @@ static void copy_bf16(uint16_t* dst, const floatX* src, size_t n) {
     cuda_check(cudaMemcpy(dst, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
 }
 
-// Dequantized operand (fake * scale_dec) in double, in the source's layout; BF16 slots pass through.
-static double* cpu_operand(GPT* m, const uint16_t* src, int64_t rows, int64_t cols, int axis, Slot slot, int kind) {
-    double* out = (double*)xmalloc((size_t)(rows * cols) * sizeof(double));
+// Dequantized operand (fake * scale_dec) in double of the rows x cols view at src (rows ld apart),
+// written into out (rows ld_out apart); BF16 slots pass through. qk: the Q/K part's specs.
+static void cpu_operand_into(double* out, int64_t ld_out, GPT* m, const uint16_t* src, int64_t rows, int64_t cols,
+                             int64_t ld, int axis, Slot slot, int kind, int qk) {
     if (quant_spec_is_bf16(&m->recipe.slot[slot])) {
-        for (int64_t i = 0; i < rows * cols; i++) out[i] = bf16_to_float(src[i]);
-        return out;
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++) out[i * ld_out + j] = bf16_to_float(src[i * ld + j]);
+        return;
     }
     uint16_t* fake = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
-    QuantView v = {src, rows, cols, cols};
+    QuantView v = {src, rows, cols, ld};
     float amax;
-    float dec = quant_cpu(&m->qparams[slot], v, axis, fp4_key(m, 0, kind, slot), fake, cols, NULL, NULL, &amax);
-    for (int64_t i = 0; i < rows * cols; i++) out[i] = (double)bf16_to_float(fake[i]) * dec;
+    const QuantParams* qp = qk ? &m->qk_qparams[slot] : &m->qparams[slot];
+    float dec = quant_cpu(qp, v, axis, fp4_key(m, 0, kind, slot), fake, cols, NULL, NULL, &amax);
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) out[i * ld_out + j] = (double)bf16_to_float(fake[i * cols + j]) * dec;
     free(fake);
-    return out;
 }
 
 // |got - want| <= 2^-8 |want| (BF16 output rounding) + 1e-5 * sum |a||b| (FP32 accumulation)
@@ -231,12 +234,27 @@ static void check_linear_exact(GPT* m, int B, int T) {
     copy_bf16(dx, m->acts.dbuf_c, (size_t)N * C);
     cuda_check(cudaMemcpy(dw, m->grads.t[P_QKVW], (size_t)OC * C * 4, cudaMemcpyDeviceToHost));
 
-    double* qx = cpu_operand(m, x, N, C, 1, SLOT_FPROP_X, kind);
-    double* qw = cpu_operand(m, w, OC, C, 1, SLOT_FPROP_W, kind);
-    double* qdy = cpu_operand(m, dy, N, OC, 1, SLOT_DGRAD_DY, kind);
-    double* qwt = cpu_operand(m, w, OC, C, 0, SLOT_DGRAD_W, kind);
-    double* qdy2 = cpu_operand(m, dy, N, OC, 0, SLOT_WGRAD_DY, kind);
-    double* qx2 = cpu_operand(m, x, N, C, 0, SLOT_WGRAD_X, kind);
+    // The operands, part by part: one part (all OC outputs), or with recipe.qk_fp8 the Q/K part [0, 2C)
+    // and the V part [2C, 3C), each quantized as a tensor of its own; X has one copy per part.
+    const int nparts = m->recipe.qk_fp8 ? 2 : 1;
+    const int p0[2] = {0, 2 * C}, pn[2] = {nparts == 2 ? 2 * C : OC, C};
+    double* qx_p[2] = {NULL, NULL};
+    double* qx2_p[2] = {NULL, NULL};
+    double* qw = (double*)xmalloc((size_t)OC * C * sizeof(double));
+    double* qwt = (double*)xmalloc((size_t)OC * C * sizeof(double));
+    double* qdy = (double*)xmalloc((size_t)N * OC * sizeof(double));
+    double* qdy2 = (double*)xmalloc((size_t)N * OC * sizeof(double));
+    for (int p = 0; p < nparts; p++) {
+        const int o0 = p0[p], n = pn[p], qk = nparts == 2 && p == 0;
+        qx_p[p] = (double*)xmalloc((size_t)N * C * sizeof(double));
+        qx2_p[p] = (double*)xmalloc((size_t)N * C * sizeof(double));
+        cpu_operand_into(qx_p[p], C, m, x, N, C, C, 1, SLOT_FPROP_X, kind, qk);
+        cpu_operand_into(qx2_p[p], C, m, x, N, C, C, 0, SLOT_WGRAD_X, kind, qk);
+        cpu_operand_into(qw + (size_t)o0 * C, C, m, w + (size_t)o0 * C, n, C, C, 1, SLOT_FPROP_W, kind, qk);
+        cpu_operand_into(qwt + (size_t)o0 * C, C, m, w + (size_t)o0 * C, n, C, C, 0, SLOT_DGRAD_W, kind, qk);
+        cpu_operand_into(qdy + o0, OC, m, dy + o0, N, n, OC, 1, SLOT_DGRAD_DY, kind, qk);
+        cpu_operand_into(qdy2 + o0, OC, m, dy + o0, N, n, OC, 0, SLOT_WGRAD_DY, kind, qk);
+    }
     size_t big = (size_t)N * OC > (size_t)OC * C ? (size_t)N * OC : (size_t)OC * C;
     double* want = (double*)calloc(big, sizeof(double));
     double* mag = (double*)calloc(big, sizeof(double));
@@ -246,6 +264,7 @@ static void check_linear_exact(GPT* m, int B, int T) {
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OC; o++) {
             double acc = 0, a = 0;
+            const double* qx = qx_p[nparts == 2 && o >= 2 * C];
             for (int k = 0; k < C; k++) { acc += qx[(size_t)i * C + k] * qw[(size_t)o * C + k]; a += fabs(qx[(size_t)i * C + k] * qw[(size_t)o * C + k]); }
             want[(size_t)i * OC + o] = acc + bf16_to_float(bias[o]);
             mag[(size_t)i * OC + o] = a;
@@ -266,6 +285,7 @@ static void check_linear_exact(GPT* m, int B, int T) {
     for (int o = 0; o < OC; o++)
         for (int k = 0; k < C; k++) {
             double acc = 0, a = 0;
+            const double* qx2 = qx2_p[nparts == 2 && o >= 2 * C];
             for (int i = 0; i < N; i++) { acc += qdy2[(size_t)i * OC + o] * qx2[(size_t)i * C + k]; a += fabs(qdy2[(size_t)i * OC + o] * qx2[(size_t)i * C + k]); }
             want[(size_t)o * C + k] = acc;
             mag[(size_t)o * C + k] = a;
@@ -273,7 +293,8 @@ static void check_linear_exact(GPT* m, int B, int T) {
         }
     compare_gemm("wgrad", got, want, mag, (size_t)OC * C);
     free(x); free(w); free(dy); free(y); free(dx); free(bias); free(dw);
-    free(qx); free(qw); free(qdy); free(qwt); free(qdy2); free(qx2); free(want); free(mag); free(got);
+    for (int p = 0; p < nparts; p++) { free(qx_p[p]); free(qx2_p[p]); }
+    free(qw); free(qdy); free(qwt); free(qdy2); free(want); free(mag); free(got);
 }
 
 // Forward, gradients, determinism and 10 training steps against one reference dump.
@@ -343,7 +364,18 @@ static void check_dump(const char* path) {
     gpt_backward(&m, d.x, B, T, 1);
     cuda_check(cudaMemcpy(grads2, m.grads_memory, np * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(grads, grads2, np * sizeof(float)) == 0, "gradients differ between two identical runs");
-    if (m.fp4_any && recipe_layer_is_fp4(&m.recipe, 0, c.num_layers)) check_linear_exact(&m, B, T);
+    if (m.fp4_any && recipe_layer_is_fp4(&m.recipe, 0, c.num_layers)) {
+        check_linear_exact(&m, B, T);
+        // the same with Q/K projections in MXFP8 (--qk-fp8): the QKV linear splits into two parts
+        Recipe rq = m.recipe;
+        rq.qk_fp8 = 1;
+        gpt_set_recipe(&m, &rq, m.fp4_seed, "emulated");
+        printf("  with --qk-fp8:\n");
+        gpt_zero_grad(&m);
+        gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
+        gpt_backward(&m, d.x, B, T, 1);
+        check_linear_exact(&m, B, T);
+    }
     gpt_free(&m);
     free(logits_bf16); free(logits); free(grads); free(grads2);
 

@@ -190,6 +190,7 @@ typedef struct {
     // FP4: the recipe and what its linear layers need (see "Linear layers" below)
     Recipe recipe;
     QuantParams qparams[NUM_SLOTS];
+    QuantParams qk_qparams[NUM_SLOTS];   // recipe.qk_fp8: the Q/K part of QKV (recipe_qk_spec)
     int fp4_any;                    // some slot of some block is quantized
     int fp4_native;                 // 1: the GEMMs run on cuBLASLt's native NVFP4 path (compute capability 10.x)
     floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
@@ -428,8 +429,12 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     for (int s = 0; s < NUM_SLOTS; s++) {
         if (quant_spec_is_bf16(&m->recipe.slot[s])) continue;
         m->qparams[s] = quant_params(&m->recipe.slot[s]);
+        QuantSpec qk = recipe_qk_spec(&m->recipe, (Slot)s);
+        m->qk_qparams[s] = quant_params(&qk);
         m->fp4_any = m->recipe.bf16_first + m->recipe.bf16_last < m->config.num_layers;
     }
+    fail_if(m->recipe.qk_fp8 && recipe_is_bf16(&m->recipe),
+            "--qk-fp8: the recipe quantizes nothing, so there is no FP4 for FP8 to replace in Q/K");
     m->fp4_native = 0;
     if (m->fp4_any && strcmp(gemm_mode, "emulated") != 0) {
         const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(m) : matmul_fp4_native_reason();
@@ -501,39 +506,51 @@ static uint64_t fp4_key(const GPT* m, int l, int kind, Slot slot) {
 typedef struct {
     const floatX* ptr;   // what the GEMM reads: the BF16 source, or its quantized copy
     const float* dec;    // its tensor scale (device float; 1 for BF16)
+    int ld;              // row stride of ptr: the source's ld, or the copy's width
 } Operand;
 
-// Up to two quantized copies of one rows x cols source, from one read per pass. axis 1: blocks along
-// cols (row-wise), axis 0: along rows (column-wise). Unquantized slots pass the source through.
-static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind,
-                              const Slot* slots, const int* axes, floatX* const* dst, float* scalars, int n,
-                              Operand* out) {
+// Up to two quantized copies of one rows x cols source (rows ld apart), from one read per pass. axis 1:
+// blocks along cols (row-wise), axis 0: along rows (column-wise). Unquantized slots pass the source
+// through. qk: the Q/K part of a split QKV linear (m->qk_qparams; no diagnostics: those count the
+// recipe's own formats, here the V part).
+static void quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
+                                 int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
+                                 int n, Operand* out) {
     QuantTarget t[2];
     int nt = 0;
     for (int i = 0; i < n; i++) {
         if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) {
             out[i].ptr = src;
             out[i].dec = g_matmul.constants + 1;
+            out[i].ld = (int)ld;
             continue;
         }
-        t[nt++] = quant_target_fake(&m->qparams[slots[i]], axes[i], fp4_key(m, l, kind, slots[i]), dst[i], cols,
-                                    scalars + 2 * i, scalars + 2 * i + 1);
+        const QuantParams* qp = qk ? &m->qk_qparams[slots[i]] : &m->qparams[slots[i]];
+        t[nt++] = quant_target_fake(qp, axes[i], fp4_key(m, l, kind, slots[i]), dst[i], cols, scalars + 2 * i,
+                                    scalars + 2 * i + 1);
         out[i].ptr = dst[i];
         out[i].dec = scalars + 2 * i + 1;
+        out[i].ld = (int)cols;
     }
     if (!nt) return;
     int timed = fp4_time_begin(m);
     // the fast kernels are bit-identical to the reference ones (dev/test/test_quant_fast.cu) for the
     // configurations they take; anything else goes to the reference kernels
-    if (quant_fast_supported(t, nt, rows, cols, cols)) quantize_fast_gpu(src, rows, cols, cols, t, nt, m->stream);
-    else quantize_gpu(src, rows, cols, cols, t, nt, m->stream);
+    if (quant_fast_supported(t, nt, rows, cols, ld)) quantize_fast_gpu(src, rows, cols, ld, t, nt, m->stream);
+    else quantize_gpu(src, rows, cols, ld, t, nt, m->stream);
     fp4_time_end(m, timed);
-    if (m->diag_active) {
+    if (m->diag_active && !qk) {
         for (int i = 0, k = 0; i < n; i++) {
             if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) continue;
-            quant_stats_gpu(src, rows, cols, cols, &t[k++], 1, diag_stats_at(m, l, kind, slots[i]), m->stream);
+            quant_stats_gpu(src, rows, cols, ld, &t[k++], 1, diag_stats_at(m, l, kind, slots[i]), m->stream);
         }
     }
+}
+
+static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind,
+                              const Slot* slots, const int* axes, floatX* const* dst, float* scalars, int n,
+                              Operand* out) {
+    quantize_operands_ld(m, src, rows, cols, cols, l, kind, 0, slots, axes, dst, scalars, n, out);
 }
 
 static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float* slot) {
@@ -588,11 +605,75 @@ static int linear_is_fp4(const GPT* m, int l) {
 
 static size_t align128(size_t n) { return (size_t)ceil_div((int64_t)n, 128) * 128; }
 
+// Q/K projections in FP8 (recipe.qk_fp8, seed 002's option). The QKV linear splits along its output
+// channels into the Q/K part [0, 2C) and the V part [2C, 3C), and each part runs its three GEMMs on
+// its own quantized operands: Q/K with m->qk_qparams (MXFP8), V with the recipe's slots. Each part is
+// quantized as a tensor of its own (its own amax; a dY part is a column slice, rows 3C apart) and X
+// gets one copy per part. Always emulated (BF16 GEMMs), also where native NVFP4 GEMMs exist.
+static void qkv_split_forward(GPT* m, int l, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
+                              int N, int C) {
+    const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
+    const int row_wise = 1;
+    for (int part = 0; part < 2; part++) {
+        const int o0 = part ? 2 * C : 0, n = part ? C : 2 * C;
+        floatX* qx = m->fp4_scratch;
+        floatX* qw = qx + align128((size_t)N * C);
+        Operand x, w;
+        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &row_wise, &qx, m->fp4_scalars, 1, &x);
+        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &row_wise, &qw,
+                             m->fp4_scalars + 2, 1, &w);
+        matmul_forward_ld(out + o0, 3 * C, x.ptr, w.ptr, bias ? bias + o0 : NULL, N, C, n,
+                          fp4_alpha(m, &x, &w, m->fp4_scalars + 8), m->stream);
+    }
+}
+
+__global__ void f32_to_bf16_kernel(floatX* out, const float* in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16_rn(in[i]);
+}
+
+// dinp = sum over both parts of dY_part @ W_part, summed in FP32 and rounded to BF16 once (as the
+// unsplit GEMM does; a BF16 partial sum would add its own rounding, visible where the parts cancel);
+// dweight rows of each part += dY_part^T @ X.
+static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, const floatX* dout, const floatX* inp,
+                               const floatX* weight, int N, int C) {
+    const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY}, sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
+    const int dy_axes[2] = {1, 0}, col_wise = 0;
+    float* sc = m->fp4_scalars;
+    // scratch: the largest part's four operands, then the FP32 sum (in floatX units)
+    const size_t ops = 2 * align128((size_t)N * 2 * C) + align128((size_t)N * C) + align128((size_t)2 * C * C);
+    fail_if(ops + 2 * align128((size_t)N * C) > fp4_scratch_elems((size_t)N, (size_t)C),
+            "internal: the Q/K split needs more FP4 scratch than was allocated");
+    float* dsum = (float*)(m->fp4_scratch + ops);
+    for (int part = 0; part < 2; part++) {
+        const int o0 = part ? 2 * C : 0, n = part ? C : 2 * C;
+        floatX* q_dy_dgrad = m->fp4_scratch;
+        floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * n);
+        floatX* q_x = q_dy_wgrad + align128((size_t)N * n);
+        floatX* q_w = q_x + align128((size_t)N * C);
+        floatX* dy_dst[2] = {q_dy_dgrad, q_dy_wgrad};
+        Operand dy[2], w, x;
+        quantize_operands_ld(m, dout + o0, N, n, 3 * C, l, LIN_QKV, !part, dy_slots, dy_axes, dy_dst, sc, 2, dy);
+        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &col_wise, &q_w, sc + 4, 1, &w);
+        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &col_wise, &q_x, sc + 6, 1, &x);
+        matmul_dgrad_f32_ld(dsum, dy[0].ptr, dy[0].ld, w.ptr, N, C, n, part, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
+        matmul_wgrad_ld(dweight + (size_t)o0 * C, dy[1].ptr, dy[1].ld, x.ptr, N, C, n, fp4_alpha(m, &dy[1], &x, sc + 9),
+                        m->stream);
+    }
+    const size_t n = (size_t)N * C;
+    f32_to_bf16_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, m->stream>>>(dinp, dsum, n);
+    cuda_check_last();
+}
+
 // out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias
 static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
                            const floatX* bias, int N, int K, int OC) {
     if (!linear_is_fp4(m, l)) {
         matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+        return;
+    }
+    if (kind == LIN_QKV && m->recipe.qk_fp8) {
+        qkv_split_forward(m, l, out, inp, weight, bias, N, K);
         return;
     }
     if (m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_FPROP_X])) {
@@ -623,6 +704,10 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     if (!linear_is_fp4(m, l)) {
         matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
         matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+        return;
+    }
+    if (kind == LIN_QKV && m->recipe.qk_fp8) {
+        qkv_split_backward(m, l, dinp, dweight, dout, inp, weight, N, K);
         return;
     }
     int native_dgrad = m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_DGRAD_DY]);
@@ -1222,6 +1307,7 @@ typedef struct {
     const char* slot_override[NUM_SLOTS];
     int fp4_gemm[3];
     int bf16_first_layers, bf16_last_layers;
+    int qk_fp8;
     int allow_recipe_change;
 } TrainConfig;
 
@@ -1304,6 +1390,7 @@ int main(int argc, char** argv) {
         {"fp4-wgrad", 0, OPT_BOOL, &tc.fp4_gemm[2], NULL, "off: the weight-gradient GEMM stays BF16 (on|off)"},
         {"bf16-first-layers", 0, OPT_INT, &tc.bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc.bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
+        {"qk-fp8", 0, OPT_BOOL, &tc.qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x only), exact BF16 emulation, or auto"},
         {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
@@ -1391,6 +1478,7 @@ int main(int argc, char** argv) {
         if (!tc.fp4_gemm[g]) recipe_disable_gemm(&recipe, g);
     if (tc.bf16_first_layers >= 0) recipe.bf16_first = tc.bf16_first_layers;
     if (tc.bf16_last_layers >= 0) recipe.bf16_last = tc.bf16_last_layers;
+    recipe.qk_fp8 = tc.qk_fp8;
     gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
     static char recipe_text[1024];
     recipe_describe(&model.recipe, recipe_text, sizeof(recipe_text));

@@ -1,7 +1,7 @@
 // fp4_formats.h: the 4-bit number formats as data, and their rounding and scale arithmetic.
 // defines: QuantGrid, GridTraits, quant_grid_table[], grid_traits(), f32_bits(), f32_from_bits(),
 //          exp2_exact(), bf16_bits_to_float(), e4m3_rne_satfinite(), e4m3_bits(), e4m3_value(),
-//          e8m0_exponent(), e8m0_value(), grid_round_rne(), grid_code_value(),
+//          e8m0_exponent(), e8m0_value(), grid_round_rne(), grid_code_value(), grid_code_is_zero(),
 //          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
 //          quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale, quant_block_scale(), quant_packed_scale_value(),
@@ -11,7 +11,8 @@
 // dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
 //
 // Conventions used throughout:
-// - A "code" is a 4-bit sign-magnitude value: bit 3 = sign, bits 2..0 = index into the grid's levels.
+// - A "code" is a 4-bit sign-magnitude value: bit 3 = sign, bits 2..0 = index into the grid's levels
+//   (the 8-bit e4m3 grid: an E4M3 byte, sign in bit 7).
 // - Two codes per byte: element 2i in the low nibble, element 2i+1 in the high nibble.
 // - The quantizer never produces NaN codes: a NaN element rounds to +max (its sign is dropped
 //   because the sign of a NaN differs between x86 and CUDA arithmetic). Infinities saturate to +-max.
@@ -26,7 +27,7 @@
 // ---------------------------------------------------------------------------------------------------
 // The element grids. One row per grid: the table is the only place a level appears.
 
-typedef enum { QGRID_BF16 = 0, QGRID_E2M1, QGRID_INT4, QGRID_E1M2, QGRID_COUNT } QuantGrid;
+typedef enum { QGRID_BF16 = 0, QGRID_E2M1, QGRID_INT4, QGRID_E1M2, QGRID_E4M3, QGRID_COUNT } QuantGrid;
 
 typedef struct {
     float levels[8];   // magnitude of codes 0..7, increasing
@@ -34,6 +35,8 @@ typedef struct {
     float maxval;      // levels[7]: where rounding saturates
     int emax;          // floor(log2(maxval)): the E8M0 floor rule subtracts this
     uint32_t max_mant; // FP32 mantissa bits of maxval: the E8M0 ceil rule compares against this
+    int e4m3;          // 1: the 8-bit E4M3 grid (FP8, for Q/K projections): codes are E4M3 bytes, not
+                       // 4-bit indices into levels; rounding is e4m3_rne_satfinite; fake outputs only
 } GridTraits;
 
 typedef struct {
@@ -42,16 +45,19 @@ typedef struct {
 } GridRow;
 
 // bf16 has no 4-bit grid: its row exists so that a spec can name it and the table has one row per
-// enum value; quantizers refuse it (the caller uses the tensor as is). Kernels get a copy of a row
+// enum value; quantizers refuse it (the caller uses the tensor as is). fp8 (E4M3) is the one 8-bit grid
+// (MXFP8 elements, max 448 = 1.75 * 2^8): too many levels for the table, so it is marked and rounded
+// by e4m3_rne_satfinite; its codes are E4M3 bytes (sign in bit 7), never packed into nibbles. Kernels get a copy of a row
 // (inside QuantParams) as a kernel argument, so host and device read the same numbers.
 static const GridRow quant_grid_table[QGRID_COUNT] = {
-    {"bf16", {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}, 0.0f, 0, 0}},
+    {"bf16", {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}, 0.0f, 0, 0, 0}},
     {"e2m1", {{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f},
-              {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f}, 6.0f, 2, 0x400000u}},
+              {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f}, 6.0f, 2, 0x400000u, 0}},
     {"int4", {{0.0f, 1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f},
-              {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, 7.0f, 2, 0x600000u}},
+              {0.5f, 1.5f, 2.5f, 3.5f, 4.5f, 5.5f, 6.5f}, 7.0f, 2, 0x600000u, 0}},
     {"e1m2", {{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f, 3.0f, 3.5f},
-              {0.25f, 0.75f, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f}, 3.5f, 1, 0x600000u}},
+              {0.25f, 0.75f, 1.25f, 1.75f, 2.25f, 2.75f, 3.25f}, 3.5f, 1, 0x600000u, 0}},
+    {"fp8", {{0, 0, 0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 0}, 448.0f, 8, 0x600000u, 1}},
 };
 
 static inline const GridTraits* grid_traits(QuantGrid g) {
@@ -148,6 +154,10 @@ HD float e8m0_value(uint8_t b) { return b == 0xFF ? NAN : exp2_exact((int)b - 12
 HD uint8_t grid_round_rne(const GridTraits* g, float v) {
     uint32_t u = f32_bits(v);
     float a = f32_from_bits(u & 0x7FFFFFFFu);
+    if (g->e4m3) {                           // E4M3 byte; NaN -> +448 (0x7E), inf -> +-448
+        if (a != a) return 0x7E;
+        return (uint8_t)(e4m3_bits(e4m3_rne_satfinite(a)) | ((u >> 24) & 0x80u));
+    }
     if (a != a) return 7;                    // NaN -> +max (see conventions above)
     uint8_t code = 0;
 #if defined(__CUDA_ARCH__)
@@ -158,7 +168,11 @@ HD uint8_t grid_round_rne(const GridTraits* g, float v) {
     return (uint8_t)(code | ((u >> 28) & 8u));
 }
 
+// A code of magnitude zero (what the diagnostics count as flushed).
+HD int grid_code_is_zero(const GridTraits* g, uint8_t code) { return (code & (g->e4m3 ? 0x7F : 7)) == 0; }
+
 HD float grid_code_value(const GridTraits* g, uint8_t code) {
+    if (g->e4m3) return e4m3_value(code);
     float a = g->levels[code & 7];
     return (code & 8) ? -a : a;
 }
@@ -198,11 +212,12 @@ static const QuantPreset quant_presets[] = {
     {"mxfp4-2d",   {QGRID_E2M1, 32, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, 0}},
     {"int4",       {QGRID_INT4, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
     {"e1m2",       {QGRID_E1M2, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"mxfp8",      {QGRID_E4M3, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, 0}},
 };
 #define QUANT_NUM_PRESETS ((int)(sizeof(quant_presets) / sizeof(quant_presets[0])))
 
 // Parse "PRESET[,OPTION...]" or "OPTION[,OPTION...]" (starting from nvfp4), OPTION one of
-//   grid:   e2m1 | int4 | e1m2 | bf16
+//   grid:   e2m1 | int4 | e1m2 | fp8 (8-bit E4M3 elements, rne only) | bf16
 //   block:  1x16 | 1x32 | 16x16 | 32x32
 //   scale:  e4m3 | e8m0 (= e8m0floor, the OCP rule) | e8m0ceil
 //   round:  rne | sr
@@ -255,7 +270,7 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         }
         if (!found) {
             if (err) snprintf(err, errlen, "unknown quantization option '%s' (presets: bf16 nvfp4 "
-                              "nvfp4-2d mxfp4 mxfp4-ceil mxfp4-2d int4 e1m2; options: e2m1|int4|e1m2|bf16, "
+                              "nvfp4-2d mxfp4 mxfp4-ceil mxfp4-2d int4 e1m2 mxfp8; options: e2m1|int4|e1m2|fp8|bf16, "
                               "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil, rne|sr, h0|h16|h32|.., "
                               "plain|fixed|seed=N)", tok);
             return -1;
@@ -263,6 +278,10 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
     }
     if (s.hadamard == 0) { s.signs = QSIGNS_NONE; s.sign_seed = 0; }
     if (s.signs != QSIGNS_SEEDED) s.sign_seed = 0;
+    if (s.grid == QGRID_E4M3 && s.rounding == QROUND_SR) {
+        if (err) snprintf(err, errlen, "'%s': the fp8 (E4M3) grid rounds to nearest only (no sr)", text);
+        return -1;
+    }
     *out = s;
     return 0;
 }
@@ -285,6 +304,10 @@ static inline int quant_spec_is_valid(const QuantSpec* s, char* err, size_t errl
     if (s->grid <= QGRID_BF16 || s->grid >= QGRID_COUNT) {
         snprintf(err, errlen, "grid '%s' is not a 4-bit grid (a bf16 slot is not quantized)",
                  s->grid == QGRID_BF16 ? "bf16" : "?");
+        return 0;
+    }
+    if (s->grid == QGRID_E4M3 && s->rounding != QROUND_RNE) {
+        snprintf(err, errlen, "the fp8 (E4M3) grid rounds to nearest only (no sr)");
         return 0;
     }
     if (!((s->block_l == 16 || s->block_l == 32) && (s->block_w == 1 || s->block_w == s->block_l))) {

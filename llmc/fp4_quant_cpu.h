@@ -99,6 +99,7 @@ static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint6
                               uint16_t* fake, int64_t ld_fake, uint8_t* codes, uint8_t* scales,
                               float* amax_out) {
     quant_check_shape(p, v.rows, v.cols, axis, "quant_cpu");
+    fail_if((codes || scales) && p->grid.e4m3, "quant_cpu: the e4m3 grid has no packed 4-bit form (fake output only)");
     int64_t M, K;
     quant_operand_dims(v.rows, v.cols, axis, &M, &K);
     float* t = quant_rotated_operand_cpu(p, v, axis);
@@ -216,7 +217,7 @@ HD void quant_stats_element(QuantStats* s, const GridTraits* g, float v, float x
     s->src2 += qs_mul((double)v, (double)v);
     s->n++;
     unsigned long long zero_scale = bs->sdec == 0.0f;
-    s->flushed += (c & 7) == 0 || zero_scale;
+    s->flushed += grid_code_is_zero(g, c) || zero_scale;
     s->clipped += !zero_scale && fabsf(x) > g->maxval;
     s->zero_blocks += zero_scale;
 }

@@ -1,5 +1,6 @@
 // matmul.cuh: the three GEMMs of a linear layer through cuBLASLt, BF16 operands, FP32 accumulation.
-// defines: matmul_init(), matmul_destroy(), matmul_forward(), matmul_dgrad(), matmul_wgrad()
+// defines: matmul_init(), matmul_destroy(), matmul_forward(), matmul_dgrad(), matmul_wgrad(), and their _ld
+//          variants for an operand or output whose rows are further apart than its width (column slices)
 // All matrices are row-major as the model stores them: inp (N x K), weight (OC x K), out (N x OC).
 // cuBLASLt is column-major, so each call computes the transposed product (out^T = W inp^T, ...).
 // Matmul descriptors, layouts and the chosen algorithm are built once per shape and cached: the
@@ -121,20 +122,37 @@ static void matmul_lt(void* d, int out_fp32, const floatX* a, int trans_a, const
                                 &p->algo, g_matmul.workspace, g_matmul.workspace_bytes, stream));
 }
 
-// out (N x OC) = alpha * inp (N x K) @ weight (OC x K)^T + bias (OC, may be NULL)
+// out (N x OC, rows ldo apart) = alpha * inp (N x K) @ weight (OC x K)^T + bias (OC, may be NULL)
+void matmul_forward_ld(floatX* out, int ldo, const floatX* inp, const floatX* weight, const floatX* bias,
+                       int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(out, 0, weight, 1, inp, 0, OC, N, K, K, K, ldo, bias, 0, alpha_dev, stream);
+}
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(out, 0, weight, 1, inp, 0, OC, N, K, K, K, OC, bias, 0, alpha_dev, stream);
+    matmul_forward_ld(out, OC, inp, weight, bias, N, K, OC, alpha_dev, stream);
 }
 
-// dinp (N x K) = alpha * dout (N x OC) @ weight (OC x K)
+// dinp (N x K) = [dinp +] alpha * dout (N x OC, rows ld_dout apart) @ weight (OC x K)
+void matmul_dgrad_ld(floatX* dinp, const floatX* dout, int ld_dout, const floatX* weight, int N, int K, int OC,
+                     int accumulate, const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(dinp, 0, weight, 0, dout, 0, K, N, OC, K, ld_dout, K, NULL, accumulate, alpha_dev, stream);
+}
+// the same into FP32 (a sum of several GEMMs that must round to BF16 once, at the end)
+void matmul_dgrad_f32_ld(float* dinp, const floatX* dout, int ld_dout, const floatX* weight, int N, int K, int OC,
+                         int accumulate, const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(dinp, 1, weight, 0, dout, 0, K, N, OC, K, ld_dout, K, NULL, accumulate, alpha_dev, stream);
+}
 void matmul_dgrad(floatX* dinp, const floatX* dout, const floatX* weight,
                   int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(dinp, 0, weight, 0, dout, 0, K, N, OC, K, OC, K, NULL, 0, alpha_dev, stream);
+    matmul_dgrad_ld(dinp, dout, OC, weight, N, K, OC, 0, alpha_dev, stream);
 }
 
-// dweight (OC x K, fp32) += alpha * dout (N x OC)^T @ inp (N x K)
+// dweight (OC x K, fp32) += alpha * dout (N x OC, rows ld_dout apart)^T @ inp (N x K)
+void matmul_wgrad_ld(float* dweight, const floatX* dout, int ld_dout, const floatX* inp,
+                     int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(dweight, 1, inp, 0, dout, 1, K, OC, N, K, ld_dout, K, NULL, 1, alpha_dev, stream);
+}
 void matmul_wgrad(float* dweight, const floatX* dout, const floatX* inp,
                   int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(dweight, 1, inp, 0, dout, 1, K, OC, N, K, OC, K, NULL, 1, alpha_dev, stream);
+    matmul_wgrad_ld(dweight, dout, OC, inp, N, K, OC, alpha_dev, stream);
 }

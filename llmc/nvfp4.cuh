@@ -350,6 +350,7 @@ static inline void qt_check_targets(const QuantTarget* t, int n, int64_t rows, i
                 (long long)t[k].ld_fake, (long long)cols);
         fail_if(t[k].codes && ((uintptr_t)t[k].codes % 8), "quantize_gpu: codes must be 8-byte aligned");
         fail_if(!t[k].codes != !t[k].scales, "quantize_gpu: packed output needs both codes and scales");
+        fail_if(t[k].codes && t[k].p.grid.e4m3, "quantize_gpu: the e4m3 grid has no packed 4-bit form (fake output only)");
     }
 }
 

@@ -641,7 +641,8 @@ static inline int qf_shape_ok(const QuantParams* p, int64_t rows, int64_t cols, 
 static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols) {
     const QuantParams* p = &t->p;
     if (t->axis != 0 && t->axis != 1) return 0;
-    if (qf_grid_id(&p->grid) < 0) return 0;
+    const int gid = qf_grid_id(&p->grid);
+    if (gid != QGRID_E2M1 && gid != QGRID_INT4 && gid != QGRID_E1M2) return 0;   // e4m3: reference kernels
     if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
     if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;

@@ -22,6 +22,8 @@ typedef struct {
     char name[32];
     QuantSpec slot[NUM_SLOTS];
     int bf16_first, bf16_last;   // transformer blocks kept in BF16 at each end; -1: the preset's rule
+    int qk_fp8;                  // Q and K projections (QKV's first 2C output channels) in MXFP8, see
+                                 // recipe_qk_spec (seed 002's option; any preset with --qk-fp8)
 } Recipe;
 
 // The presets, as slot spec strings for quant_spec_parse (see fp4_formats.h for the syntax).
@@ -68,6 +70,14 @@ static inline QuantSpec recipe_parse_spec(const char* text, const char* what) {
 }
 
 static inline int quant_spec_is_bf16(const QuantSpec* s) { return s->grid == QGRID_BF16; }
+
+// With qk_fp8, the Q/K part of the QKV linear quantizes each operand the recipe quantizes with this
+// spec (E4M3 elements, 1x32 blocks, E8M0 scales: OCP MXFP8) and leaves BF16 slots in BF16, so FP8
+// replaces FP4 exactly where the recipe uses FP4 (a GEMM switched off stays BF16).
+#define RECIPE_QK_SPEC "mxfp8"
+static inline QuantSpec recipe_qk_spec(const Recipe* r, Slot s) {
+    return recipe_parse_spec(quant_spec_is_bf16(&r->slot[s]) ? "bf16" : RECIPE_QK_SPEC, "q/k spec");
+}
 
 static inline void recipe_preset(Recipe* r, const char* name) {
     memset(r, 0, sizeof(*r));
@@ -148,5 +158,11 @@ static inline void recipe_describe(const Recipe* r, char* buf, size_t n) {
         quant_spec_format(&r->slot[s], spec, sizeof(spec));
         o += (size_t)snprintf(buf + o, n - o, "%s=%s; ", SLOT_NAMES[s], spec);
     }
-    if (o < n) snprintf(buf + o, n - o, "bf16 blocks: first %d, last %d", r->bf16_first, r->bf16_last);
+    if (o < n) o += (size_t)snprintf(buf + o, n - o, "bf16 blocks: first %d, last %d", r->bf16_first, r->bf16_last);
+    if (r->qk_fp8 && o < n) {
+        char spec[96];
+        QuantSpec q = recipe_parse_spec(RECIPE_QK_SPEC, "q/k spec");
+        quant_spec_format(&q, spec, sizeof(spec));
+        snprintf(buf + o, n - o, "; q/k projections: %s", spec);
+    }
 }

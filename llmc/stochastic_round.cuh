@@ -40,6 +40,7 @@ HD uint32_t sr_bits16(uint64_t key, uint64_t index) {
 // (r16 + 1/2) / 2^16 < fraction, so P(up) is within 2^-17 of the fraction: the bias is at most
 // 2^-17 of a gap, either sign. |v| >= max saturates to max; NaN -> +max, as grid_round_rne.
 HD uint8_t grid_round_sr(const GridTraits* g, float v, uint32_t r16) {
+    if (g->e4m3) return grid_round_rne(g, v);   // not reached: specs refuse e4m3 with sr
     uint32_t u = f32_bits(v);
     uint8_t sign = (uint8_t)((u >> 28) & 8u);
     float a = f32_from_bits(u & 0x7FFFFFFFu);

@@ -222,7 +222,7 @@ static int spec_equal(const QuantSpec* a, const QuantSpec* b) {
 static void test_parser(void) {
     const char* good[] = {"nvfp4", "nvfp4-2d", "mxfp4", "mxfp4-ceil", "mxfp4-2d", "int4", "e1m2", "nvfp4,sr",
                           "nvfp4,h16,fixed", "nvfp4,h16,plain", "mxfp4,h32,seed=7", "e2m1,32x32,e8m0ceil,sr",
-                          "int4,h128,sr", "e1m2,16x16"};
+                          "int4,h128,sr", "e1m2,16x16", "mxfp8", "fp8,1x16,e4m3"};
     int bad = 0;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         QuantSpec a, b; char err[256], txt[128];
@@ -233,7 +233,7 @@ static void test_parser(void) {
         }
     }
     CHECK(bad == 0, "spec parser: %d good specs failed", bad);
-    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256"};
+    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256", "mxfp8,sr"};
     int nbad = 0;
     for (size_t i = 0; i < sizeof(badspecs) / sizeof(badspecs[0]); i++) {
         QuantSpec a; char err[256] = "";
@@ -252,6 +252,7 @@ static void test_sr_unbiased(void) {
     const int N = 20000;
     for (int g = 1; g < QGRID_COUNT; g++) {
         const GridTraits* t = grid_traits((QuantGrid)g);
+        if (t->e4m3) continue;   // E4M3 elements round to nearest only (specs refuse sr)
         int bad = 0;
         double worst = 0;
         for (int j = 0; j < 64; j++) {
@@ -645,6 +646,78 @@ static void test_compare(void) {
     CHECK(c.n == 2 && c.nonfinite == 1 && c.differ == 1 && c.diff2 == 1.0 && c.ref2 == 5.0, "compare small case");
 }
 
+// The 8-bit E4M3 element grid (MXFP8, for Q/K projections): rounding against a brute-force search
+// over all 253 finite E4M3 magnitudes (nearest, ties to the even code, saturating at 448), and an
+// MXFP8 quantization whose every output is an E4M3 value times the block's power-of-two scale.
+static void test_e4m3_grid(void) {
+    const GridTraits* g = grid_traits(QGRID_E4M3);
+    float vals[127];
+    for (int c = 0; c < 127; c++) vals[c] = e4m3_value((uint8_t)c);   // increasing, 0 .. 448
+    int bad = 0;
+    uint64_t st = 99;
+    for (int i = 0; i < 400000; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        float x;
+        if (i < 2 * 127) x = i & 1 ? vals[i / 2] : (i / 2 < 126 ? 0.5f * (vals[i / 2] + vals[i / 2 + 1]) : 500.0f);
+        else x = ldexpf((float)((st >> 40) & 0xFFFFFF) / 16777216.0f, (int)((st >> 20) % 30) - 20);
+        if (st & 1) x = -x;
+        float a = fabsf(x);
+        int best = 0;                    // brute force: nearest; at a tie the even code; above 448 -> 448
+        for (int c = 1; c < 127; c++) {
+            float dc = fabsf(vals[c] - a), db = fabsf(vals[best] - a);
+            if (dc < db || (dc == db && !(c & 1))) best = c;
+        }
+        uint8_t want = (uint8_t)(best | (signbit(x) ? 0x80 : 0));
+        uint8_t got = grid_round_rne(g, x);
+        if (got != want && bad++ < 5) printf("  e4m3 grid(%.9g): got 0x%02x want 0x%02x\n", x, got, want);
+        if (grid_code_value(g, got) != (signbit(x) ? -vals[best] : vals[best])) bad++;
+    }
+    CHECK(bad == 0, "e4m3 grid rounding vs brute force: %d differ", bad);
+    CHECK(grid_round_rne(g, NAN) == 0x7E && grid_round_rne(g, -INFINITY) == 0xFE && grid_code_is_zero(g, 0x80) &&
+          !grid_code_is_zero(g, 0x08), "e4m3 grid: NaN -> +448, -inf -> -448, zero codes");
+    // MXFP8 quantization of a 4 x 64 tensor (1x32 blocks, OCP floor scales: e = floor(log2 amax) - 8)
+    QuantSpec sp;
+    CHECK(quant_spec_parse("mxfp8", &sp, NULL, 0) == 0, "mxfp8 parses");
+    QuantParams p = quant_params(&sp);
+    uint16_t in[4 * 64], fake[4 * 64];
+    for (int i = 0; i < 4 * 64; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        in[i] = bf16_bits_rne(ldexpf((float)((int)((st >> 33) & 0xFFFF) - 32768) / 32768.0f, (i / 32) % 5 - 2));
+    }
+    QuantView v = {in, 4, 64, 64};
+    float amax;
+    float dec = quant_cpu(&p, v, 1, 0, fake, 64, NULL, NULL, &amax);
+    int off = 0;
+    for (int b = 0; b < 8; b++) {
+        float bm = 0;
+        for (int k = 0; k < 32; k++) bm = fmaxf(bm, fabsf(bf16_bits_to_float(in[b * 32 + k])));
+        int e = bm > 0 ? (int)floor(log2((double)bm)) - 8 : -127;
+        for (int k = 0; k < 32; k++) {
+            float x = bf16_bits_to_float(in[b * 32 + k]), y = bf16_bits_to_float(fake[b * 32 + k]);
+            float want = e4m3_rne_satfinite(ldexpf(x, -e));
+            off += ldexpf(y, -e) != want;
+        }
+    }
+    CHECK(dec == 1.0f && off == 0, "mxfp8 fake outputs: %d of 256 are not e4m3(x / 2^e) * 2^e (dec %g)", off, dec);
+}
+
+static void packed_e4m3(const void* arg) {
+    (void)arg;
+    QuantSpec sp;
+    quant_spec_parse("mxfp8", &sp, NULL, 0);
+    QuantParams p = quant_params(&sp);
+    uint16_t in[64] = {0};
+    uint8_t codes[32], scales[2];
+    QuantView v = {in, 1, 64, 64};
+    quant_cpu(&p, v, 1, 0, NULL, 64, codes, scales, NULL);
+}
+
+static void test_e4m3_no_packed(void) {
+    char err[512];
+    int rc = test_run_child(packed_e4m3, NULL, err, sizeof(err));
+    CHECK(rc != 0 && strstr(err, "no packed 4-bit form"), "packed e4m3 codes must be refused (rc %d, '%s')", rc, err);
+}
+
 int main(void) {
     run_golden();
     test_formats_exhaustive();
@@ -657,5 +730,7 @@ int main(void) {
     test_stats_vs_direct();
     test_stats_hand();
     test_compare();
+    test_e4m3_grid();
+    test_e4m3_no_packed();
     return test_summary("fp4_cpu");
 }

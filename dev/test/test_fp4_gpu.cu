@@ -179,7 +179,8 @@ static void gpu_vs_cpu(const char* spec_a, int axis_a, const char* spec_b, int a
     std::vector<uint16_t> want(rows * ld, 0), got(rows * ld);
     std::vector<uint8_t> wcodes(n / 2), wscales(n / 16), gcodes(n / 2), gscales(n / 16);
     float amax;
-    float sdec = quant_cpu(&pa, v, axis_a, ka, want.data(), ld, wcodes.data(), wscales.data(), &amax);
+    float sdec = quant_cpu(&pa, v, axis_a, ka, want.data(), ld, spec_b ? NULL : wcodes.data(),
+                           spec_b ? NULL : wscales.data(), &amax);   // packed only without a second copy
     cuda_check(cudaMemcpy(got.data(), b.fake, 2 * rows * ld, cudaMemcpyDeviceToHost));
     float sc[4];
     cuda_check(cudaMemcpy(sc, b.scalars, 16, cudaMemcpyDeviceToHost));
@@ -324,7 +325,7 @@ static void gpu_compare(const char* spec, int64_t rows, int64_t cols) {
 
 static void test_diagnostics(void) {
     const char* specs[] = {"nvfp4", "nvfp4,sr", "nvfp4-2d", "mxfp4", "mxfp4-ceil,sr", "mxfp4-2d", "int4,h16,sr",
-                           "e1m2,h32,seed=3", "nvfp4,h16", "nvfp4,1x32,h8"};
+                           "e1m2,h32,seed=3", "nvfp4,h16", "nvfp4,1x32,h8", "mxfp8"};
     QuantStats total;
     memset(&total, 0, sizeof(total));
     for (size_t s = 0; s < sizeof(specs) / sizeof(specs[0]); s++)
@@ -369,6 +370,8 @@ int main(void) {
     gpu_vs_cpu("nvfp4-2d", 1, "nvfp4-2d", 0, 768, 3072, 0, 1);            // W both copies
     gpu_vs_cpu("nvfp4,sr", 1, "nvfp4,sr,h16", 0, 480, 272, 16, 1);        // dY, odd sizes, strided
     gpu_vs_cpu("mxfp4-ceil,sr", 0, "mxfp4-2d,sr", 1, 320, 96, 3, 0);      // unaligned ld
+    gpu_vs_cpu("mxfp8", 1, "mxfp8", 0, 1024, 768, 0, 1);                  // FP8 Q/K: fake only (no packed form)
+    gpu_vs_cpu("mxfp8", 0, "mxfp8", 1, 96, 160, 8, 1);                    // strided, with inf / NaN padding
     test_diagnostics();
     return test_summary("fp4_gpu");
 }

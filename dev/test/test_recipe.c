@@ -99,6 +99,18 @@ int main(void) {
     recipe_describe(&r2, b, sizeof(b));
     CHECK(strcmp(a, b) != 0, "a changed slot must change the description");
 
+    // Q/K in FP8: named in the description (so resuming without it is refused), MXFP8 where the recipe
+    // quantizes, BF16 where a GEMM was switched off
+    recipe_preset(&r2, "mxfp4-2d");
+    recipe_disable_gemm(&r2, 2);
+    r2.qk_fp8 = 1;
+    recipe_resolve_layers(&r2, 12);
+    recipe_describe(&r2, b, sizeof(b));
+    QuantSpec qf = recipe_qk_spec(&r2, SLOT_FPROP_X), qw = recipe_qk_spec(&r2, SLOT_WGRAD_X);
+    CHECK(strstr(b, "; q/k projections: fp8,1x32,e8m0,rne,h0") && !strstr(a, "q/k"), "q/k description: %s", b);
+    CHECK(qf.grid == QGRID_E4M3 && qf.block_l == 32 && qf.scale == QSCALE_E8M0_FLOOR && qf.rounding == QROUND_RNE &&
+          quant_spec_is_bf16(&qw), "q/k specs: fprop.x mxfp8, wgrad.x bf16 (wgrad switched off)");
+
     // invalid recipes: one clear message, exit 1
     struct { void (*f)(const void*); const char* msg; } bad[] = {
         {bad_hadamard, "must use the same Hadamard transform"},
