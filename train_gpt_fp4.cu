@@ -196,6 +196,12 @@ typedef struct {
     floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
     int fp4_scratch_owned;
     float* fp4_scalars;             // device: {amax, scale_dec} per operand, then alpha
+    // wgrad.x's tensor amax, taken in the forward's amax pass over X (which reads X anyway) and kept
+    // for the backward, so that it reads X once less: device {amax, scale_dec} per (layer, linear),
+    // and on the host whether the forward of this micro-step filled it
+    float* xw_scalars;
+    unsigned char* xw_ready;
+    int fwd_for_backward;           // the forward running now will be followed by a backward
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
     // diagnostics: per (layer, linear, slot) quantization statistics, and per (layer, linear) the
@@ -312,6 +318,8 @@ static void gpt_free(GPT* m) {
     cudaFree(m->master);
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
+    cudaFree(m->xw_scalars);
+    free(m->xw_ready);
     cudaFree(m->diag_stats);
     cudaFree(m->diag_compare);
     for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
@@ -451,6 +459,8 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
         m->fp4_scratch_owned = 1;
     }
     cuda_check(cudaMalloc(&m->fp4_scalars, FP4_SCALARS * sizeof(float)));
+    cuda_check(cudaMalloc(&m->xw_scalars, (size_t)m->config.num_layers * NUM_LINEARS * 2 * sizeof(float)));
+    m->xw_ready = (unsigned char*)calloc((size_t)m->config.num_layers * NUM_LINEARS, 1);
     size_t nstats = (size_t)m->config.num_layers * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
     cuda_check(cudaMalloc(&m->diag_compare, (size_t)m->config.num_layers * NUM_LINEARS * sizeof(QuantCompare)));
@@ -513,10 +523,14 @@ typedef struct {
 // blocks along cols (row-wise), axis 0: along rows (column-wise). Unquantized slots pass the source
 // through. qk: the Q/K part of a split QKV linear (m->qk_qparams; no diagnostics: those count the
 // recipe's own formats, here the V part).
-static void quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
-                                 int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
-                                 int n, Operand* out) {
-    QuantTarget t[2];
+//   amax_also: another target of the same source whose tensor amax the amax pass also takes (for a later
+//              apply with have_amax); only where the fast kernels take both targets in one pass, and
+//              only when this call quantizes a single target. Returns whether it did.
+//   have_amax: the targets' amax slots already hold this source's amax: the apply pass only.
+static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
+                                int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
+                                int n, Operand* out, const QuantTarget* amax_also = NULL, int have_amax = 0) {
+    QuantTarget t[3];
     int nt = 0;
     for (int i = 0; i < n; i++) {
         if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) {
@@ -532,12 +546,24 @@ static void quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_
         out[i].dec = scalars + 2 * i + 1;
         out[i].ld = (int)cols;
     }
-    if (!nt) return;
-    int timed = fp4_time_begin(m);
+    if (!nt) return 0;
+    int timed = fp4_time_begin(m), took_also = 0;
     // the fast kernels are bit-identical to the reference ones (dev/test/test_quant_fast.cu) for the
     // configurations they take; anything else goes to the reference kernels
-    if (quant_fast_supported(t, nt, rows, cols, ld)) quantize_fast_gpu(src, rows, cols, ld, t, nt, m->stream);
-    else quantize_gpu(src, rows, cols, ld, t, nt, m->stream);
+    if (amax_also && nt == 1) {
+        t[1] = *amax_also;
+        took_also = quant_fast_supported(t, 2, rows, cols, ld) && quant_fast_supported(t, 1, rows, cols, ld);
+    }
+    if (took_also) {
+        quant_fast_amax_gpu(src, rows, cols, ld, t, 2, m->stream);
+        quant_fast_apply_gpu(src, rows, cols, ld, t, 1, m->stream);
+    } else if (quant_fast_supported(t, nt, rows, cols, ld)) {
+        if (have_amax) quant_fast_apply_gpu(src, rows, cols, ld, t, nt, m->stream);
+        else quantize_fast_gpu(src, rows, cols, ld, t, nt, m->stream);
+    } else {
+        fail_if(have_amax, "internal: an apply-only quantization outside the fast kernels");
+        quantize_gpu(src, rows, cols, ld, t, nt, m->stream);
+    }
     fp4_time_end(m, timed);
     if (m->diag_active && !qk) {
         for (int i = 0, k = 0; i < n; i++) {
@@ -545,6 +571,7 @@ static void quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_
             quant_stats_gpu(src, rows, cols, ld, &t[k++], 1, diag_stats_at(m, l, kind, slots[i]), m->stream);
         }
     }
+    return took_also;
 }
 
 static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind,
@@ -692,7 +719,18 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
     const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
     const int row_wise = 1;
     Operand x, w;
-    quantize_operands(m, inp, N, K, l, kind, &sx, &row_wise, &qx, m->fp4_scalars, 1, &x);
+    // with a backward to follow, the amax pass over X also takes wgrad.x's amax (its target's fake
+    // pointer is never written by an amax pass)
+    const size_t xw = (size_t)l * NUM_LINEARS + kind;
+    QuantTarget xw_target;
+    const QuantTarget* also = NULL;
+    if (m->fwd_for_backward && !quant_spec_is_bf16(&m->recipe.slot[SLOT_WGRAD_X])) {
+        xw_target = quant_target_fake(&m->qparams[SLOT_WGRAD_X], 0, 0, qx, K, m->xw_scalars + 2 * xw,
+                                      m->xw_scalars + 2 * xw + 1);
+        also = &xw_target;
+    }
+    m->xw_ready[xw] = (unsigned char)quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &row_wise, &qx,
+                                                          m->fp4_scalars, 1, &x, also);
     quantize_operands(m, weight, OC, K, l, kind, &sw, &row_wise, &qw, m->fp4_scalars + 2, 1, &w);
     matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, m->fp4_scalars + 8), m->stream);
 }
@@ -754,7 +792,12 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     const Slot sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
     const int col_wise = 0;
     quantize_operands(m, weight, OC, K, l, kind, &sw, &col_wise, &q_w, sc + 4, 1, &w);
-    quantize_operands(m, inp, N, K, l, kind, &sx, &col_wise, &q_x, sc + 6, 1, &x);
+    const size_t xw = (size_t)l * NUM_LINEARS + kind;   // wgrad.x's amax from the forward, if it took it
+    if (m->xw_ready[xw])
+        quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &col_wise, &q_x, m->xw_scalars + 2 * xw, 1, &x, NULL, 1);
+    else
+        quantize_operands(m, inp, N, K, l, kind, &sx, &col_wise, &q_x, sc + 6, 1, &x);
+    m->xw_ready[xw] = 0;
     matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
     matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
     // diagnostics: how far the weight the forward used is from the one the backward used (seed 002's
@@ -787,6 +830,8 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     Activations* a = &m->acts;
     ParamTensors<floatX>* p = &m->params;
     cuda_check(cudaMemcpyAsync(m->inputs_device, inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
+    m->fwd_for_backward = backward;
+    if (m->xw_ready) memset(m->xw_ready, 0, (size_t)L * NUM_LINEARS);
     if (targets) cuda_check(cudaMemcpyAsync(m->targets_device, targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
 
     encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);

@@ -194,9 +194,9 @@ __device__ __forceinline__ uint32_t qf_slow_pair(const QuantParams& p, float v0,
 
 // Register-array access with a run-time index through selects (keeps the arrays in registers): for the
 // rolled slow paths, so that the reference code appears once per call site.
-template <int N>
-__device__ __forceinline__ uint32_t qf_pick(const uint32_t (&a)[N], int i) {
-    uint32_t x = a[0];
+template <typename T, int N>
+__device__ __forceinline__ T qf_pick(const T (&a)[N], int i) {
+    T x = a[0];
 #pragma unroll
     for (int k = 1; k < N; k++) x = i == k ? a[k] : x;
     return x;
@@ -392,10 +392,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
         const bool fast = m < 0x7F800000u;
         uint32_t vw[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            if (H) vw[i] = fast ? qf_cvt2(y[2 * i], y[2 * i + 1]) : qf_cvt2_ref(y[2 * i], y[2 * i + 1]);
-            else vw[i] = w[rr][i];
-        }
+        for (int i = 0; i < 4; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[rr][i];   // fast path's rounding
         uint32_t rnd[4] = {0, 0, 0, 0};
         if (SR) {
 #pragma unroll
@@ -410,7 +407,9 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
             for (int i = 0; i < 4; i++) {
-                const uint32_t x = qf_pick(vw, i);
+                // the reference rounding of the rotated values (NaN payloads), here only: a select
+                // between the two in the fast path would make the compiler compute both
+                const uint32_t x = H ? qf_cvt2_ref(qf_pick(y, 2 * i), qf_pick(y, 2 * i + 1)) : qf_pick(vw, i);
                 const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
 #pragma unroll
                 for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
@@ -481,10 +480,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         const QuantBlockScale bhi = twod ? blo : quant_block_scale(&T.p, f32_from_bits(mhi), s_enc);
         const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
 #pragma unroll
-        for (int r = 0; r < QF_ROWS; r++) {
-            if (H) vw[r] = fast ? qf_cvt2(lo[r], hi[r]) : qf_cvt2_ref(lo[r], hi[r]);
-            else vw[r] = w[r][0];
-        }
+        for (int r = 0; r < QF_ROWS; r++) vw[r] = H ? qf_cvt2(lo[r], hi[r]) : w[r][0];   // fast path's rounding
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
         if (fast) {
 #pragma unroll
@@ -498,7 +494,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
             for (int r = 0; r < QF_ROWS; r++) {
                 const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
                 pm += pstep;
-                const uint32_t x = qf_pick(vw, r);
+                const uint32_t x = H ? qf_cvt2_ref(qf_pick(lo, r), qf_pick(hi, r)) : qf_pick(vw, r);   // as in axis 1
                 const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
 #pragma unroll
                 for (int k = 0; k < QF_ROWS; k++) w[k][0] = k == r ? ow : w[k][0];
