@@ -51,19 +51,26 @@ def rng_key(seed, step, tid):
     return mix64(np.uint64(seed) ^ inner)
 
 
-def rng_bits32(key, index):
+def rng_bits64(key, index):
     index = np.asarray(index, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        h = mix64(np.uint64(key) ^ (index * np.uint64(0xD1B54A32D192ED03)))
-    return (h >> np.uint64(32)).astype(np.uint32)
+        return mix64(np.uint64(key) ^ (index * np.uint64(0xD1B54A32D192ED03)))
 
 
-def sr_bits16(key, index):
-    """16 random bits per element: draw rng_bits32(key, index // 2); even index low half, odd high."""
-    index = np.asarray(index, dtype=np.uint64)
-    r = rng_bits32(key, index >> np.uint64(1))
-    odd = (index & np.uint64(1)).astype(bool)
-    return np.where(odd, r >> np.uint32(16), r & np.uint32(0xFFFF)).astype(np.uint32)
+def rng_bits32(key, index):
+    return (rng_bits64(key, index) >> np.uint64(32)).astype(np.uint32)
+
+
+def sr_bits16(key, r, c, cols):
+    """16 random bits for element (r, c) of a rows x cols view: one 64-bit draw per 2 x 2 square,
+    rng_bits64(key, (r // 2) * ceil(cols / 2) + c // 2); bits [16 k, 16 k + 16) with k = 2 (r % 2) + c % 2."""
+    r = np.asarray(r, dtype=np.uint64)
+    c = np.asarray(c, dtype=np.uint64)
+    one = np.uint64(1)
+    with np.errstate(over="ignore"):
+        w = rng_bits64(key, (r >> one) * ((np.uint64(cols) + one) >> one) + (c >> one))
+    k = ((r & one) << one) | (c & one)
+    return ((w >> (np.uint64(16) * k)) & np.uint64(0xFFFF)).astype(np.uint32)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -330,7 +337,8 @@ def quantize(spec, x_bits, rows, cols, axis, key):
         s_enc = s_dec_t = np.float32(1)
     ii = np.arange(M)[:, None]
     kk = np.arange(K)[None, :]
-    idx = (ii * cols + kk) if axis == 1 else (kk * cols + ii)
+    vr, vc = (np.broadcast_to(ii, (M, K)), np.broadcast_to(kk, (M, K))) if axis == 1 else \
+        (np.broadcast_to(kk, (M, K)), np.broadcast_to(ii, (M, K)))   # the view's (row, col) of each element
     codes = np.zeros((M, K), dtype=np.uint8)
     fake = np.zeros((M, K), dtype=np.uint16)
     scales = np.zeros((M, K // L), dtype=np.uint8)
@@ -357,7 +365,7 @@ def quantize(spec, x_bits, rows, cols, axis, key):
                 fk = np.full(blk.shape, 0x7FC0, dtype=np.uint16)
             else:
                 if sp["rounding"] == "sr":
-                    c = grid_sr(grid, v, sr_bits16(key, idx[i0:i0 + W, k0:k0 + L]))
+                    c = grid_sr(grid, v, sr_bits16(key, vr[i0:i0 + W, k0:k0 + L], vc[i0:i0 + W, k0:k0 + L], cols))
                 else:
                     c = grid_rne(grid, v)
                 fk = bf16_rne_bits(code_value(grid, c) * np.float32(sdec))
@@ -568,8 +576,9 @@ def self_checks():
     key = int(rng_key(1, 2, 3))
     xs = f32(np.random.default_rng(2).uniform(-6, 6, 64))
     reps = 4096
-    idx = np.arange(reps * 64, dtype=np.uint64)
-    vals = code_value("e2m1", grid_sr("e2m1", np.tile(xs, reps), sr_bits16(key, idx))).reshape(reps, 64)
+    idx = np.arange(reps * 64, dtype=np.uint64)   # a reps x 64 view: draws shared by 2 x 2 squares
+    bits = sr_bits16(key, idx // np.uint64(64), idx % np.uint64(64), 64)
+    vals = code_value("e2m1", grid_sr("e2m1", np.tile(xs, reps), bits)).reshape(reps, 64)
     bias = np.abs(vals.mean(0) - xs).max()
     print("SR e2m1 max |mean - x| over %d draws: %.4f" % (reps, bias))
     ok &= bias < 0.05

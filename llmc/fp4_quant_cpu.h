@@ -18,7 +18,7 @@
 //           dequantized value = fake * scale_dec (scale_dec = 1 / S_enc, or 1 for E8M0 formats).
 //   packed: codes M x K/2 bytes and scales M x K/L bytes, operand row-major (so a column-wise copy is
 //           stored transposed: TN-ready). 2D tiles repeat their scale on each of their W rows.
-// SR random bits: sr_bits16(key, r * cols + c) with (r, c) the element's position in the view; with a
+// SR random bits: sr_bits16(key, r, c, cols) with (r, c) the element's position in the view; with a
 // Hadamard, (r, c) is the position of the rotated value (the rotated tensor has the view's shape).
 #pragma once
 #include "common.h"
@@ -58,8 +58,9 @@ static inline void quant_check_shape(const QuantParams* p, int64_t rows, int64_t
 static inline int64_t quant_view_offset(int64_t i, int64_t k, int axis, int64_t ld) {
     return axis ? i * ld + k : k * ld + i;
 }
-static inline uint64_t quant_sr_index(int64_t i, int64_t k, int axis, int64_t cols) {
-    return axis ? (uint64_t)(i * cols + k) : (uint64_t)(k * cols + i);
+// SR bits of operand element (i, k): the view's element (i, k) (axis 1) or (k, i) (axis 0).
+static inline uint32_t quant_sr_bits(uint64_t key, int64_t i, int64_t k, int axis, int64_t cols) {
+    return axis ? sr_bits16(key, (uint64_t)i, (uint64_t)k, (uint64_t)cols) : sr_bits16(key, (uint64_t)k, (uint64_t)i, (uint64_t)cols);
 }
 
 // The operand as the quantizer sees it: M x K floats (row-major), Hadamard-rotated along K and
@@ -121,7 +122,7 @@ static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint6
                     uint8_t c;
                     if (bs.is_nan) c = 0;
                     else if (p->rounding == QROUND_SR)
-                        c = grid_round_sr(&p->grid, x, sr_bits16(key, quant_sr_index(i, k, axis, v.cols)));
+                        c = grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, v.cols));
                     else c = grid_round_rne(&p->grid, x);
                     if (codes) {
                         uint8_t* byte = codes + i * (K / 2) + k / 2;
@@ -251,7 +252,7 @@ static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, 
                     uint8_t c;
                     if (bs.is_nan) c = 0;
                     else if (p->rounding == QROUND_SR)
-                        c = grid_round_sr(&p->grid, x, sr_bits16(key, quant_sr_index(i, k, axis, v.cols)));
+                        c = grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, v.cols));
                     else c = grid_round_rne(&p->grid, x);
                     quant_stats_element(st, &p->grid, t[i * K + k], x, c, &bs, tdec);
                 }

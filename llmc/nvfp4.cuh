@@ -40,7 +40,7 @@
 typedef struct {
     QuantParams p;
     int axis;             // 1 row-wise, 0 column-wise
-    uint64_t key;         // SR: rng_key(seed, step, tensor id); index = r * cols + c of the view
+    uint64_t key;         // SR: rng_key(seed, step, tensor id); bits sr_bits16(key, r, c, cols) of view element (r, c)
     floatX* fake;         // optional
     int64_t ld_fake;
     uint8_t* codes;       // optional
@@ -199,16 +199,10 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
         for (int e2 = 0; e2 < 16; e2 += 2) {
             const int e = 16 * h + e2;
             uint32_t r16[2] = {0, 0};
-            if (p.rounding == QROUND_SR) {
-                uint64_t idx0 = axis ? (uint64_t)(i * cols + kb + e) : (uint64_t)((kb + e) * cols + i);
-                if (axis && !(idx0 & 1)) {                 // the pair shares one 32-bit draw
-                    uint32_t r = rng_bits32(T.key, idx0 >> 1);
-                    r16[0] = r & 0xFFFFu; r16[1] = r >> 16;
-                } else {
-                    uint64_t idx1 = axis ? idx0 + 1 : (uint64_t)((kb + e + 1) * cols + i);
-                    r16[0] = sr_bits16(T.key, idx0);
-                    r16[1] = sr_bits16(T.key, idx1);
-                }
+            if (p.rounding == QROUND_SR) {                 // view element (i, k) (axis 1) or (k, i) (axis 0)
+                const uint64_t k0 = (uint64_t)(kb + e);
+                r16[0] = axis ? sr_bits16(T.key, i, k0, cols) : sr_bits16(T.key, k0, i, cols);
+                r16[1] = axis ? sr_bits16(T.key, i, k0 + 1, cols) : sr_bits16(T.key, k0 + 1, i, cols);
             }
 #pragma unroll
             for (int q = 0; q < 2; q++) {

@@ -21,10 +21,10 @@
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
 // (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as nvfp4.cuh).
-//   fast RNE:  |q| = min((|x| + C) - C, max), C = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,inf);
-//              int4: 2^23; e1m2: 2^22): the FPU's ties-to-even at the region's grid spacing.
-//   fast SR:   s = 1/spacing of |x|'s region; f = floor(|x| s); up = (r16 + 0.5) < (|x| s - f) 2^16
-//              (the reference's (2 r16 + 1) < frac 2^17, halved; every step is exact), |q| = min((f + up)/s, max).
+//   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,inf);
+//              int4: 2^23; e1m2: 2^22; see qf_magic): the FPU's ties-to-even at the region's grid spacing.
+//   fast SR:   lo = (|x| +rz M) - M, up = (r16 + 0.5) sp 2^-16 < |x| - lo (the reference's (2 r16 + 1) <
+//              frac 2^17, scaled; every step is exact), |q| = min(lo + up sp, max); see qf_sr_mag.
 //   output:    sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf).
 // dev/test/test_quant_fast.cu checks these against grid_round_rne / grid_round_sr over float bit patterns
 // (all of them with --exhaustive) and the product exactness for every code and scale, then compares
@@ -34,7 +34,7 @@
 // to bf16_bits_rne for non-NaN inputs), else by bf16_bits_rne. Block and tensor amax of the rounded values
 // are taken as the rounding of the max of the unrounded ones (rounding is monotone on non-NaN magnitudes;
 // a group holding a NaN is rounded value by value).
-// SR bits: rng_bits32(key, (r * cols + c) / 2) for the element pair (c even, c + 1), as sr_bits16.
+// SR bits: sr_bits16(key, r, c, cols): one 64-bit draw per 2 x 2 square, 32 bits per column pair of a row.
 #pragma once
 #include <cuda_bf16.h>
 #include "nvfp4.cuh"
@@ -45,7 +45,7 @@
 #define QF_ROWS 16          // rows per thread
 #define QF_TILE_R 32        // rows per warp tile
 #define QF_TILE_C 128       // cols per warp tile
-#define QF_RNG_MUL 0xD1B54A32D192ED03ull   // rng_bits32's index multiplier (rng.h)
+#define QF_RNG_MUL RNG_INDEX_MUL   // rng.h
 
 // ---------------------------------------------------------------------------------------------------
 // Element arithmetic (HD: the CPU test checks it against the reference functions)
@@ -60,30 +60,44 @@
 #define QF_MUL(a, b) ((a) * (b))
 #endif
 
+// A grid's regions as magic numbers: the region of |x| has spacing sp, and M = sp * 2^23 is the FP32
+// number whose ulp is sp. E2M1: M = 2^22, 2^23, 2^24 on [0, 2), [2, 4), [4, inf); INT4: 2^23; E1M2: 2^22.
+// M = clamp(2^22 |x| with its mantissa cleared, mlo, mhi): one mask and two min/max, no compare-and-
+// select chains (these kernels are bound by the integer/logic pipe, where compares and selects run).
 typedef struct {
-    float thr1, thr2;     // region bounds on |x| (E2M1: 2, 4; uniform grids: +inf)
-    float rc[3];          // RNE: (|x| + rc) - rc rounds to the region's spacing, ties to even
-    float sc[3], isc[3];  // SR: |x| * sc has unit spacing in the region; isc = 1 / sc
+    float mlo, mhi;       // clamp bounds of M (equal for the uniform grids)
     float maxval;
 } QFGrid;
 
-// |x| (not NaN) -> magnitude of grid_round_rne's code value.
+HD float qf_magic(const QFGrid& g, float a) {
+    const float t = f32_from_bits(f32_bits(QF_MUL(a, 4194304.0f)) & 0x7F800000u);
+    return fminf(fmaxf(t, g.mlo), g.mhi);
+}
+
+// |x| (not NaN) -> magnitude of grid_round_rne's code value: (|x| + M) - M rounds to a multiple of
+// sp, ties to even (the FPU's RNE at ulp sp).
 HD float qf_rne_mag(const QFGrid& g, float a) {
-    const float c = a < g.thr1 ? g.rc[0] : (a < g.thr2 ? g.rc[1] : g.rc[2]);
+    const float c = qf_magic(g, a);
     return fminf(QF_SUB(QF_ADD(a, c), c), g.maxval);
 }
 
-// |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value.
+// |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value. lo = |x| rounded down to
+// a multiple of sp ((|x| + M) - M with the add rounding toward zero; exact for |x| < M, and larger
+// |x| saturate), d = |x| - lo (exact); up iff (r16 + 1/2) sp / 2^16 < d, the reference's
+// (2 r16 + 1) < frac 2^17 multiplied through by sp / 2^17 (every product exact: powers of two and a
+// 17-bit integer).
 HD float qf_sr_mag(const QFGrid& g, float a, uint32_t r16) {
-    const bool p1 = a < g.thr1, p2 = a < g.thr2;
-    const float s = p1 ? g.sc[0] : (p2 ? g.sc[1] : g.sc[2]);
-    const float is = p1 ? g.isc[0] : (p2 ? g.isc[1] : g.isc[2]);
-    const float q = QF_MUL(a, s);
-    const float f = floorf(q);
-    const float right = QF_MUL(QF_SUB(q, f), 65536.0f);
+    const float m = qf_magic(g, a);
+#if defined(__CUDA_ARCH__)
+    const float lo = __fsub_rn(__fadd_rz(a, m), m);
+#else
+    const float lo = floorf(a * (8388608.0f / m)) * (m / 8388608.0f);   // the same value, without RZ
+#endif
+    const float d = QF_SUB(a, lo);
     const float left = QF_SUB(f32_from_bits(0x4B000000u | (r16 & 0xFFFFu)), 8388607.5f);   // r16 + 0.5
-    const float k = left < right ? QF_ADD(f, 1.0f) : f;
-    return fminf(QF_MUL(k, is), g.maxval);
+    const float thr = QF_MUL(left, QF_MUL(m, 1.8189894035458565e-12f));                    // * sp / 2^16
+    const float q = thr < d ? QF_ADD(lo, QF_MUL(m, 1.1920928955078125e-07f)) : lo;         // lo + sp
+    return fminf(q, g.maxval);
 }
 
 static inline int qf_grid_id(const GridTraits* g) {
@@ -93,17 +107,10 @@ static inline int qf_grid_id(const GridTraits* g) {
 }
 
 static inline QFGrid qf_grid_consts(int gid) {
-    QFGrid g;
-    const float inf = INFINITY;
-    if (gid == QGRID_E2M1) {
-        g = QFGrid{2.0f, 4.0f, {4194304.0f, 8388608.0f, 16777216.0f}, {2.0f, 1.0f, 0.5f}, {0.5f, 1.0f, 2.0f}, 6.0f};
-    } else if (gid == QGRID_INT4) {
-        g = QFGrid{inf, inf, {8388608.0f, 8388608.0f, 8388608.0f}, {1.0f, 1.0f, 1.0f}, {1.0f, 1.0f, 1.0f}, 7.0f};
-    } else {
-        fail_if(gid != QGRID_E1M2, "qf_grid_consts: no fast path for grid %d", gid);
-        g = QFGrid{inf, inf, {4194304.0f, 4194304.0f, 4194304.0f}, {2.0f, 2.0f, 2.0f}, {0.5f, 0.5f, 0.5f}, 3.5f};
-    }
-    return g;
+    if (gid == QGRID_E2M1) return QFGrid{4194304.0f, 16777216.0f, 6.0f};
+    if (gid == QGRID_INT4) return QFGrid{8388608.0f, 8388608.0f, 7.0f};
+    fail_if(gid != QGRID_E1M2, "qf_grid_consts: no fast path for grid %d", gid);
+    return QFGrid{4194304.0f, 4194304.0f, 3.5f};
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -163,9 +170,10 @@ __device__ __forceinline__ uint32_t qf_cvt2(float a, float b) {   // RNE, a -> l
 __device__ __forceinline__ uint32_t qf_cvt2_ref(float a, float b) {
     return (uint32_t)bf16_bits_rne(a) | ((uint32_t)bf16_bits_rne(b) << 16);
 }
-__device__ __forceinline__ uint32_t qf_rng(uint64_t key, uint64_t idx_mul) {
-    return (uint32_t)(rng_mix64(key ^ idx_mul) >> 32);
-}
+// rng_bits64(key, index) given index * RNG_INDEX_MUL (kept incrementally by the callers)
+__device__ __forceinline__ uint64_t qf_rng64(uint64_t key, uint64_t idx_mul) { return rng_mix64(key ^ idx_mul); }
+// The 32 bits of a 2 x 2 square's draw that go to the column pair of row r: low half for an even row.
+__device__ __forceinline__ uint32_t qf_rng_row(uint64_t w, int r) { return (uint32_t)(w >> ((r & 1) * 32)); }
 
 // Reference element (exactly qt_process of nvfp4.cuh): any block, including inf / NaN ones.
 __device__ __forceinline__ uint32_t qf_slow_elem(const QuantParams& p, float v, const QuantBlockScale& bs, int sr,
@@ -359,9 +367,11 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
     const bool cv = c0 < A.cols;
     const int64_t nr = A.rows - r0;
     uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
-    uint64_t pm = 0, pstep = 0;
+    // SR: one draw per 2 x 2 square (sr_bits16): square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2,
+    // the lane's 4 column pairs are consecutive draws, a row pair further on is cols / 2 draws on
+    uint64_t pm = 0, pstep = 0, w64[4] = {0, 0, 0, 0};
     if (SR) {
-        pm = ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL;
+        pm = ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c0 >> 1)) * QF_RNG_MUL;
         pstep = (uint64_t)(A.cols >> 1) * QF_RNG_MUL;
     }
 #pragma unroll 1
@@ -394,10 +404,14 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
 #pragma unroll
         for (int i = 0; i < 4; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[rr][i];   // fast path's rounding
         uint32_t rnd[4] = {0, 0, 0, 0};
-        if (SR) {
+        if (SR) {   // rows g + rr, g + rr + 1 (rr even; r0 and g are even) share the draws of their squares
+            if (!(rr & 1)) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) rnd[i] = qf_rng(T.key, pm + (uint64_t)i * QF_RNG_MUL);
-            pm += pstep;
+                for (int i = 0; i < 4; i++) w64[i] = qf_rng64(T.key, pm + (uint64_t)i * QF_RNG_MUL);
+                pm += pstep;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) rnd[i] = qf_rng_row(w64[i], rr);
         }
         uint32_t o[4] = {0, 0, 0, 0};
         if (fast) {
@@ -454,7 +468,8 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         tile_m = qf_shfl_max(tile_m, 1);
         if (l32) { tile_m = qf_shfl_max(tile_m, 2); tile_m = qf_shfl_max(tile_m, 16); }
     }
-    const uint64_t pm0 = SR ? ((uint64_t)(r0 * A.cols + c0) >> 1) * QF_RNG_MUL : 0;
+    // SR: as in qf_apply_axis1; the column pair p of the thread's 16 rows is 8 squares, cols / 2 draws apart
+    const uint64_t pm0 = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c0 >> 1)) * QF_RNG_MUL : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
 #pragma unroll 1
     for (int p = 0; p < 4; p++) {   // rolled (see qf_rotate_cols): column pair p is in w[.][0]
@@ -483,17 +498,17 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         for (int r = 0; r < QF_ROWS; r++) vw[r] = H ? qf_cvt2(lo[r], hi[r]) : w[r][0];   // fast path's rounding
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
         if (fast) {
+            uint64_t w64 = 0;
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) {
-                const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
-                pm += pstep;
+                if (SR && !(r & 1)) { w64 = qf_rng64(T.key, pm); pm += pstep; }
+                const uint32_t rnd = SR ? qf_rng_row(w64, r) : 0u;
                 w[r][0] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
             }
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
             for (int r = 0; r < QF_ROWS; r++) {
-                const uint32_t rnd = SR ? qf_rng(T.key, pm) : 0u;
-                pm += pstep;
+                const uint32_t rnd = SR ? qf_rng_row(qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep), r) : 0u;
                 const uint32_t x = H ? qf_cvt2_ref(qf_pick(lo, r), qf_pick(hi, r)) : qf_pick(vw, r);   // as in axis 1
                 const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
 #pragma unroll

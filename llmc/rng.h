@@ -1,5 +1,5 @@
 // rng.h: the counter-based random generator behind every stochastic rounding in the program.
-// defines: rng_mix64(), rng_key(), rng_bits32()
+// defines: rng_mix64(), rng_key(), rng_bits64(), rng_bits32()
 // A random word is a pure function of (seed, step, tensor id, element index): results never depend
 // on launch geometry, and a reference implementation (dev/fp4_ref.py) reproduces them bit for bit.
 // The mixer is SplitMix64's finalizer (Steele, Lea, Flood 2014), which passes BigCrush when fed a
@@ -17,7 +17,8 @@ HD uint64_t rng_mix64(uint64_t x) {
 HD uint64_t rng_key(uint64_t seed, uint32_t step, uint32_t tensor_id) {
     return rng_mix64(seed ^ rng_mix64(((uint64_t)step << 32) | tensor_id));
 }
+#define RNG_INDEX_MUL 0xD1B54A32D192ED03ull   // odd: index * RNG_INDEX_MUL is a Weyl sequence
+// 64 random bits for draw `index` of that tensor.
+HD uint64_t rng_bits64(uint64_t key, uint64_t index) { return rng_mix64(key ^ (index * RNG_INDEX_MUL)); }
 // 32 random bits for element `index` of that tensor.
-HD uint32_t rng_bits32(uint64_t key, uint64_t index) {
-    return (uint32_t)(rng_mix64(key ^ (index * 0xD1B54A32D192ED03ull)) >> 32);
-}
+HD uint32_t rng_bits32(uint64_t key, uint64_t index) { return (uint32_t)(rng_bits64(key, index) >> 32); }

@@ -26,12 +26,15 @@ HD uint16_t bf16_bits_sr(float x, uint32_t rbits) {
     return (uint16_t)(u >> 16);
 }
 
-// 16 random bits for element `index` of a tensor: one 32-bit draw rng_bits32(key, index / 2) serves
-// the element pair (2j, 2j+1), low half for the even element, high half for the odd one. Still a
-// pure function of (key, index), so independent of launch geometry, at half the hashing cost.
-HD uint32_t sr_bits16(uint64_t key, uint64_t index) {
-    uint32_t r = rng_bits32(key, index >> 1);
-    return (index & 1) ? (r >> 16) : (r & 0xFFFFu);
+// 16 random bits for element (r, c) of a rows x cols tensor (the quantizer's view): one 64-bit draw
+// rng_bits64(key, (r / 2) * ceil(cols / 2) + c / 2) serves the 2 x 2 square of elements (r & ~1 ..,
+// c & ~1 ..), bits [16 k, 16 k + 16) going to the element with k = 2 (r & 1) + (c & 1). A pure
+// function of (key, r, c, cols), so independent of launch geometry, at a quarter of the hashing cost
+// of one draw per element; the square serves a row-wise and a column-wise kernel alike (a pair of
+// columns of two rows).
+HD uint32_t sr_bits16(uint64_t key, uint64_t r, uint64_t c, uint64_t cols) {
+    const uint64_t w = rng_bits64(key, (r >> 1) * ((cols + 1) >> 1) + (c >> 1));
+    return (uint32_t)(w >> (16 * (((r & 1) << 1) | (c & 1)))) & 0xFFFFu;
 }
 
 // Stochastic rounding onto a 4-bit grid: between neighbouring levels lo <= |v| < hi, round up to hi

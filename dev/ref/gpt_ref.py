@@ -68,7 +68,7 @@ A BF16 slot is not quantized and passes its tensor through in the reference prec
 rounding), so the bf16 recipe and BF16 slots are exactly the plain reference. SR keys:
   key = rng_key(seed_q, step, ((micro * L + l) * 4 + k) * 6 + slot), micro = 0,
   step = 0-based optimizer step (0 for logits/loss/grads and the first update, then 1..nsteps-1),
-  SR element index = r * cols + c of the (rotated) row-major view, as dev/fp4_ref.py.
+  SR bits: sr_bits16(key, r, c, cols) of view element (r, c) of the (rotated) row-major view, as dev/fp4_ref.py.
 The quantizer used here (quantize_fast) is a block-vectorized copy of fp4_ref.quantize and is
 checked bit for bit against it by --self-test (golden cases, every recipe slot) and, on every
 quantizer call of a run, by --check-quant. Finite-difference checks do not apply to quantized models
@@ -257,11 +257,11 @@ def quantize_fast(sp, x, axis, key):
             inv = np.where(nan_block, np.float32(0), inv).astype(np.float32)
         v = (Tb * inv[:, :, None, None]).astype(np.float32)
     if sp["rounding"] == "sr":
-        ii = np.arange(M, dtype=np.uint64)[:, None]
-        kk = np.arange(K, dtype=np.uint64)[None, :]
-        idx = (ii * np.uint64(cols) + kk) if axis == 1 else (kk * np.uint64(cols) + ii)
-        idx = idx.reshape(Mb, W, Kb, Lb).transpose(0, 2, 1, 3)
-        c = F.grid_sr(grid, v, F.sr_bits16(key, idx))
+        ii = np.broadcast_to(np.arange(M, dtype=np.uint64)[:, None], (M, K))
+        kk = np.broadcast_to(np.arange(K, dtype=np.uint64)[None, :], (M, K))
+        vr, vc = (ii, kk) if axis == 1 else (kk, ii)   # the view's (row, col) of each operand element
+        blk = lambda a: a.reshape(Mb, W, Kb, Lb).transpose(0, 2, 1, 3)
+        c = F.grid_sr(grid, v, F.sr_bits16(key, blk(vr), blk(vc), cols))
     else:
         c = F.grid_rne(grid, v)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -260,7 +260,7 @@ static void test_sr_unbiased(void) {
             double sum = 0;
             for (int s = 0; s < N; s++) {
                 uint64_t key = rng_key(1000 + s, 3, 17);
-                sum += grid_code_value(t, grid_round_sr(t, x, sr_bits16(key, (uint64_t)j)));
+                sum += grid_code_value(t, grid_round_sr(t, x, sr_bits16(key, 0, (uint64_t)j, 64)));
             }
             float a = fabsf(x);
             int c = 0;

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 #include <atomic>
+#include <algorithm>
 #include "llmc/quant_fast.cuh"
 #include "dev/test/testing.h"
 
@@ -388,6 +389,52 @@ static void gpu_checks(int quick) {
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
 }
 
+// The device versions of the element functions (the SR floor there is an add rounding toward zero, on
+// the host a floorf) equal the host ones, which cpu_element_checks proves against the reference: every
+// 61st float pattern in [0, 2^24] and a sparse sweep up to +inf, each with 8 random-bit values.
+__global__ void elem_kernel(QFGrid g, uint32_t start, uint32_t stride, uint32_t n, const uint32_t* r16s,
+                            uint32_t* out) {
+    uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float a = f32_from_bits(start + i * stride);
+    out[9 * (size_t)i] = f32_bits(qf_rne_mag(g, a));
+    for (int k = 0; k < 8; k++) out[9 * (size_t)i + 1 + k] = f32_bits(qf_sr_mag(g, a, r16s[k]));
+}
+
+static void gpu_element_checks(void) {
+    const uint32_t r16s[8] = {0, 1, 255, 32767, 32768, 40000, 65534, 65535};
+    uint32_t *dr, *dout;
+    const uint32_t n = 1u << 20;
+    cuda_check(cudaMalloc(&dr, sizeof(r16s)));
+    cuda_check(cudaMalloc(&dout, (size_t)9 * n * 4));
+    cuda_check(cudaMemcpy(dr, r16s, sizeof(r16s), cudaMemcpyHostToDevice));
+    std::vector<uint32_t> got((size_t)9 * n);
+    for (int gi = 0; gi < 3; gi++) {
+        const QFGrid G = qf_grid_consts(GRIDS[gi]);
+        long long bad = 0;
+        const uint32_t sweeps[2][2] = {{0u, 61u}, {f32_bits(16777216.0f), 0x0800u}};   // {start, stride}
+        for (int sw = 0; sw < 2; sw++) {
+            const uint32_t start = sweeps[sw][0], stride = sweeps[sw][1];
+            for (uint32_t base = 0; base < 24; base++) {   // up to 24 launches of 2^20 patterns, to +inf
+                const uint64_t st = (uint64_t)start + (uint64_t)base * n * stride;
+                if (st > 0x7F800000u) break;
+                const uint32_t cnt = (uint32_t)std::min<uint64_t>(n, (0x7F800000u - st) / stride + 1);
+                elem_kernel<<<(cnt + 255) / 256, 256>>>(G, (uint32_t)st, stride, cnt, dr, dout);
+                cuda_check_last();
+                cuda_check(cudaMemcpy(got.data(), dout, (size_t)9 * cnt * 4, cudaMemcpyDeviceToHost));
+                for (uint32_t i = 0; i < cnt; i++) {
+                    const float a = f32_from_bits((uint32_t)st + i * stride);
+                    bad += got[9 * (size_t)i] != f32_bits(qf_rne_mag(G, a));
+                    for (int k = 0; k < 8; k++) bad += got[9 * (size_t)i + 1 + k] != f32_bits(qf_sr_mag(G, a, r16s[k]));
+                }
+            }
+        }
+        CHECK(bad == 0, "device element functions != host, grid %s: %lld mismatches", quant_grid_table[GRIDS[gi]].name, bad);
+    }
+    cudaFree(dr);
+    cudaFree(dout);
+}
+
 int main(int argc, char** argv) {
     int exhaustive = 0, quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -400,6 +447,7 @@ int main(int argc, char** argv) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
         return test_summary("quant_fast");
     }
+    gpu_element_checks();
     gpu_checks(quick);
     return test_summary("quant_fast");
 }
