@@ -441,8 +441,6 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
         m->qk_qparams[s] = quant_params(&qk);
         m->fp4_any = m->recipe.bf16_first + m->recipe.bf16_last < m->config.num_layers;
     }
-    fail_if(m->recipe.qk_fp8 && recipe_is_bf16(&m->recipe),
-            "--qk-fp8: the recipe quantizes nothing, so there is no FP4 for FP8 to replace in Q/K");
     m->fp4_native = 0;
     if (m->fp4_any && strcmp(gemm_mode, "emulated") != 0) {
         const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(m) : matmul_fp4_native_reason();
@@ -530,7 +528,7 @@ typedef struct {
 static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
                                 int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
                                 int n, Operand* out, const QuantTarget* amax_also = NULL, int have_amax = 0) {
-    QuantTarget t[3];
+    QuantTarget t[2];   // the targets; with amax_also, t[1] is that target (amax pass only)
     int nt = 0;
     for (int i = 0; i < n; i++) {
         if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) {

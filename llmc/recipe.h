@@ -126,8 +126,15 @@ static inline void recipe_resolve_layers(Recipe* r, int L) {
             r->bf16_first, r->bf16_last, L);
 }
 
+static inline int recipe_is_bf16(const Recipe* r) {
+    for (int s = 0; s < NUM_SLOTS; s++) if (!quant_spec_is_bf16(&r->slot[s])) return 0;
+    return 1;
+}
+
 // The rules a recipe must follow to compute the right product.
 static inline void recipe_check(const Recipe* r) {
+    fail_if(r->qk_fp8 && recipe_is_bf16(r), "--qk-fp8: the recipe quantizes nothing, so there is no FP4 for FP8 to "
+            "replace in Q/K (pick an FP4 recipe)");
     for (int g = 0; g < 3; g++) {
         const QuantSpec* a = &r->slot[2 * g];
         const QuantSpec* b = &r->slot[2 * g + 1];
@@ -138,11 +145,6 @@ static inline void recipe_check(const Recipe* r) {
                 GEMM_NAMES[g], SLOT_NAMES[2 * g], ha, SLOT_NAMES[2 * g + 1], hb);
         fail_if(ha > 32, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32", ha, GEMM_NAMES[g]);
     }
-}
-
-static inline int recipe_is_bf16(const Recipe* r) {
-    for (int s = 0; s < NUM_SLOTS; s++) if (!quant_spec_is_bf16(&r->slot[s])) return 0;
-    return 1;
 }
 
 static inline int recipe_layer_is_fp4(const Recipe* r, int l, int L) {

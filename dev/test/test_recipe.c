@@ -18,6 +18,7 @@ static void bad_hadamard(const void*) {
 }
 static void bad_preset(const void*) { Recipe r; recipe_preset(&r, "fp3"); }
 static void bad_spec(const void*) { Recipe r; recipe_preset(&r, "bf16"); recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,7x7"); }
+static void qk_on_bf16(const void*) { Recipe r; recipe_preset(&r, "bf16"); r.qk_fp8 = 1; recipe_check(&r); }
 static void too_many_bf16(const void*) { Recipe r; recipe_preset(&r, "nvfp4"); r.bf16_first = 8; r.bf16_last = 8; recipe_resolve_layers(&r, 12); }
 
 int main(void) {
@@ -117,6 +118,7 @@ int main(void) {
         {bad_preset, "unknown --recipe 'fp3'"},
         {bad_spec, "--fprop-x 'nvfp4,7x7'"},
         {too_many_bf16, "exceed the 12 blocks"},
+        {qk_on_bf16, "--qk-fp8: the recipe quantizes nothing"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[2048];
