@@ -462,8 +462,9 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     size_t nstats = (size_t)m->config.num_layers * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
     cuda_check(cudaMalloc(&m->diag_compare, (size_t)m->config.num_layers * NUM_LINEARS * sizeof(QuantCompare)));
-    // at most 3 quantization calls per linear per pass (forward 2, backward 3), per micro-step
-    m->qt_capacity = 2 * 5 * NUM_LINEARS * m->config.num_layers;
+    // one event pair per quantization call; a harvest window (a backward and the next forward) holds at
+    // most 11 calls per linear: forward 2 (4 for a split QKV), backward 3 (6 split) + 1 diagnostic copy
+    m->qt_capacity = 2 * 12 * NUM_LINEARS * m->config.num_layers;
     m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
     for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
 }

@@ -191,7 +191,7 @@ typedef struct {
     QuantGrid grid;           // QGRID_BF16 = leave the operand in BF16
     int block_w, block_l;     // 1x16, 1x32, 16x16, 32x32
     QuantScaleRule scale;     // e4m3 block scale + fp32 tensor scale, or e8m0 (floor / ceil rule)
-    QuantRounding rounding;   // rne, or sr (keyed on seed, step, tensor id, element index)
+    QuantRounding rounding;   // rne, or sr (keyed on seed, step, tensor id, element position)
     int hadamard;             // 0 (none) or a power of two 2..128, applied along the reduction dim
     QuantSigns signs;         // Hadamard sign vector: none (plain), fixed (0xD7E8 pattern), seeded
     uint64_t sign_seed;       // for QSIGNS_SEEDED

@@ -147,6 +147,7 @@ static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint6
 static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes, const uint8_t* scales,
                                       float scale_dec, int64_t rows, int64_t cols, int axis,
                                       int with_tensor_scale, uint16_t* out, int64_t ld_out) {
+    fail_if(p->grid.e4m3, "dequant_packed_cpu: the e4m3 grid has no packed 4-bit form");
     int64_t M, K;
     quant_operand_dims(rows, cols, axis, &M, &K);
     const int L = p->block_l;

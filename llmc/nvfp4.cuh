@@ -432,6 +432,7 @@ static inline void dequant_packed_gpu(const QuantParams* p, const uint8_t* codes
                                       const float* scale_dec, int64_t rows, int64_t cols, int axis,
                                       int with_tensor_scale, floatX* out, int64_t ld_out, cudaStream_t stream) {
     quant_check_shape(p, rows, cols, axis, "dequant_packed_gpu");
+    fail_if(p->grid.e4m3, "dequant_packed_gpu: the e4m3 grid has no packed 4-bit form");
     fail_if(ld_out < cols, "dequant_packed_gpu: ld_out %lld < cols %lld", (long long)ld_out, (long long)cols);
     fail_if((uintptr_t)codes % 8, "dequant_packed_gpu: codes must be 8-byte aligned");
     int64_t n = rows * cols / 16;

@@ -1,9 +1,11 @@
 // rng.h: the counter-based random generator behind every stochastic rounding in the program.
 // defines: rng_mix64(), rng_key(), rng_bits64(), rng_bits32()
-// A random word is a pure function of (seed, step, tensor id, element index): results never depend
-// on launch geometry, and a reference implementation (dev/fp4_ref.py) reproduces them bit for bit.
+// A random word is a pure function of (seed, step, tensor id, draw index): results never depend on
+// launch geometry, and a reference implementation (dev/fp4_ref.py) reproduces them bit for bit.
 // The mixer is SplitMix64's finalizer (Steele, Lea, Flood 2014), which passes BigCrush when fed a
-// Weyl sequence; we feed it key ^ (index * odd constant) and take the high 32 bits.
+// Weyl sequence; we feed it key ^ (index * odd constant) and use all 64 bits (rng_bits64: FP4
+// stochastic rounding, 16 bits to each element of a 2 x 2 square, see sr_bits16) or the high 32
+// (rng_bits32: BF16 stochastic rounding of weights, Hadamard signs).
 #pragma once
 #include "common.h"
 

@@ -443,6 +443,15 @@ int main(int argc, char** argv) {
         else fail("usage: %s [--exhaustive] [--quick]", argv[0]);
     }
     cpu_element_checks(exhaustive);
+    {   // the fp8 (E4M3) grid has no fast path: quant_fast_supported refuses it (the trainer then uses quantize_gpu)
+        static uint16_t fake[64] __attribute__((aligned(16)));
+        static float sc[2];
+        QuantParams p8 = parse("mxfp8"), p4 = parse("mxfp4");
+        QuantTarget t8 = quant_target_fake(&p8, 1, 0, (floatX*)fake, 64, sc, sc + 1);
+        QuantTarget t4 = quant_target_fake(&p4, 1, 0, (floatX*)fake, 64, sc, sc + 1);
+        CHECK(!quant_fast_supported(&t8, 1, 32, 64, 64) && quant_fast_supported(&t4, 1, 32, 64, 64),
+              "quant_fast_supported: must refuse mxfp8 and take mxfp4");
+    }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
         return test_summary("quant_fast");
