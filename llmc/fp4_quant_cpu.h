@@ -1,6 +1,6 @@
 // fp4_quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
 // defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
-//          quant_amax_cpu(), quant_cpu(), dequant_packed_cpu(),
+//          quant_amax_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
 // It is the reference twin of the kernels in nvfp4.cuh (dev/test/test_fp4_gpu.cu compares them bit for
@@ -94,54 +94,6 @@ static inline float quant_amax_cpu(const QuantParams* p, QuantView v, int axis) 
     return f32_from_bits(m);
 }
 
-// Quantize one view along `axis`. Any of fake / codes / scales may be NULL. Returns scale_dec
-// (the tensor-level dequantization factor); *amax_out (if given) gets the tensor amax.
-static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key,
-                              uint16_t* fake, int64_t ld_fake, uint8_t* codes, uint8_t* scales,
-                              float* amax_out) {
-    quant_check_shape(p, v.rows, v.cols, axis, "quant_cpu");
-    fail_if((codes || scales) && p->grid.e4m3, "quant_cpu: the e4m3 grid has no packed 4-bit form (fake output only)");
-    int64_t M, K;
-    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
-    float* t = quant_rotated_operand_cpu(p, v, axis);
-    uint32_t mb = 0;
-    for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
-    float amax = f32_from_bits(mb);
-    float s_enc = quant_tensor_scale_enc(p, amax);
-    const int W = p->block_w, L = p->block_l;
-    for (int64_t i0 = 0; i0 < M; i0 += W) {
-        for (int64_t k0 = 0; k0 < K; k0 += L) {
-            uint32_t bb = 0;
-            for (int64_t i = i0; i < i0 + W; i++)
-                for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
-            QuantBlockScale bs = quant_block_scale(p, f32_from_bits(bb), s_enc);
-            for (int64_t i = i0; i < i0 + W; i++) {
-                if (scales) scales[i * (K / L) + k0 / L] = bs.bits;
-                for (int64_t k = k0; k < k0 + L; k++) {
-                    float x = t[i * K + k] * bs.inv;
-                    uint8_t c;
-                    if (bs.is_nan) c = 0;
-                    else if (p->rounding == QROUND_SR)
-                        c = grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, v.cols));
-                    else c = grid_round_rne(&p->grid, x);
-                    if (codes) {
-                        uint8_t* byte = codes + i * (K / 2) + k / 2;
-                        *byte = (k & 1) ? (uint8_t)((*byte & 0x0F) | (c << 4)) : (uint8_t)((*byte & 0xF0) | c);
-                    }
-                    if (fake) {
-                        uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
-                                               : bf16_bits_rne(grid_code_value(&p->grid, c) * bs.sdec);
-                        fake[quant_view_offset(i, k, axis, ld_fake)] = o;
-                    }
-                }
-            }
-        }
-    }
-    free(t);
-    if (amax_out) *amax_out = amax;
-    return p->scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
-}
-
 // Packed -> BF16 in the view's layout. with_tensor_scale = 0 gives exactly the fake-quant values
 // (code * block scale); 1 gives BF16(FP32(code * block scale) * scale_dec).
 static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes, const uint8_t* scales,
@@ -229,25 +181,31 @@ HD void quant_stats_add(QuantStats* acc, const QuantStats* s) {
     acc->clipped += s->clipped; acc->zero_blocks += s->zero_blocks; acc->nonfinite += s->nonfinite;
 }
 
-// Accumulate the statistics of quantizing one view along `axis` into *st (the caller zeroes it).
-// Same loop and arithmetic as quant_cpu: the codes are the ones quant_cpu would produce.
-static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key, QuantStats* st) {
-    quant_check_shape(p, v.rows, v.cols, axis, "quant_stats_cpu");
+// One pass of the quantizer over a view along `axis`: the outputs that are not NULL (fake, packed
+// codes / scales, amax, statistics accumulated into *st) of the same codes. Returns scale_dec (the
+// tensor-level dequantization factor). quant_cpu and quant_stats_cpu below are its two uses.
+static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, uint64_t key, uint16_t* fake,
+                                   int64_t ld_fake, uint8_t* codes, uint8_t* scales, float* amax_out, QuantStats* st,
+                                   const char* who) {
+    quant_check_shape(p, v.rows, v.cols, axis, who);
+    fail_if((codes || scales) && p->grid.e4m3, "%s: the e4m3 grid has no packed 4-bit form (fake output only)", who);
     int64_t M, K;
     quant_operand_dims(v.rows, v.cols, axis, &M, &K);
     float* t = quant_rotated_operand_cpu(p, v, axis);
     uint32_t mb = 0;
     for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
-    float s_enc = quant_tensor_scale_enc(p, f32_from_bits(mb));
+    float amax = f32_from_bits(mb);
+    float s_enc = quant_tensor_scale_enc(p, amax);
     float tdec = quant_tensor_scale_dec(p, s_enc);
     const int W = p->block_w, L = p->block_l;
-    for (int64_t i0 = 0; i0 < M; i0 += W)
+    for (int64_t i0 = 0; i0 < M; i0 += W) {
         for (int64_t k0 = 0; k0 < K; k0 += L) {
             uint32_t bb = 0;
             for (int64_t i = i0; i < i0 + W; i++)
                 for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
             QuantBlockScale bs = quant_block_scale(p, f32_from_bits(bb), s_enc);
-            for (int64_t i = i0; i < i0 + W; i++)
+            for (int64_t i = i0; i < i0 + W; i++) {
+                if (scales) scales[i * (K / L) + k0 / L] = bs.bits;
                 for (int64_t k = k0; k < k0 + L; k++) {
                     float x = t[i * K + k] * bs.inv;
                     uint8_t c;
@@ -255,10 +213,37 @@ static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, 
                     else if (p->rounding == QROUND_SR)
                         c = grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, v.cols));
                     else c = grid_round_rne(&p->grid, x);
-                    quant_stats_element(st, &p->grid, t[i * K + k], x, c, &bs, tdec);
+                    if (st) quant_stats_element(st, &p->grid, t[i * K + k], x, c, &bs, tdec);
+                    if (codes) {
+                        uint8_t* byte = codes + i * (K / 2) + k / 2;
+                        *byte = (k & 1) ? (uint8_t)((*byte & 0x0F) | (c << 4)) : (uint8_t)((*byte & 0xF0) | c);
+                    }
+                    if (fake) {
+                        uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
+                                               : bf16_bits_rne(grid_code_value(&p->grid, c) * bs.sdec);
+                        fake[quant_view_offset(i, k, axis, ld_fake)] = o;
+                    }
                 }
+            }
         }
+    }
     free(t);
+    if (amax_out) *amax_out = amax;
+    return tdec;
+}
+
+// Quantize one view along `axis`. Any of fake / codes / scales may be NULL. Returns scale_dec
+// (the tensor-level dequantization factor); *amax_out (if given) gets the tensor amax.
+static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key,
+                              uint16_t* fake, int64_t ld_fake, uint8_t* codes, uint8_t* scales,
+                              float* amax_out) {
+    return quant_cpu_pass(p, v, axis, key, fake, ld_fake, codes, scales, amax_out, NULL, "quant_cpu");
+}
+
+// Accumulate the statistics of quantizing one view along `axis` into *st (the caller zeroes it):
+// the codes are the ones quant_cpu produces.
+static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key, QuantStats* st) {
+    quant_cpu_pass(p, v, axis, key, NULL, 0, NULL, NULL, NULL, st, "quant_stats_cpu");
 }
 
 // One log field: "relerr=0.0951 flush=1.23% clip=0.41% zblk=0.00%" (+ " nonfinite=N" when nonzero).
