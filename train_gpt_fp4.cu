@@ -195,12 +195,13 @@ typedef struct {
     int fp4_native;                 // 1: the GEMMs run on cuBLASLt's native NVFP4 path (compute capability 10.x)
     floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
     int fp4_scratch_owned;
-    float* fp4_scalars;             // device: {amax, scale_dec} per operand, then alpha
-    // wgrad.x's tensor amax, taken in the forward's amax pass over X (which reads X anyway) and kept
-    // for the backward, so that it reads X once less: device {amax, scale_dec} per (layer, linear),
-    // and on the host whether the forward of this micro-step filled it
-    float* xw_scalars;
-    unsigned char* xw_ready;
+    // device scalars of each quantization site (fp4_sc): {amax, scale_dec} per operand, then alphas;
+    // all zeroed once at the start of each forward, so that no amax pass needs a memset of its own
+    float* fp4_scalars;
+    // amaxes the forward takes for the backward, in the passes that read a source anyway (X: wgrad.x's,
+    // W: dgrad.w's), so that the backward reads it once less: per (layer, linear), AMAX_READY_* bits on
+    // the host saying what the forward of this micro-step filled in the backward's site
+    unsigned char* amax_ready;
     int fwd_for_backward;           // the forward running now will be followed by a backward
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
@@ -318,8 +319,7 @@ static void gpt_free(GPT* m) {
     cudaFree(m->master);
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
-    cudaFree(m->xw_scalars);
-    free(m->xw_ready);
+    free(m->amax_ready);
     cudaFree(m->diag_stats);
     cudaFree(m->diag_compare);
     for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
@@ -398,7 +398,18 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_LINEARS };
 static const char* const LINEAR_NAMES[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
+// Device scalars per quantization site, (layer, linear, forward/backward, part: the Q/K part of a split
+// QKV is part 1): {amax, scale_dec} per operand and the GEMM alphas, FP4_SCALARS floats:
+//   forward:  [0, 1] X, [2, 3] W, [8] alpha;
+//   backward: [0, 1] dY's dgrad copy, [2, 3] dY's wgrad copy, [4, 5] W, [6, 7] X, [8] dgrad alpha,
+//             [9] wgrad alpha, [10, 11] the diagnostics' forward copy of W (native GEMMs: the dY wgrad
+//             copy at [4, 5]). Each is written at most once per forward or backward.
 #define FP4_SCALARS 16
+enum { AMAX_READY_X = 1, AMAX_READY_W = 2 };
+static size_t fp4_scalars_count(const GPT* m) { return (size_t)m->config.num_layers * NUM_LINEARS * 4 * FP4_SCALARS; }
+static float* fp4_sc(GPT* m, int l, int kind, int backward, int part = 0) {
+    return m->fp4_scalars + ((((size_t)l * NUM_LINEARS + kind) * 2 + backward) * 2 + part) * FP4_SCALARS;
+}
 
 // Elements of FP4 scratch one linear layer needs: forward X and W copies, backward the two copies of
 // dY and the wgrad copy of X and the dgrad copy of W (each rounded up to keep 16-byte alignment).
@@ -456,9 +467,8 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
         cuda_check(cudaMalloc(&m->fp4_scratch, need * sizeof(floatX)));
         m->fp4_scratch_owned = 1;
     }
-    cuda_check(cudaMalloc(&m->fp4_scalars, FP4_SCALARS * sizeof(float)));
-    cuda_check(cudaMalloc(&m->xw_scalars, (size_t)m->config.num_layers * NUM_LINEARS * 2 * sizeof(float)));
-    m->xw_ready = (unsigned char*)calloc((size_t)m->config.num_layers * NUM_LINEARS, 1);
+    cuda_check(cudaMalloc(&m->fp4_scalars, fp4_scalars_count(m) * sizeof(float)));
+    m->amax_ready = (unsigned char*)calloc((size_t)m->config.num_layers * NUM_LINEARS, 1);
     size_t nstats = (size_t)m->config.num_layers * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
     cuda_check(cudaMalloc(&m->diag_compare, (size_t)m->config.num_layers * NUM_LINEARS * sizeof(QuantCompare)));
@@ -512,6 +522,13 @@ static uint64_t fp4_key(const GPT* m, int l, int kind, Slot slot) {
     return rng_key(m->fp4_seed, (uint32_t)m->fp4_step, id);
 }
 
+// The fake-quantized target of one operand slot: its copy into dst (cols wide), {amax, scale_dec} at scalars.
+static QuantTarget operand_target(GPT* m, int l, int kind, int qk, Slot slot, int axis, floatX* dst, int64_t cols,
+                                  float* scalars) {
+    const QuantParams* qp = qk ? &m->qk_qparams[slot] : &m->qparams[slot];
+    return quant_target_fake(qp, axis, fp4_key(m, l, kind, slot), dst, cols, scalars, scalars + 1);
+}
+
 typedef struct {
     const floatX* ptr;   // what the GEMM reads: the BF16 source, or its quantized copy
     const float* dec;    // its tensor scale (device float; 1 for BF16)
@@ -526,6 +543,7 @@ typedef struct {
 //              apply with have_amax); only where the fast kernels take both targets in one pass, and
 //              only when this call quantizes a single target. Returns whether it did.
 //   have_amax: the targets' amax slots already hold this source's amax: the apply pass only.
+// scalars: a site's slots (fp4_sc), zeroed at the start of the forward, so the amax pass adds no memset.
 static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
                                 int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
                                 int n, Operand* out, const QuantTarget* amax_also = NULL, int have_amax = 0) {
@@ -538,9 +556,7 @@ static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t
             out[i].ld = (int)ld;
             continue;
         }
-        const QuantParams* qp = qk ? &m->qk_qparams[slots[i]] : &m->qparams[slots[i]];
-        t[nt++] = quant_target_fake(qp, axes[i], fp4_key(m, l, kind, slots[i]), dst[i], cols, scalars + 2 * i,
-                                    scalars + 2 * i + 1);
+        t[nt++] = operand_target(m, l, kind, qk, slots[i], axes[i], dst[i], cols, scalars + 2 * i);
         out[i].ptr = dst[i];
         out[i].dec = scalars + 2 * i + 1;
         out[i].ld = (int)cols;
@@ -554,11 +570,11 @@ static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t
         took_also = quant_fast_supported(t, 2, rows, cols, ld) && quant_fast_supported(t, 1, rows, cols, ld);
     }
     if (took_also) {
-        quant_fast_amax_gpu(src, rows, cols, ld, t, 2, m->stream);
+        quant_fast_amax_gpu(src, rows, cols, ld, t, 2, m->stream, 1);
         quant_fast_apply_gpu(src, rows, cols, ld, t, 1, m->stream);
     } else if (quant_fast_supported(t, nt, rows, cols, ld)) {
-        if (have_amax) quant_fast_apply_gpu(src, rows, cols, ld, t, nt, m->stream);
-        else quantize_fast_gpu(src, rows, cols, ld, t, nt, m->stream);
+        if (!have_amax) quant_fast_amax_gpu(src, rows, cols, ld, t, nt, m->stream, 1);
+        quant_fast_apply_gpu(src, rows, cols, ld, t, nt, m->stream);
     } else {
         fail_if(have_amax, "internal: an apply-only quantization outside the fast kernels");
         quantize_gpu(src, rows, cols, ld, t, nt, m->stream);
@@ -644,12 +660,12 @@ static void qkv_split_forward(GPT* m, int l, floatX* out, const floatX* inp, con
         const int o0 = part ? 2 * C : 0, n = part ? C : 2 * C;
         floatX* qx = m->fp4_scratch;
         floatX* qw = qx + align128((size_t)N * C);
+        float* sc = fp4_sc(m, l, LIN_QKV, 0, !part);
         Operand x, w;
-        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &row_wise, &qx, m->fp4_scalars, 1, &x);
-        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &row_wise, &qw,
-                             m->fp4_scalars + 2, 1, &w);
-        matmul_forward_ld(out + o0, 3 * C, x.ptr, w.ptr, bias ? bias + o0 : NULL, N, C, n,
-                          fp4_alpha(m, &x, &w, m->fp4_scalars + 8), m->stream);
+        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &row_wise, &qx, sc, 1, &x);
+        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &row_wise, &qw, sc + 2, 1, &w);
+        matmul_forward_ld(out + o0, 3 * C, x.ptr, w.ptr, bias ? bias + o0 : NULL, N, C, n, fp4_alpha(m, &x, &w, sc + 8),
+                          m->stream);
     }
 }
 
@@ -665,7 +681,6 @@ static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, cons
                                const floatX* weight, int N, int C) {
     const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY}, sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
     const int dy_axes[2] = {1, 0}, col_wise = 0;
-    float* sc = m->fp4_scalars;
     // scratch: the largest part's four operands, then the FP32 sum (in floatX units)
     const size_t ops = 2 * align128((size_t)N * 2 * C) + align128((size_t)N * C) + align128((size_t)2 * C * C);
     fail_if(ops + 2 * align128((size_t)N * C) > fp4_scratch_elems((size_t)N, (size_t)C),
@@ -678,6 +693,7 @@ static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, cons
         floatX* q_x = q_dy_wgrad + align128((size_t)N * n);
         floatX* q_w = q_x + align128((size_t)N * C);
         floatX* dy_dst[2] = {q_dy_dgrad, q_dy_wgrad};
+        float* sc = fp4_sc(m, l, LIN_QKV, 1, !part);
         Operand dy[2], w, x;
         quantize_operands_ld(m, dout + o0, N, n, 3 * C, l, LIN_QKV, !part, dy_slots, dy_axes, dy_dst, sc, 2, dy);
         quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &col_wise, &q_w, sc + 4, 1, &w);
@@ -707,10 +723,11 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
         const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
         const int row_wise = 1;
         PackedOperand x, w;
-        quantize_packed(m, inp, N, K, l, kind, &sx, &row_wise, 1, &cursor, m->fp4_scalars, &x);
-        quantize_packed(m, weight, OC, K, l, kind, &sw, &row_wise, 1, &cursor, m->fp4_scalars + 2, &w);
-        matmul_fp4_alpha_gpu(m->fp4_scalars + 8, x.dec, w.dec, m->stream);
-        matmul_fp4_forward(out, x.codes, x.scales, w.codes, w.scales, bias, N, K, OC, m->fp4_scalars + 8, m->stream);
+        float* sc = fp4_sc(m, l, kind, 0);
+        quantize_packed(m, inp, N, K, l, kind, &sx, &row_wise, 1, &cursor, sc, &x);
+        quantize_packed(m, weight, OC, K, l, kind, &sw, &row_wise, 1, &cursor, sc + 2, &w);
+        matmul_fp4_alpha_gpu(sc + 8, x.dec, w.dec, m->stream);
+        matmul_fp4_forward(out, x.codes, x.scales, w.codes, w.scales, bias, N, K, OC, sc + 8, m->stream);
         return;
     }
     floatX* qx = m->fp4_scratch;
@@ -718,20 +735,24 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
     const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
     const int row_wise = 1;
     Operand x, w;
-    // with a backward to follow, the amax pass over X also takes wgrad.x's amax (its target's fake
-    // pointer is never written by an amax pass)
-    const size_t xw = (size_t)l * NUM_LINEARS + kind;
-    QuantTarget xw_target;
-    const QuantTarget* also = NULL;
+    float* sc = fp4_sc(m, l, kind, 0);
+    // with a backward to follow, the amax passes over X and W also take wgrad.x's and dgrad.w's amaxes,
+    // into the backward's site (their targets' fake pointers are never written by an amax pass)
+    float* bsc = fp4_sc(m, l, kind, 1);
+    QuantTarget xw_target, wd_target;
+    const QuantTarget *x_also = NULL, *w_also = NULL;
     if (m->fwd_for_backward && !quant_spec_is_bf16(&m->recipe.slot[SLOT_WGRAD_X])) {
-        xw_target = quant_target_fake(&m->qparams[SLOT_WGRAD_X], 0, 0, qx, K, m->xw_scalars + 2 * xw,
-                                      m->xw_scalars + 2 * xw + 1);
-        also = &xw_target;
+        xw_target = operand_target(m, l, kind, 0, SLOT_WGRAD_X, 0, qx, K, bsc + 6);
+        x_also = &xw_target;
     }
-    m->xw_ready[xw] = (unsigned char)quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &row_wise, &qx,
-                                                          m->fp4_scalars, 1, &x, also);
-    quantize_operands(m, weight, OC, K, l, kind, &sw, &row_wise, &qw, m->fp4_scalars + 2, 1, &w);
-    matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, m->fp4_scalars + 8), m->stream);
+    if (m->fwd_for_backward && !quant_spec_is_bf16(&m->recipe.slot[SLOT_DGRAD_W])) {
+        wd_target = operand_target(m, l, kind, 0, SLOT_DGRAD_W, 0, qw, K, bsc + 4);
+        w_also = &wd_target;
+    }
+    const int rx = quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &row_wise, &qx, sc, 1, &x, x_also);
+    const int rw = quantize_operands_ld(m, weight, OC, K, K, l, kind, 0, &sw, &row_wise, &qw, sc + 2, 1, &w, w_also);
+    m->amax_ready[(size_t)l * NUM_LINEARS + kind] = (unsigned char)((rx ? AMAX_READY_X : 0) | (rw ? AMAX_READY_W : 0));
+    matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, sc + 8), m->stream);
 }
 
 // dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout).
@@ -752,7 +773,7 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     if (native_dgrad || native_wgrad) {
         // native GEMMs where the recipe quantizes them, BF16 GEMMs for a GEMM the recipe leaves in BF16
         uint8_t* cursor = (uint8_t*)m->fp4_scratch;
-        float* sc = m->fp4_scalars;
+        float* sc = fp4_sc(m, l, kind, 1);
         if (native_dgrad) {
             const Slot dy_slot = SLOT_DGRAD_DY, w_slot = SLOT_DGRAD_W;
             const int row_wise = 1, col_wise = 0;
@@ -781,7 +802,7 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * OC);
     floatX* q_x = q_dy_wgrad + align128((size_t)N * OC);
     floatX* q_w = q_x + align128((size_t)N * K);
-    float* sc = m->fp4_scalars;
+    float* sc = fp4_sc(m, l, kind, 1);
     // dY: the dgrad copy along OC (row-wise) and the wgrad copy along tokens (column-wise), one pass
     const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY};
     const int dy_axes[2] = {1, 0};
@@ -790,13 +811,13 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     quantize_operands(m, dout, N, OC, l, kind, dy_slots, dy_axes, dy_dst, sc, 2, dy);
     const Slot sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
     const int col_wise = 0;
-    quantize_operands(m, weight, OC, K, l, kind, &sw, &col_wise, &q_w, sc + 4, 1, &w);
-    const size_t xw = (size_t)l * NUM_LINEARS + kind;   // wgrad.x's amax from the forward, if it took it
-    if (m->xw_ready[xw])
-        quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &col_wise, &q_x, m->xw_scalars + 2 * xw, 1, &x, NULL, 1);
-    else
-        quantize_operands(m, inp, N, K, l, kind, &sx, &col_wise, &q_x, sc + 6, 1, &x);
-    m->xw_ready[xw] = 0;
+    // dgrad.w's and wgrad.x's amaxes from the forward, where it took them
+    unsigned char* ready = &m->amax_ready[(size_t)l * NUM_LINEARS + kind];
+    quantize_operands_ld(m, weight, OC, K, K, l, kind, 0, &sw, &col_wise, &q_w, sc + 4, 1, &w, NULL,
+                         (*ready & AMAX_READY_W) != 0);
+    quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &col_wise, &q_x, sc + 6, 1, &x, NULL,
+                         (*ready & AMAX_READY_X) != 0);
+    *ready = 0;
     matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
     matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
     // diagnostics: how far the weight the forward used is from the one the backward used (seed 002's
@@ -830,7 +851,10 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     ParamTensors<floatX>* p = &m->params;
     cuda_check(cudaMemcpyAsync(m->inputs_device, inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
     m->fwd_for_backward = backward;
-    if (m->xw_ready) memset(m->xw_ready, 0, (size_t)L * NUM_LINEARS);
+    if (m->amax_ready) {
+        memset(m->amax_ready, 0, (size_t)L * NUM_LINEARS);
+        cuda_check(cudaMemsetAsync(m->fp4_scalars, 0, fp4_scalars_count(m) * sizeof(float), s));
+    }
     if (targets) cuda_check(cudaMemcpyAsync(m->targets_device, targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
 
     encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);

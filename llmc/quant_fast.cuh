@@ -21,10 +21,10 @@
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
 // (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as nvfp4.cuh).
-//   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,inf);
+//   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,8);
 //              int4: 2^23; e1m2: 2^22; see qf_magic): the FPU's ties-to-even at the region's grid spacing.
-//   fast SR:   lo = (|x| +rz M) - M, up = (r16 + 0.5) sp 2^-16 < |x| - lo (the reference's (2 r16 + 1) <
-//              frac 2^17, scaled; every step is exact), |q| = min(lo + up sp, max); see qf_sr_mag.
+//   fast SR:   |q| = min(((|x| + (65535.5 - r16) sp 2^-16 rounded up) +ru M) - (M + sp), max): the
+//              reference's "up iff (2 r16 + 1) < frac 2^17" as one ceiling on the grid; see qf_sr_mag.
 //   output:    sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf).
 // dev/test/test_quant_fast.cu checks these against grid_round_rne / grid_round_sr over float bit patterns
 // (all of them with --exhaustive) and the product exactness for every code and scale, then compares
@@ -61,17 +61,21 @@
 #endif
 
 // A grid's regions as magic numbers: the region of |x| has spacing sp, and M = sp * 2^23 is the FP32
-// number whose ulp is sp. E2M1: M = 2^22, 2^23, 2^24 on [0, 2), [2, 4), [4, inf); INT4: 2^23; E1M2: 2^22.
-// M = clamp(2^22 |x| with its mantissa cleared, mlo, mhi): one mask and two min/max, no compare-and-
-// select chains (these kernels are bound by the integer/logic pipe, where compares and selects run).
+// number whose ulp is sp. E2M1: M = 2^22, 2^23, 2^24 on [0, 2), [2, 4), [4, 8); INT4: 2^23; E1M2: 2^22.
+// M = max(mul |x| with its mantissa cleared, mlo), mul = 2^22 for E2M1 and 0 for the uniform grids: one
+// mask and one max, no compare-and-select chains (these kernels are bound by the integer/logic pipe, where
+// compares, selects and min/max run). Above the grid's top region M keeps growing with |x|, which is harmless:
+// there every result is at least 8 > max and saturates, and |x| = inf (or an overflowing mul |x|) makes M
+// inf and the result NaN, which fminf(., max) turns into max.
 typedef struct {
-    float mlo, mhi;       // clamp bounds of M (equal for the uniform grids)
+    float mul;            // 2^22 (E2M1) or 0 (uniform grids)
+    float mlo;            // the smallest M (the only one for the uniform grids)
     float maxval;
 } QFGrid;
 
 HD float qf_magic(const QFGrid& g, float a) {
-    const float t = f32_from_bits(f32_bits(QF_MUL(a, 4194304.0f)) & 0x7F800000u);
-    return fminf(fmaxf(t, g.mlo), g.mhi);
+    const float t = f32_from_bits(f32_bits(QF_MUL(a, g.mul)) & 0x7F800000u);
+    return fmaxf(t, g.mlo);
 }
 
 // |x| (not NaN) -> magnitude of grid_round_rne's code value: (|x| + M) - M rounds to a multiple of
@@ -81,22 +85,28 @@ HD float qf_rne_mag(const QFGrid& g, float a) {
     return fminf(QF_SUB(QF_ADD(a, c), c), g.maxval);
 }
 
-// |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value. lo = |x| rounded down to
-// a multiple of sp ((|x| + M) - M with the add rounding toward zero; exact for |x| < M, and larger
-// |x| saturate), d = |x| - lo (exact); up iff (r16 + 1/2) sp / 2^16 < d, the reference's
-// (2 r16 + 1) < frac 2^17 multiplied through by sp / 2^17 (every product exact: powers of two and a
-// 17-bit integer).
+// |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value. With sp the spacing of |x|'s
+// region, |x| = k sp + frac sp and T = (r16 + 1/2) / 2^16, the reference rounds up iff frac > T, and
+// ceil(k + frac + 1 - T) - 1 = k + [frac > T] (frac - T lies in (-1, 1)), so the code value is
+// ceil_sp(e) - sp with e = |x| + (1 - T) sp > 0:
+//   (1 - T) sp = (65535.5 - r16) M 2^-39: a 17-bit integer plus 1/2 times a power of two, exact;
+//   s = e rounded up (one FMA): s and e have the same ceiling on the grid of multiples of sp, whose
+//       points are floats;
+//   (s +ru M) - (M + sp): floats in [M, 2M) are sp apart, so adding M rounding up is that ceiling plus M;
+//       M + sp = M (1 + 2^-23) is exact, and so is the subtraction. Larger |x| saturate.
+// Two selects and a compare fewer than rounding down and comparing the remainder (these kernels are bound
+// by the integer/logic pipe).
 HD float qf_sr_mag(const QFGrid& g, float a, uint32_t r16) {
     const float m = qf_magic(g, a);
+    const float left = QF_SUB(f32_from_bits(0x4B000000u | (~r16 & 0xFFFFu)), 8388607.5f);   // 65535.5 - r16
 #if defined(__CUDA_ARCH__)
-    const float lo = __fsub_rn(__fadd_rz(a, m), m);
-#else
-    const float lo = floorf(a * (8388608.0f / m)) * (m / 8388608.0f);   // the same value, without RZ
+    const float s = __fmaf_ru(left, __fmul_rn(m, 1.8189894035458565e-12f), a);             // * M 2^-39
+    const float q = __fsub_rn(__fadd_ru(s, m), __fmul_rn(m, 1.00000011920928955078125f));  // - (M + sp)
+#else   // the same value in double, without directed rounding (e is exact wherever the ceiling depends on it)
+    const double sp = (double)m * 0x1p-23;
+    const double e = (double)a + (double)left * ((double)m * 0x1p-39);
+    const float q = (float)(ceil(e / sp) * sp - sp);
 #endif
-    const float d = QF_SUB(a, lo);
-    const float left = QF_SUB(f32_from_bits(0x4B000000u | (r16 & 0xFFFFu)), 8388607.5f);   // r16 + 0.5
-    const float thr = QF_MUL(left, QF_MUL(m, 1.8189894035458565e-12f));                    // * sp / 2^16
-    const float q = thr < d ? QF_ADD(lo, QF_MUL(m, 1.1920928955078125e-07f)) : lo;         // lo + sp
     return fminf(q, g.maxval);
 }
 
@@ -107,10 +117,10 @@ static inline int qf_grid_id(const GridTraits* g) {
 }
 
 static inline QFGrid qf_grid_consts(int gid) {
-    if (gid == QGRID_E2M1) return QFGrid{4194304.0f, 16777216.0f, 6.0f};
-    if (gid == QGRID_INT4) return QFGrid{8388608.0f, 8388608.0f, 7.0f};
+    if (gid == QGRID_E2M1) return QFGrid{4194304.0f, 4194304.0f, 6.0f};
+    if (gid == QGRID_INT4) return QFGrid{0.0f, 8388608.0f, 7.0f};
     fail_if(gid != QGRID_E1M2, "qf_grid_consts: no fast path for grid %d", gid);
-    return QFGrid{4194304.0f, 4194304.0f, 3.5f};
+    return QFGrid{0.0f, 4194304.0f, 3.5f};
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -274,6 +284,43 @@ __device__ __forceinline__ void qf_row_signs(const QFTarget& T, int H, int cg, u
 #pragma unroll
     for (int i = 0; i < 4; i++)
         smask[i] = (((sb >> (2 * i)) & 1u) ? 0x8000u : 0u) | (((sb >> (2 * i + 1)) & 1u) ? 0x80000000u : 0u);
+}
+
+// Column-wise amax of one column of 16 rows under a 16-point rotation (v: the sign-flipped values; consumed):
+// folds the maximum unrounded magnitude into *m, or a group holding a NaN its rounded maximum into *m_nan
+// (qf_amax_kernel's rules). The last butterfly stage is not formed: max(|RN(a + b)|, |RN(a - b)|) =
+// RN(|a| + |b|) (RN is monotone and odd, and max(|a + b|, |a - b|) = |a| + |b|), one add for two outputs,
+// and the scale comes after the maximum (x -> RN(x hscale) is monotone). Where an input of that stage is
+// inf or NaN (a + b or a - b may be NaN where |a| + |b| is not), the full rotation, value by value.
+__device__ __forceinline__ void qf_col16_amax(float (&v)[QF_ROWS], float hscale, uint32_t* m, uint32_t* m_nan) {
+#pragma unroll
+    for (int h = 1; h < 8; h <<= 1) {   // stages h = 1, 2, 4 of qf_butterfly<16>
+#pragma unroll
+        for (int j = 0; j < QF_ROWS; j++) {
+            if (j & h) continue;
+            const float a = v[j], b = v[j + h];
+            v[j] = QF_ADD(a, b);
+            v[j + h] = QF_SUB(a, b);
+        }
+    }
+    uint32_t mc = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) mc = qf_max(mc, f32_bits(QF_ADD(fabsf(v[j]), fabsf(v[j + 8]))));
+    if (mc < 0x7F800000u) {
+        *m = qf_max(*m, qf_absbits(QF_MUL(f32_from_bits(mc), hscale)));
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float a = v[j], b = v[j + 8];
+        v[j] = QF_MUL(QF_ADD(a, b), hscale);
+        v[j + 8] = QF_MUL(QF_SUB(a, b), hscale);
+    }
+    mc = 0;
+#pragma unroll
+    for (int j = 0; j < QF_ROWS; j++) mc = qf_max(mc, qf_absbits(v[j]));
+    if (mc <= 0x7F800000u) *m = qf_max(*m, mc);
+    else *m_nan = qf_max(*m_nan, qf_rmax(mc, v));
 }
 
 __device__ __forceinline__ void qf_col_signs(const QFTarget& T, int H, int rg, uint32_t (&w)[QF_ROWS][4]) {
@@ -528,10 +575,12 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
 // ---------------------------------------------------------------------------------------------------
 // Kernels. HA: Hadamard size of the row-wise target (-1: none), HB: of the column-wise target.
 
+// 32-bit division (tile counts are below 2^31, qf_prepare): a 64-bit one is a long subroutine, and the apply
+// kernels are bound by the integer pipe.
 __device__ __forceinline__ void qf_tile_origin(const QFArgs& A, int64_t t, int lane, int64_t* r0, int64_t* c0) {
-    const int64_t tr = t / A.tiles_c, tc = t - tr * A.tiles_c;
-    *r0 = tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
-    *c0 = tc * QF_TILE_C + (lane & 15) * 8;
+    const uint32_t tr = (uint32_t)t / (uint32_t)A.tiles_c, tc = (uint32_t)t - tr * (uint32_t)A.tiles_c;
+    *r0 = (int64_t)tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
+    *c0 = (int64_t)tc * QF_TILE_C + (lane & 15) * 8;
 }
 
 template <int HA, int HB>
@@ -565,7 +614,17 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
                 else ma_nan = qf_max(ma_nan, qf_rmax(mr, y));
             }
         }
-        if (HB > 0) {
+        if (HB == 16) {
+            qf_col_signs(A.t[1], HB, rg, w);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                float lo[QF_ROWS], hi[QF_ROWS];
+#pragma unroll
+                for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_lo(w[r][p]); hi[r] = qf_hi(w[r][p]); }
+                qf_col16_amax(lo, A.t[1].hscale, &mb, &mb_nan);
+                qf_col16_amax(hi, A.t[1].hscale, &mb, &mb_nan);
+            }
+        } else if (HB > 0) {
             qf_col_signs(A.t[1], HB, rg, w);
 #pragma unroll
             for (int p = 0; p < 4; p++) {
@@ -718,6 +777,8 @@ static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, 
     L.a.rows = rows; L.a.cols = cols; L.a.ld = ld;
     L.a.tiles_c = ceil_div(cols, QF_TILE_C);
     L.a.tiles = L.a.tiles_c * ceil_div(rows, QF_TILE_R);
+    fail_if(L.a.tiles >= ((int64_t)1 << 31), "quantize_fast_gpu: %lld x %lld is too large (tile indices are 32-bit)",
+            (long long)rows, (long long)cols);
     return L;
 }
 
@@ -768,11 +829,12 @@ static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
     else if (L.hb == 32) qf_launch_apply<-1, 32>(L, s);
 }
 
-// Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax.
+// Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax (a maximum into it: zeroed here
+// unless the caller says it already is).
 static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
-                                       int n, cudaStream_t s) {
+                                       int n, cudaStream_t s, int zeroed = 0) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
-    for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
+    for (int k = 0; k < n && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
     qf_dispatch_amax(L, s);
 }
 

@@ -117,10 +117,10 @@ static void cpu_element_checks(int exhaustive) {
         }
     }
     CHECK(bad == 0, "code * scale products exact in BF16: %lld exceptions", bad);
-    // r16 + 0.5 construction
+    // 65535.5 - r16 construction (qf_sr_mag)
     bad = 0;
     for (uint32_t r = 0; r < 65536; r++)
-        if (f32_from_bits(0x4B000000u | r) - 8388607.5f != (float)r + 0.5f) bad++;
+        if (f32_from_bits(0x4B000000u | (~r & 0xFFFFu)) - 8388607.5f != 65535.5f - (float)r) bad++;
     CHECK(bad == 0, "SR threshold construction: %lld exceptions", bad);
     // amax of BF16-rounded values == rounding of the max: bf16_bits_rne is monotone on non-NaN magnitudes
     // (NaN payloads are not: the kernels round a group holding a NaN value by value)
@@ -389,8 +389,8 @@ static void gpu_checks(int quick) {
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
 }
 
-// The device versions of the element functions (the SR floor there is an add rounding toward zero, on
-// the host a floorf) equal the host ones, which cpu_element_checks proves against the reference: every
+// The device versions of the element functions (the SR ceiling there is done with adds rounding up, on
+// the host in double) equal the host ones, which cpu_element_checks proves against the reference: every
 // 61st float pattern in [0, 2^24] and a sparse sweep up to +inf, each with 8 random-bit values.
 __global__ void elem_kernel(QFGrid g, uint32_t start, uint32_t stride, uint32_t n, const uint32_t* r16s,
                             uint32_t* out) {
