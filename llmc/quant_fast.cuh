@@ -1,6 +1,6 @@
 // quant_fast.cuh: bandwidth-bound twins of quantize_gpu (nvfp4.cuh) for fake-quant (BF16) outputs.
 // defines: quant_fast_supported(), quantize_fast_gpu(), quant_fast_amax_gpu(), quant_fast_apply_gpu(),
-//          qf_rne_mag(), qf_sr_mag(), QFGrid, qf_grid_consts(), qf_grid_id()
+//          qf_rne_mag(), qf_sr_mag(), qf_sr_mag_x(), QFGrid, qf_grid_consts(), qf_grid_id()
 // Same contract and bit-identical outputs (fake BF16, *amax, *scale_dec) as quantize_gpu for the
 // targets quant_fast_supported() accepts:
 //   - 1 target, or 2 targets with different axes (one row-wise, one column-wise): the amax pass reads the
@@ -23,8 +23,8 @@
 // (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as nvfp4.cuh).
 //   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,8);
 //              int4: 2^23; e1m2: 2^22; see qf_magic): the FPU's ties-to-even at the region's grid spacing.
-//   fast SR:   |q| = min(((|x| + (65535.5 - r16) sp 2^-16 rounded up) +ru M) - (M + sp), max): the
-//              reference's "up iff (2 r16 + 1) < frac 2^17" as one ceiling on the grid; see qf_sr_mag.
+//   fast SR:   |q| = min(((|x| - (r16 + 1/2) sp 2^-16 rounded up) +ru (M + sp)) - (M + sp), max): the
+//              reference's "up iff (2 r16 + 1) < frac 2^17" as one ceiling on the grid; see qf_sr_mag_x.
 //   output:    sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf).
 // dev/test/test_quant_fast.cu checks these against grid_round_rne / grid_round_sr over float bit patterns
 // (all of them with --exhaustive) and the product exactness for every code and scale, then compares
@@ -86,29 +86,31 @@ HD float qf_rne_mag(const QFGrid& g, float a) {
 }
 
 // |x| (not NaN), 16 random bits -> magnitude of grid_round_sr's code value. With sp the spacing of |x|'s
-// region, |x| = k sp + frac sp and T = (r16 + 1/2) / 2^16, the reference rounds up iff frac > T, and
-// ceil(k + frac + 1 - T) - 1 = k + [frac > T] (frac - T lies in (-1, 1)), so the code value is
-// ceil_sp(e) - sp with e = |x| + (1 - T) sp > 0:
-//   (1 - T) sp = (65535.5 - r16) M 2^-39: a 17-bit integer plus 1/2 times a power of two, exact;
-//   s = e rounded up (one FMA): s and e have the same ceiling on the grid of multiples of sp, whose
-//       points are floats;
-//   (s +ru M) - (M + sp): floats in [M, 2M) are sp apart, so adding M rounding up is that ceiling plus M;
-//       M + sp = M (1 + 2^-23) is exact, and so is the subtraction. Larger |x| saturate.
-// Two selects and a compare fewer than rounding down and comparing the remainder (these kernels are bound
-// by the integer/logic pipe).
-HD float qf_sr_mag(const QFGrid& g, float a, uint32_t r16) {
+// region, |x| = k sp + frac sp and u = (r16 + 1/2) / 2^16, the reference rounds up iff frac > u, and
+// ceil(k + frac - u) = k + [frac > u] (frac - u lies in (-1, 1)), so the code value is ceil_sp(|x| - u sp):
+//   u sp = (r16 + 1/2) M 2^-39: a 17-bit number times a power of two, exact;
+//   s = |x| - u sp rounded up (one FMA): s and the exact value have the same ceiling on the grid of
+//       multiples of sp, whose points are floats; s > -sp;
+//   (s +ru (M + sp)) - (M + sp): s + sp lies in (0, M), floats in [M, 2M) are sp apart, so the add is
+//       M + ceil_sp(s + sp), and the result ceil_sp(s); M + sp = M (1 + 2^-23) is exact, and so is the
+//       subtraction. Larger |x| saturate.
+// No compare or select (these kernels are bound by the integer/logic pipe).
+// xb: the float bits 0x4B000000 | r16 (2^23 + r16: one byte permute in the kernels).
+HD float qf_sr_mag_x(const QFGrid& g, float a, uint32_t xb) {
     const float m = qf_magic(g, a);
-    const float left = QF_SUB(f32_from_bits(0x4B000000u | (~r16 & 0xFFFFu)), 8388607.5f);   // 65535.5 - r16
+    const float u = QF_SUB(f32_from_bits(xb), 8388607.5f);   // r16 + 1/2, exact
 #if defined(__CUDA_ARCH__)
-    const float s = __fmaf_ru(left, __fmul_rn(m, 1.8189894035458565e-12f), a);             // * M 2^-39
-    const float q = __fsub_rn(__fadd_ru(s, m), __fmul_rn(m, 1.00000011920928955078125f));  // - (M + sp)
-#else   // the same value in double, without directed rounding (e is exact wherever the ceiling depends on it)
+    const float msp = __fmul_rn(m, 1.00000011920928955078125f);                 // M + sp
+    const float s = __fmaf_ru(-u, __fmul_rn(m, 1.8189894035458565e-12f), a);    // |x| - u M 2^-39, rounded up
+    const float q = __fsub_rn(__fadd_ru(s, msp), msp);
+#else   // the same value in double, without directed rounding (exact wherever the ceiling depends on it)
     const double sp = (double)m * 0x1p-23;
-    const double e = (double)a + (double)left * ((double)m * 0x1p-39);
+    const double e = (double)a + (65536.0 - (double)u) * ((double)m * 0x1p-39);   // |x| - u sp + sp > 0
     const float q = (float)(ceil(e / sp) * sp - sp);
 #endif
     return fminf(q, g.maxval);
 }
+HD float qf_sr_mag(const QFGrid& g, float a, uint32_t r16) { return qf_sr_mag_x(g, a, 0x4B000000u | (r16 & 0xFFFFu)); }
 
 static inline int qf_grid_id(const GridTraits* g) {
     for (int i = QGRID_E2M1; i < QGRID_COUNT; i++)
@@ -199,7 +201,10 @@ __device__ __forceinline__ uint32_t qf_fast_pair(const QFGrid& g, float v0, floa
                                                  float inv1, float sd1, uint32_t rnd) {
     const float a0 = fabsf(QF_MUL(v0, inv0)), a1 = fabsf(QF_MUL(v1, inv1));
     float m0, m1;
-    if (SR) { m0 = qf_sr_mag(g, a0, rnd & 0xFFFFu); m1 = qf_sr_mag(g, a1, rnd >> 16); }
+    if (SR) {   // 0x4B000000 | r16 of each half: one PRMT each, not a mask (or shift) and an OR
+        m0 = qf_sr_mag_x(g, a0, __byte_perm(rnd, 0x4B000000u, 0x7610));
+        m1 = qf_sr_mag_x(g, a1, __byte_perm(rnd, 0x4B000000u, 0x7632));
+    }
     else { m0 = qf_rne_mag(g, a0); m1 = qf_rne_mag(g, a1); }
     const uint32_t o = __byte_perm(f32_bits(QF_MUL(m0, sd0)), f32_bits(QF_MUL(m1, sd1)), 0x7632);
     return o | (sw & 0x80008000u);

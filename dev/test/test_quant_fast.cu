@@ -117,10 +117,10 @@ static void cpu_element_checks(int exhaustive) {
         }
     }
     CHECK(bad == 0, "code * scale products exact in BF16: %lld exceptions", bad);
-    // 65535.5 - r16 construction (qf_sr_mag)
+    // r16 + 0.5 construction (qf_sr_mag_x)
     bad = 0;
     for (uint32_t r = 0; r < 65536; r++)
-        if (f32_from_bits(0x4B000000u | (~r & 0xFFFFu)) - 8388607.5f != 65535.5f - (float)r) bad++;
+        if (f32_from_bits(0x4B000000u | r) - 8388607.5f != (float)r + 0.5f) bad++;
     CHECK(bad == 0, "SR threshold construction: %lld exceptions", bad);
     // amax of BF16-rounded values == rounding of the max: bf16_bits_rne is monotone on non-NaN magnitudes
     // (NaN payloads are not: the kernels round a group holding a NaN value by value)
