@@ -567,7 +567,7 @@ static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t
     // configurations they take; anything else goes to the reference kernels
     if (amax_also && nt == 1) {
         t[1] = *amax_also;
-        took_also = quant_fast_supported(t, 2, rows, cols, ld) && quant_fast_supported(t, 1, rows, cols, ld);
+        took_also = quant_fast_supported(t, 2, rows, cols, ld);   // implies each target alone is supported
     }
     if (took_also) {
         quant_fast_amax_gpu(src, rows, cols, ld, t, 2, m->stream, 1);

@@ -225,10 +225,11 @@ __device__ __forceinline__ T qf_pick(const T (&a)[N], int i) {
     return x;
 }
 
-template <int N>
-__device__ __forceinline__ void qf_butterfly(float* v) {   // stages h = 1 .. N/2 of hadamard_f32_n
+// Stages h = 1 .. N/2 of hadamard_f32_n, or only those with h < STOP.
+template <int N, int STOP = N>
+__device__ __forceinline__ void qf_butterfly(float* v) {
 #pragma unroll
-    for (int h = 1; h < N; h <<= 1) {
+    for (int h = 1; h < STOP; h <<= 1) {
 #pragma unroll
         for (int j = 0; j < N; j++) {
             if (j & h) continue;
@@ -298,16 +299,7 @@ __device__ __forceinline__ void qf_row_signs(const QFTarget& T, int H, int cg, u
 // and the scale comes after the maximum (x -> RN(x hscale) is monotone). Where an input of that stage is
 // inf or NaN (a + b or a - b may be NaN where |a| + |b| is not), the full rotation, value by value.
 __device__ __forceinline__ void qf_col16_amax(float (&v)[QF_ROWS], float hscale, uint32_t* m, uint32_t* m_nan) {
-#pragma unroll
-    for (int h = 1; h < 8; h <<= 1) {   // stages h = 1, 2, 4 of qf_butterfly<16>
-#pragma unroll
-        for (int j = 0; j < QF_ROWS; j++) {
-            if (j & h) continue;
-            const float a = v[j], b = v[j + h];
-            v[j] = QF_ADD(a, b);
-            v[j + h] = QF_SUB(a, b);
-        }
-    }
+    qf_butterfly<16, 8>(v);   // stages h = 1, 2, 4
     uint32_t mc = 0;
 #pragma unroll
     for (int j = 0; j < 8; j++) mc = qf_max(mc, f32_bits(QF_ADD(fabsf(v[j]), fabsf(v[j + 8]))));
