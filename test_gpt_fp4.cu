@@ -83,7 +83,7 @@ static double rel_l2(const float* a, const float* b, size_t n) {
 // moves by up to 15%: the reference's own norm jumps by 13% between consecutive steps of the nvfp4
 // run, so 25% is allowed). So for FP4 the loss is the sharp
 // whole-model check (1e-3: the FP4-vs-BF16 gap after 10 steps is 2.5e-3 and more), the others only
-// catch gross errors, and check_linear_exact below checks one linear's three GEMMs exactly.
+// catch gross errors, and check_every_gemm below checks every GEMM of every linear exactly.
 typedef struct {
     double logits, loss, grad, train_loss, grad_norm, change_fp32, change_bf16;
 } Tolerances;
@@ -171,37 +171,116 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
 }
 
 // ----------------------------------------------------------------------------------------------
-// One FP4 linear layer, exactly: the whole-model comparison above cannot tell a wrong slot, axis,
-// key or alpha from BF16 noise amplified by FP4 rounding, so here the three GEMMs of layer 0's QKV
-// linear are recomputed on the CPU from the program's own BF16 inputs, quantized by the CPU twin of
-// the quantizer (llmc/fp4_quant_cpu.h) with the same keys. The quantized operands are then identical,
-// so the only difference left is the GEMM's FP32 accumulation order and the rounding of its output.
+// Every GEMM of every linear layer, exactly. The whole-model comparison above cannot tell a wrong
+// slot, axis, block shape, rounding, Hadamard, key or alpha from BF16 noise amplified by FP4 rounding
+// (fc's wgrad.dy without SR or fcproj's wgrad without its Hadamard stay inside its tolerances). So a
+// test hook (GPT.probe) shows this check each GEMM's two operands as the GEMM read them, and:
+//   1. each operand equals, bit for bit (values and tensor scale), what the CPU twin of the quantizer
+//      (llmc/fp4_quant_cpu.h) makes of the operand's BF16 source for that slot: the recipe's spec (or
+//      the Q/K part's), the slot's axis, the trainer's SR key; BF16 slots and BF16 blocks pass the
+//      source through unchanged;
+//   2. each GEMM's output (forward output with bias, data gradient, weight gradient) equals the
+//      product of those CPU operands within FP32 accumulation-order noise and the output's rounding.
+// The wiring it checks against is this file's own table (RECIPES.md), not the trainer's plan: which
+// tensor feeds which slot, along which axis, and which buffers hold each linear's input, gradient and
+// outputs. Every GEMM must be seen once per part (two parts for a split Q/K-V linear).
 
-static void copy_bf16(uint16_t* dst, const floatX* src, size_t n) {
-    cuda_check(cudaMemcpy(dst, src, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+enum { EX_X, EX_W, EX_DY };                        // the BF16 tensors of a linear layer
+static const int EX_SLOT_SOURCE[NUM_SLOTS] = {EX_X, EX_W, EX_DY, EX_W, EX_DY, EX_X};
+static const int EX_SLOT_AXIS[NUM_SLOTS] = {1, 1, 1, 0, 0, 0};   // 1: blocks along the source's rows
+
+typedef struct {
+    GPT* m;
+    int N;
+    double* want[3];     // expected outputs of the current pass, accumulated over parts
+    double* mag[3];      // sum of |a b| per output element (the accumulation error scale)
+    int seen[3];         // parts seen per GEMM in the current pass
+    double worst[3];     // worst error / tolerance per GEMM over the whole model
+    size_t cap;          // elements of each want / mag array
+    int operands, outputs, passes;
+} ExactCheck;
+
+static void linear_dims(const GPT* m, int kind, int* K, int* OC) {
+    const int C = m->config.channels;
+    const int k[NUM_LINEARS] = {C, C, C, 4 * C}, oc[NUM_LINEARS] = {3 * C, C, 4 * C, C};
+    *K = k[kind];
+    *OC = oc[kind];
 }
 
-// Dequantized operand (fake * scale_dec) in double of the rows x cols view at src (rows ld apart),
-// written into out (rows ld_out apart); BF16 slots pass through. qk: the Q/K part's specs.
-static void cpu_operand_into(double* out, int64_t ld_out, GPT* m, const uint16_t* src, int64_t rows, int64_t cols,
-                             int64_t ld, int axis, Slot slot, int kind, int qk) {
-    if (quant_spec_is_bf16(&m->recipe.slot[slot])) {
-        for (int64_t i = 0; i < rows; i++)
-            for (int64_t j = 0; j < cols; j++) out[i * ld_out + j] = bf16_to_float(src[i * ld + j]);
-        return;
+// Where the trainer keeps layer l's tensors of linear `kind` (the layout of gpt_forward/gpt_backward).
+static const floatX* ex_input(GPT* m, int l, int kind, int N) {
+    const size_t nc = (size_t)N * m->config.channels;
+    const floatX* x[NUM_LINEARS] = {m->acts.ln1 + l * nc, m->acts.atty + l * nc, m->acts.ln2 + l * nc,
+                                    m->acts.fch_gelu + l * 4 * nc};
+    return x[kind];
+}
+static const floatX* ex_dout(GPT* m, int kind) {
+    const floatX* dy[NUM_LINEARS] = {m->acts.dbuf_3c, m->acts.dresidual, m->acts.dbuf_4c, m->acts.dresidual};
+    return dy[kind];
+}
+static const int EX_WEIGHT[NUM_LINEARS] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
+static const int EX_BIAS[NUM_LINEARS] = {P_QKVB, P_ATTPROJB, P_FCB, P_FCPROJB};
+
+static uint16_t* ex_copy2d(const floatX* src, int64_t rows, int64_t cols, int64_t ld) {
+    uint16_t* h = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
+    cuda_check(cudaMemcpy2D(h, cols * 2, src, ld * 2, cols * 2, rows, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+// Checks one operand as the GEMM read it; returns its dequantized values (rows x cols, double).
+static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const floatX* got, int ld_got,
+                          const float* got_dec) {
+    GPT* m = ex->m;
+    const int N = ex->N, L = m->config.num_layers;
+    int K, OC;
+    linear_dims(m, p->kind, &K, &OC);
+    const floatX* src;
+    int64_t rows, cols, ld;
+    switch (EX_SLOT_SOURCE[slot]) {
+    case EX_X: src = ex_input(m, p->l, p->kind, N); rows = N; cols = K; ld = K; break;
+    case EX_W: src = m->params.layer(EX_WEIGHT[p->kind], p->l, (size_t)OC * K) + (size_t)p->o0 * K;
+               rows = p->n; cols = K; ld = K; break;
+    default:   src = ex_dout(m, p->kind) + p->o0; rows = N; cols = p->n; ld = OC; break;
     }
-    uint16_t* fake = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
-    QuantView v = {src, rows, cols, ld};
-    float amax;
-    const QuantParams* qp = qk ? &m->qk_qparams[slot] : &m->qparams[slot];
-    float dec = quant_cpu(qp, v, axis, fp4_key(m, 0, kind, slot), fake, cols, NULL, NULL, &amax);
-    for (int64_t i = 0; i < rows; i++)
-        for (int64_t j = 0; j < cols; j++) out[i * ld_out + j] = (double)bf16_to_float(fake[i * cols + j]) * dec;
-    free(fake);
+    uint16_t* source = ex_copy2d(src, rows, cols, ld);
+    uint16_t* operand = ex_copy2d(got, rows, cols, ld_got);
+    float dec_got = 1.0f;
+    if (got_dec) cuda_check(cudaMemcpy(&dec_got, got_dec, sizeof(float), cudaMemcpyDeviceToHost));
+    const int split = m->recipe.qk_fp8 && p->kind == LIN_QKV;
+    const int quantized = m->fp4_any && recipe_layer_is_fp4(&m->recipe, p->l, L) &&
+                          !quant_spec_is_bf16(&m->recipe.slot[slot]);
+    uint16_t* want = source;
+    float dec_want = 1.0f;
+    char spec_text[96] = "bf16";
+    if (quantized) {
+        QuantSpec spec = split && p->o0 == 0 ? recipe_qk_spec(&m->recipe, slot) : m->recipe.slot[slot];
+        quant_spec_format(&spec, spec_text, sizeof(spec_text));
+        QuantParams qp = quant_params(&spec);
+        want = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
+        QuantView v = {source, rows, cols, cols};
+        float amax;
+        dec_want = quant_cpu(&qp, v, EX_SLOT_AXIS[slot], fp4_key(m, p->l, p->kind, slot), want, cols, NULL, NULL, &amax);
+    }
+    size_t differ = 0, first = 0, n = (size_t)(rows * cols);
+    for (size_t i = 0; i < n; i++)
+        if (operand[i] != want[i] && !differ++) first = i;
+    CHECK(differ == 0 && f32_bits(dec_got) == f32_bits(dec_want),
+          "layer %d %s part %d: the %s operand (%s) differs from the CPU twin in %zu of %zu elements (first "
+          "[%zu]: 0x%04x, want 0x%04x), tensor scale %.9g, want %.9g", p->l, LINEAR_NAMES[p->kind], p->o0,
+          SLOT_NAMES[slot], spec_text, differ, n, first, operand[first], want[first], dec_got, dec_want);
+    double* out = (double*)xmalloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) out[i] = (double)bf16_to_float(want[i]) * dec_want;
+    ex->operands++;
+    if (want != source) free(want);
+    free(source);
+    free(operand);
+    return out;
 }
 
-// |got - want| <= 2^-8 |want| (BF16 output rounding) + 1e-5 * sum |a||b| (FP32 accumulation)
-static void compare_gemm(const char* what, const float* got, const double* want, const double* mag, size_t n) {
+// |got - want| <= 2^-8 |want| (BF16 output rounding) + 1e-5 * sum |a||b| (FP32 accumulation);
+// returns the worst error / tolerance.
+static double ex_compare(const char* what, int l, int kind, const float* got, const double* want, const double* mag,
+                         size_t n) {
     size_t bad = 0, worst = 0;
     double worst_ratio = 0;
     for (size_t i = 0; i < n; i++) {
@@ -210,91 +289,133 @@ static void compare_gemm(const char* what, const float* got, const double* want,
         if (!(r <= 1.0)) bad++;
         if (!(r <= worst_ratio)) { worst_ratio = r; worst = i; }
     }
-    printf("  exact FP4 %-6s worst error/tolerance %.3f\n", what, worst_ratio);
-    CHECK(bad == 0, "%s: %zu of %zu elements off; worst [%zu] got %.7g want %.7g", what, bad, n, worst,
-          (double)got[worst], want[worst]);
+    CHECK(bad == 0, "layer %d %s %s: %zu of %zu outputs off; worst [%zu] got %.7g want %.7g", l, LINEAR_NAMES[kind],
+          what, bad, n, worst, (double)got[worst], want[worst]);
+    return worst_ratio;
 }
 
-static void check_linear_exact(GPT* m, int B, int T) {
-    const int C = m->config.channels, OC = 3 * C, N = B * T, kind = LIN_QKV;
-    uint16_t* x = (uint16_t*)xmalloc((size_t)N * C * 2);
-    uint16_t* w = (uint16_t*)xmalloc((size_t)OC * C * 2);
-    uint16_t* dy = (uint16_t*)xmalloc((size_t)N * OC * 2);
-    uint16_t* y = (uint16_t*)xmalloc((size_t)N * OC * 2);
-    uint16_t* dx = (uint16_t*)xmalloc((size_t)N * C * 2);
-    uint16_t* bias = (uint16_t*)xmalloc((size_t)OC * 2);
-    float* dw = (float*)xmalloc((size_t)OC * C * 4);
-    // after one forward + backward: layer 0's QKV input, output, weight; the backward's last uses of
-    // dbuf_3c and dbuf_c are layer 0's dqkv and dln1; the weight gradient was zeroed before.
-    copy_bf16(x, m->acts.ln1, (size_t)N * C);
-    copy_bf16(y, m->acts.qkv, (size_t)N * OC);
-    copy_bf16(w, m->params.t[P_QKVW], (size_t)OC * C);
-    copy_bf16(bias, m->params.t[P_QKVB], OC);
-    copy_bf16(dy, m->acts.dbuf_3c, (size_t)N * OC);
-    copy_bf16(dx, m->acts.dbuf_c, (size_t)N * C);
-    cuda_check(cudaMemcpy(dw, m->grads.t[P_QKVW], (size_t)OC * C * 4, cudaMemcpyDeviceToHost));
+static float* ex_bf16_to_host_f32(const floatX* src, size_t n) {
+    uint16_t* h = ex_copy2d(src, 1, (int64_t)n, (int64_t)n);
+    float* f = (float*)xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) f[i] = bf16_to_float(h[i]);
+    free(h);
+    return f;
+}
 
-    // The operands, part by part: one part (all OC outputs), or with recipe.qk_fp8 the Q/K part [0, 2C)
-    // and the V part [2C, 3C), each quantized as a tensor of its own; X has one copy per part.
-    const int nparts = m->recipe.qk_fp8 ? 2 : 1;
-    const int p0[2] = {0, 2 * C}, pn[2] = {nparts == 2 ? 2 * C : OC, C};
-    double* qx_p[2] = {NULL, NULL};
-    double* qx2_p[2] = {NULL, NULL};
-    double* qw = (double*)xmalloc((size_t)OC * C * sizeof(double));
-    double* qwt = (double*)xmalloc((size_t)OC * C * sizeof(double));
-    double* qdy = (double*)xmalloc((size_t)N * OC * sizeof(double));
-    double* qdy2 = (double*)xmalloc((size_t)N * OC * sizeof(double));
-    for (int p = 0; p < nparts; p++) {
-        const int o0 = p0[p], n = pn[p], qk = nparts == 2 && p == 0;
-        qx_p[p] = (double*)xmalloc((size_t)N * C * sizeof(double));
-        qx2_p[p] = (double*)xmalloc((size_t)N * C * sizeof(double));
-        cpu_operand_into(qx_p[p], C, m, x, N, C, C, 1, SLOT_FPROP_X, kind, qk);
-        cpu_operand_into(qx2_p[p], C, m, x, N, C, C, 0, SLOT_WGRAD_X, kind, qk);
-        cpu_operand_into(qw + (size_t)o0 * C, C, m, w + (size_t)o0 * C, n, C, C, 1, SLOT_FPROP_W, kind, qk);
-        cpu_operand_into(qwt + (size_t)o0 * C, C, m, w + (size_t)o0 * C, n, C, C, 0, SLOT_DGRAD_W, kind, qk);
-        cpu_operand_into(qdy + o0, OC, m, dy + o0, N, n, OC, 1, SLOT_DGRAD_DY, kind, qk);
-        cpu_operand_into(qdy2 + o0, OC, m, dy + o0, N, n, OC, 0, SLOT_WGRAD_DY, kind, qk);
+// The pass of one linear is done: every GEMM seen once per part, outputs equal the CPU products.
+static void ex_pass_done(ExactCheck* ex, const GemmProbe* p) {
+    GPT* m = ex->m;
+    const int N = ex->N, l = p->l, kind = p->kind;
+    int K, OC;
+    linear_dims(m, kind, &K, &OC);
+    const int parts = m->recipe.qk_fp8 && kind == LIN_QKV && m->fp4_any &&
+                      recipe_layer_is_fp4(&m->recipe, l, m->config.num_layers) ? 2 : 1;
+    const size_t nc = (size_t)N * m->config.channels;
+    for (int g = p->backward ? 1 : 0; g <= (p->backward ? 2 : 0); g++) {
+        CHECK(ex->seen[g] == parts, "layer %d %s: GEMM %s ran %d time(s) for %d part(s)", l, LINEAR_NAMES[kind],
+              GEMM_NAMES[g], ex->seen[g], parts);
+        size_t n;
+        float* got;
+        if (g == 0) {
+            const floatX* out[NUM_LINEARS] = {m->acts.qkv + l * 3 * nc, m->acts.proj_out, m->acts.fch + l * 4 * nc,
+                                              m->acts.proj_out};
+            n = (size_t)N * OC;
+            got = ex_bf16_to_host_f32(out[kind], n);
+            float* bias = ex_bf16_to_host_f32(m->params.layer(EX_BIAS[kind], l, OC), OC);
+            for (size_t i = 0; i < n; i++) ex->want[0][i] += bias[i % OC];
+            free(bias);
+        } else if (g == 1) {
+            const floatX* dinp[NUM_LINEARS] = {m->acts.dbuf_c, m->acts.dbuf_c, m->acts.dbuf_c, m->acts.dbuf_4c};
+            n = (size_t)N * K;
+            got = ex_bf16_to_host_f32(dinp[kind], n);
+        } else {
+            n = (size_t)OC * K;
+            got = (float*)xmalloc(n * sizeof(float));
+            cuda_check(cudaMemcpy(got, m->grads.layer(EX_WEIGHT[kind], l, n), n * sizeof(float), cudaMemcpyDeviceToHost));
+        }
+        double r = ex_compare(GEMM_NAMES[g], l, kind, got, ex->want[g], ex->mag[g], n);
+        if (r > ex->worst[g]) ex->worst[g] = r;
+        ex->outputs++;
+        free(got);
     }
-    size_t big = (size_t)N * OC > (size_t)OC * C ? (size_t)N * OC : (size_t)OC * C;
-    double* want = (double*)calloc(big, sizeof(double));
-    double* mag = (double*)calloc(big, sizeof(double));
-    float* got = (float*)calloc(big, sizeof(float));
-    fail_if(!want || !mag || !got, "out of host memory");
-    // fprop: y = qx qw^T + bias
-    for (int i = 0; i < N; i++)
-        for (int o = 0; o < OC; o++) {
-            double acc = 0, a = 0;
-            const double* qx = qx_p[nparts == 2 && o >= 2 * C];
-            for (int k = 0; k < C; k++) { acc += qx[(size_t)i * C + k] * qw[(size_t)o * C + k]; a += fabs(qx[(size_t)i * C + k] * qw[(size_t)o * C + k]); }
-            want[(size_t)i * OC + o] = acc + bf16_to_float(bias[o]);
-            mag[(size_t)i * OC + o] = a;
-            got[(size_t)i * OC + o] = bf16_to_float(y[(size_t)i * OC + o]);
-        }
-    compare_gemm("fprop", got, want, mag, (size_t)N * OC);
-    // dgrad: dx = qdy qwt
-    for (int i = 0; i < N; i++)
-        for (int k = 0; k < C; k++) {
-            double acc = 0, a = 0;
-            for (int o = 0; o < OC; o++) { acc += qdy[(size_t)i * OC + o] * qwt[(size_t)o * C + k]; a += fabs(qdy[(size_t)i * OC + o] * qwt[(size_t)o * C + k]); }
-            want[(size_t)i * C + k] = acc;
-            mag[(size_t)i * C + k] = a;
-            got[(size_t)i * C + k] = bf16_to_float(dx[(size_t)i * C + k]);
-        }
-    compare_gemm("dgrad", got, want, mag, (size_t)N * C);
-    // wgrad: dw = qdy2^T qx2 (FP32 output: no BF16 rounding, the 2^-8 term is slack)
-    for (int o = 0; o < OC; o++)
-        for (int k = 0; k < C; k++) {
-            double acc = 0, a = 0;
-            const double* qx2 = qx2_p[nparts == 2 && o >= 2 * C];
-            for (int i = 0; i < N; i++) { acc += qdy2[(size_t)i * OC + o] * qx2[(size_t)i * C + k]; a += fabs(qdy2[(size_t)i * OC + o] * qx2[(size_t)i * C + k]); }
-            want[(size_t)o * C + k] = acc;
-            mag[(size_t)o * C + k] = a;
-            got[(size_t)o * C + k] = dw[(size_t)o * C + k];
-        }
-    compare_gemm("wgrad", got, want, mag, (size_t)OC * C);
-    free(x); free(w); free(dy); free(y); free(dx); free(bias); free(dw);
-    for (int p = 0; p < nparts; p++) { free(qx_p[p]); free(qx2_p[p]); }
-    free(qw); free(qdy); free(qwt); free(qdy2); free(want); free(mag); free(got);
+    for (int g = 0; g < 3; g++) {
+        ex->seen[g] = 0;
+        memset(ex->want[g], 0, ex->cap * sizeof(double));
+        memset(ex->mag[g], 0, ex->cap * sizeof(double));
+    }
+    ex->passes++;
+}
+
+static void exact_probe(void* ctx, const GemmProbe* p) {
+    ExactCheck* ex = (ExactCheck*)ctx;
+    GPT* m = ex->m;
+    cuda_check(cudaStreamSynchronize(m->stream));
+    if (p->gemm < 0) { ex_pass_done(ex, p); return; }
+    CHECK(p->gemm == 0 ? !p->backward : p->backward, "GEMM %s reported in the %s pass", GEMM_NAMES[p->gemm],
+          p->backward ? "backward" : "forward");
+    const int N = ex->N, g = p->gemm, n = p->n;
+    int K, OC;
+    linear_dims(m, p->kind, &K, &OC);
+    double* a = ex_operand(ex, p, (Slot)(2 * g), p->a, p->lda, p->a_dec);
+    double* b = ex_operand(ex, p, (Slot)(2 * g + 1), p->b, p->ldb, p->b_dec);
+    double* want = ex->want[g];
+    double* mag = ex->mag[g];
+    if (g == 0) {          // out[:, o0 + j] = X W_part^T: a = X (N x K), b = W part (n x K)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < n; j++) {
+                double acc = 0, s = 0;
+                for (int k = 0; k < K; k++) { double t = a[(size_t)i * K + k] * b[(size_t)j * K + k]; acc += t; s += fabs(t); }
+                want[(size_t)i * OC + p->o0 + j] += acc;
+                mag[(size_t)i * OC + p->o0 + j] += s;
+            }
+    } else if (g == 1) {   // dX += dY_part W_part: a = dY part (N x n), b = W part (n x K)
+        for (int i = 0; i < N; i++)
+            for (int k = 0; k < K; k++) {
+                double acc = 0, s = 0;
+                for (int j = 0; j < n; j++) { double t = a[(size_t)i * n + j] * b[(size_t)j * K + k]; acc += t; s += fabs(t); }
+                want[(size_t)i * K + k] += acc;
+                mag[(size_t)i * K + k] += s;
+            }
+    } else {               // dW[o0 + j, :] = dY_part^T X: a = dY part (N x n), b = X (N x K)
+        for (int j = 0; j < n; j++)
+            for (int k = 0; k < K; k++) {
+                double acc = 0, s = 0;
+                for (int i = 0; i < N; i++) { double t = a[(size_t)i * n + j] * b[(size_t)i * K + k]; acc += t; s += fabs(t); }
+                want[(size_t)(p->o0 + j) * K + k] += acc;
+                mag[(size_t)(p->o0 + j) * K + k] += s;
+            }
+    }
+    ex->seen[g]++;
+    free(a);
+    free(b);
+}
+
+// One forward + backward of the dump's batch under the model's recipe with every GEMM checked.
+static void check_every_gemm(GPT* m, const RefDump* d, const char* label) {
+    const int B = d->header[8], T = d->header[9], N = B * T, C = m->config.channels;
+    ExactCheck ex;
+    memset(&ex, 0, sizeof(ex));
+    ex.m = m;
+    ex.N = N;
+    const size_t most = (size_t)N * 4 * C > (size_t)4 * C * C ? (size_t)N * 4 * C : (size_t)4 * C * C;
+    ex.cap = most;
+    for (int g = 0; g < 3; g++) {
+        ex.want[g] = (double*)calloc(most, sizeof(double));
+        ex.mag[g] = (double*)calloc(most, sizeof(double));
+        fail_if(!ex.want[g] || !ex.mag[g], "out of host memory");
+    }
+    m->probe = exact_probe;
+    m->probe_ctx = &ex;
+    gpt_zero_grad(m);
+    gpt_forward(m, d->x, d->y, B, T, 1, 1.0f / (float)N);
+    gpt_backward(m, d->x, B, T, 1);
+    cuda_check(cudaDeviceSynchronize());
+    m->probe = NULL;
+    const int L = m->config.num_layers;
+    CHECK(ex.passes == 2 * L * NUM_LINEARS, "%s: %d linear passes checked, want %d", label, ex.passes, 2 * L * NUM_LINEARS);
+    printf("  exact, every GEMM (%s): %d operands bit-identical to the CPU twin, %d outputs; worst error/tolerance "
+           "fprop %.3f dgrad %.3f wgrad %.3f\n", label, ex.operands, ex.outputs, ex.worst[0], ex.worst[1], ex.worst[2]);
+    for (int g = 0; g < 3; g++) { free(ex.want[g]); free(ex.mag[g]); }
 }
 
 // Forward, gradients, determinism and 10 training steps against one reference dump.
@@ -364,23 +485,69 @@ static void check_dump(const char* path) {
     gpt_backward(&m, d.x, B, T, 1);
     cuda_check(cudaMemcpy(grads2, m.grads_memory, np * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(memcmp(grads, grads2, np * sizeof(float)) == 0, "gradients differ between two identical runs");
-    if (m.fp4_any && recipe_layer_is_fp4(&m.recipe, 0, c.num_layers)) {
-        check_linear_exact(&m, B, T);
-        // the same with Q/K projections in MXFP8 (--qk-fp8): the QKV linear splits into two parts
-        Recipe rq = m.recipe;
-        rq.qk_fp8 = 1;
-        gpt_set_recipe(&m, &rq, m.fp4_seed, "emulated");
-        printf("  with --qk-fp8:\n");
-        gpt_zero_grad(&m);
-        gpt_forward(&m, d.x, d.y, B, T, 1, 1.0f / (float)N);
-        gpt_backward(&m, d.x, B, T, 1);
-        check_linear_exact(&m, B, T);
-    }
+    check_every_gemm(&m, &d, recipe_text);
     gpt_free(&m);
     free(logits_bf16); free(logits); free(grads); free(grads2);
 
     check_training(&d, &c, 1, "fp32 master", tol);
     check_training(&d, &c, 0, "bf16 master + SR", tol);
+}
+
+// Every preset, the Q/K projections in FP8, a GEMM and blocks kept in BF16, and slot options the presets
+// do not use (2D dY blocks, H32 with seeded signs, other grids), each under check_every_gemm, on one
+// dump's model and batch (the exact check needs no reference output).
+typedef struct {
+    const char* preset;
+    const char* slot[NUM_SLOTS];   // overrides (NULL: the preset's)
+    int bf16_gemm;                 // -1, or a GEMM kept in BF16
+    int bf16_first, bf16_last;     // -1: the preset's rule
+    int qk_fp8;
+} RecipeVariant;
+
+static const RecipeVariant EXACT_VARIANTS[] = {
+    {"bf16", {NULL}, -1, -1, -1, 0},
+    {"nvfp4", {NULL}, -1, -1, -1, 0},
+    {"nvfp4", {NULL}, -1, -1, -1, 1},
+    {"nvfp4", {NULL}, 1, 0, 1, 0},
+    {"nvfp4-naive", {NULL}, -1, -1, -1, 0},
+    {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0},
+    {"mxfp4", {NULL}, -1, -1, -1, 0},
+    {"mxfp4", {"int4", NULL, "mxfp4,sr", "e1m2,32x32", NULL, NULL}, -1, -1, -1, 1},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 0},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 1},
+    {"ufp4", {NULL}, -1, 1, -1, 0},
+    {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1},
+};
+
+static void check_every_variant(const char* path) {
+    RefDump d;
+    read_dump(&d, path);
+    GPTConfig c;
+    c.num_layers = d.header[2]; c.num_heads = d.header[3]; c.channels = d.header[4];
+    c.vocab_size = d.header[5]; c.padded_vocab_size = d.header[6]; c.max_seq_len = d.header[7];
+    printf("== every GEMM of every linear, exactly, on %s's model and batch\n", path);
+    for (size_t i = 0; i < sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]); i++) {
+        const RecipeVariant* v = &EXACT_VARIANTS[i];
+        GPT m;
+        gpt_allocate(&m, &c, d.header[8], d.header[9], 1);
+        gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
+        Recipe r;
+        recipe_preset(&r, v->preset);
+        for (int s = 0; s < NUM_SLOTS; s++)
+            if (v->slot[s]) recipe_set_slot(&r, (Slot)s, v->slot[s]);
+        if (v->bf16_gemm >= 0) recipe_disable_gemm(&r, v->bf16_gemm);
+        if (v->bf16_first >= 0) r.bf16_first = v->bf16_first;
+        if (v->bf16_last >= 0) r.bf16_last = v->bf16_last;
+        r.qk_fp8 = v->qk_fp8;
+        gpt_set_recipe(&m, &r, 1337, "emulated");
+        char text[1024];
+        recipe_describe(&m.recipe, text, sizeof(text));
+        load_params(&m, d.params);
+        m.fp4_step = 3;
+        m.fp4_micro = 1;
+        check_every_gemm(&m, &d, text);
+        gpt_free(&m);
+    }
 }
 
 int main(int argc, char** argv) {
@@ -397,6 +564,7 @@ int main(int argc, char** argv) {
         for (int i = 1; i < argc; i++) check_dump(argv[i]);
     } else {
         for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++) check_dump(dumps[i]);
+        check_every_variant(dumps[0]);
     }
     attention_destroy();
     matmul_destroy();

@@ -158,6 +158,15 @@ typedef struct {
     floatX* dbuf_4c;     // (N, 4C)
 } Activations;
 
+// Test hook (test_gpt_fp4.cu checks every GEMM of every linear exactly): called after each GEMM of a
+// linear layer with the operands it read, and once more (gemm = -1) when the linear's pass is done.
+typedef struct {
+    int l, kind, gemm, backward;   // layer, linear (LIN_*), GEMM (0 fprop, 1 dgrad, 2 wgrad; -1: pass done)
+    int o0, n;                     // the output channels [o0, o0 + n) of this part (a split QKV has two)
+    const floatX* a; int lda; const float* a_dec;   // the operands as the GEMM read them, in the layout of
+    const floatX* b; int ldb; const float* b_dec;   // their BF16 source; dec: tensor scale (NULL: 1)
+} GemmProbe;
+
 typedef struct {
     GPTConfig config;
     int B, T;                       // largest batch the buffers hold
@@ -214,6 +223,8 @@ typedef struct {
     cudaEvent_t* qt_events;
     int qt_count, qt_capacity;
     float quant_ms;                 // harvested so far this step
+    void (*probe)(void* ctx, const GemmProbe* p);   // test hook, NULL in training
+    void* probe_ctx;
 } GPT;
 
 static size_t gpt_per_layer(const GPT* m, int id) {
@@ -602,6 +613,13 @@ static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float*
     return slot;
 }
 
+static void probe_gemm(GPT* m, int l, int kind, int gemm, int backward, int o0, int n, const floatX* a, int lda,
+                       const float* a_dec, const floatX* b, int ldb, const float* b_dec) {
+    if (!m->probe) return;
+    GemmProbe p = {l, kind, gemm, backward, o0, n, a, lda, a_dec, b, ldb, b_dec};
+    m->probe(m->probe_ctx, &p);
+}
+
 // The native path: packed E2M1 codes and E4M3 scales (swizzled into cuBLASLt's tile layout) carved
 // from the same scratch, in 256-byte aligned pieces.
 typedef struct {
@@ -666,6 +684,7 @@ static void qkv_split_forward(GPT* m, int l, floatX* out, const floatX* inp, con
         quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &row_wise, &qw, sc + 2, 1, &w);
         matmul_forward_ld(out + o0, 3 * C, x.ptr, w.ptr, bias ? bias + o0 : NULL, N, C, n, fp4_alpha(m, &x, &w, sc + 8),
                           m->stream);
+        probe_gemm(m, l, LIN_QKV, 0, 0, o0, n, x.ptr, x.ld, x.dec, w.ptr, w.ld, w.dec);
     }
 }
 
@@ -701,6 +720,8 @@ static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, cons
         matmul_dgrad_f32_ld(dsum, dy[0].ptr, dy[0].ld, w.ptr, N, C, n, part, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
         matmul_wgrad_ld(dweight + (size_t)o0 * C, dy[1].ptr, dy[1].ld, x.ptr, N, C, n, fp4_alpha(m, &dy[1], &x, sc + 9),
                         m->stream);
+        probe_gemm(m, l, LIN_QKV, 1, 1, o0, n, dy[0].ptr, dy[0].ld, dy[0].dec, w.ptr, w.ld, w.dec);
+        probe_gemm(m, l, LIN_QKV, 2, 1, o0, n, dy[1].ptr, dy[1].ld, dy[1].dec, x.ptr, x.ld, x.dec);
     }
     const size_t n = (size_t)N * C;
     f32_to_bf16_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, m->stream>>>(dinp, dsum, n);
@@ -708,10 +729,11 @@ static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, cons
 }
 
 // out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias
-static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
+static void linear_forward_impl(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
                            const floatX* bias, int N, int K, int OC) {
     if (!linear_is_fp4(m, l)) {
         matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
+        probe_gemm(m, l, kind, 0, 0, 0, OC, inp, K, NULL, weight, K, NULL);
         return;
     }
     if (kind == LIN_QKV && m->recipe.qk_fp8) {
@@ -753,15 +775,24 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
     const int rw = quantize_operands_ld(m, weight, OC, K, K, l, kind, 0, &sw, &row_wise, &qw, sc + 2, 1, &w, w_also);
     m->amax_ready[(size_t)l * NUM_LINEARS + kind] = (unsigned char)((rx ? AMAX_READY_X : 0) | (rw ? AMAX_READY_W : 0));
     matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, sc + 8), m->stream);
+    probe_gemm(m, l, kind, 0, 0, 0, OC, x.ptr, x.ld, x.dec, w.ptr, w.ld, w.dec);
+}
+
+static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
+                           const floatX* bias, int N, int K, int OC) {
+    linear_forward_impl(m, l, kind, out, inp, weight, bias, N, K, OC);
+    probe_gemm(m, l, kind, -1, 0, 0, OC, NULL, 0, NULL, NULL, 0, NULL);
 }
 
 // dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout).
-static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
+static void linear_backward_impl(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
                             const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
     if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
     if (!linear_is_fp4(m, l)) {
         matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
         matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
+        probe_gemm(m, l, kind, 1, 1, 0, OC, dout, OC, NULL, weight, K, NULL);
+        probe_gemm(m, l, kind, 2, 1, 0, OC, dout, OC, NULL, inp, K, NULL);
         return;
     }
     if (kind == LIN_QKV && m->recipe.qk_fp8) {
@@ -820,6 +851,8 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
     *ready = 0;
     matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
     matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
+    probe_gemm(m, l, kind, 1, 1, 0, OC, dy[0].ptr, dy[0].ld, dy[0].dec, w.ptr, w.ld, w.dec);
+    probe_gemm(m, l, kind, 2, 1, 0, OC, dy[1].ptr, dy[1].ld, dy[1].dec, x.ptr, x.ld, x.dec);
     // diagnostics: how far the weight the forward used is from the one the backward used (seed 002's
     // inconsistency; zero with 2D blocks). Both copies in the weight's layout; with a Hadamard they
     // live in differently rotated spaces and are not compared.
@@ -835,6 +868,12 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
         quant_compare_gpu(w.ptr, w.dec, wf.ptr, wf.dec, (int64_t)OC * K,
                           m->diag_compare + (size_t)l * NUM_LINEARS + kind, m->stream);
     }
+}
+
+static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
+                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
+    linear_backward_impl(m, l, kind, dinp, dweight, dbias, dout, inp, weight, N, K, OC);
+    probe_gemm(m, l, kind, -1, 1, 0, OC, NULL, 0, NULL, NULL, 0, NULL);
 }
 
 // ----------------------------------------------------------------------------------------------
