@@ -30,6 +30,7 @@
 #include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization, reference kernels)
 #include "llmc/quant_fast.cuh"     // defines: quantize_fast_gpu (bandwidth-bound twins of quantize_gpu)
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
+#include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
 #include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
@@ -196,21 +197,20 @@ typedef struct {
     float* losses_host;
     int adam_t;                     // updates applied so far (bias correction)
     cudaStream_t stream;
-    // FP4: the recipe and what its linear layers need (see "Linear layers" below)
+    // FP4: the recipe and the plans of its linear layers (see "Linear layers" below)
     Recipe recipe;
-    QuantParams qparams[NUM_SLOTS];
-    QuantParams qk_qparams[NUM_SLOTS];   // recipe.qk_fp8: the Q/K part of QKV (recipe_qk_spec)
+    LinearPlan* plans;              // per (layer, linear), built by gpt_set_recipe
     int fp4_any;                    // some slot of some block is quantized
     int fp4_native;                 // 1: the GEMMs run on cuBLASLt's native NVFP4 path (compute capability 10.x)
-    floatX* fp4_scratch;            // quantized GEMM operands; aliases the logits buffer when that is big enough
+    uint8_t* fp4_scratch;           // quantized GEMM operands; aliases the logits buffer when that is big enough
+    size_t fp4_scratch_bytes;
     int fp4_scratch_owned;
-    // device scalars of each quantization site (fp4_sc): {amax, scale_dec} per operand, then alphas;
-    // all zeroed once at the start of each forward, so that no amax pass needs a memset of its own
-    float* fp4_scalars;
-    // amaxes the forward takes for the backward, in the passes that read a source anyway (X: wgrad.x's,
-    // W: dgrad.w's), so that the backward reads it once less: per (layer, linear), AMAX_READY_* bits on
-    // the host saying what the forward of this micro-step filled in the backward's site
-    unsigned char* amax_ready;
+    // device scalars per (layer, linear, part), zeroed once at the start of each forward, so that no
+    // amax pass needs a memset of its own
+    LinearScalars* fp4_scalars;
+    // per (layer, linear, part): the backward slots (bits) whose tensor amax this micro-step's forward
+    // already took, in a pass that read the same source anyway (QuantPass.ahead)
+    unsigned* amax_ahead;
     int fwd_for_backward;           // the forward running now will be followed by a backward
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
@@ -330,7 +330,8 @@ static void gpt_free(GPT* m) {
     cudaFree(m->master);
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
-    free(m->amax_ready);
+    free(m->amax_ahead);
+    free(m->plans);
     cudaFree(m->diag_stats);
     cudaFree(m->diag_compare);
     for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
@@ -396,101 +397,195 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Linear layers. Every transformer linear layer goes through linear_forward and linear_backward, so
-// the precision recipe of its three GEMMs (forward, data gradient, weight gradient) is decided here
-// and nowhere else.
+// Linear layers. Every transformer linear layer goes through linear_forward and linear_backward, which
+// execute the layer's plan (llmc/linear_plan.h, built once from the recipe by gpt_set_recipe):
+//   forward:  quantize what the forward's passes ask of X and W, run the fprop GEMM;
+//   backward: quantize what the backward's passes ask of dY, X and W, run the dgrad and wgrad GEMMs.
+// BF16 layers run the same code with plans whose operands are all the BF16 sources.
 //
-// FP4 on Hopper is exact emulation: each quantized operand is written as BF16 values code * block
-// scale (exact in BF16), the GEMM runs in BF16 with FP32 accumulation, and the two FP32 tensor scales
-// go into the GEMM's alpha (a device pointer, so no host synchronisation). Operands are quantized from
-// the high-precision BF16 source every time, never from each other. Their storage is the logits
-// buffer, which holds nothing between the classifier's forward and backward uses, so an FP4 run
-// needs no more activation memory than a BF16 run.
+// FP4 on Hopper is exact emulation: a quantized operand is a BF16 copy holding code * block scale
+// (exact in BF16), the GEMM runs in BF16 with FP32 accumulation, and the operands' FP32 tensor scales
+// go into its alpha (a device pointer, so no host synchronisation). Every copy is quantized from the
+// BF16 source, never from another copy. The copies live in the logits buffer, which holds nothing
+// between the classifier's forward and backward uses, so an FP4 run needs no more activation memory
+// than a BF16 run.
 
 enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_LINEARS };
 static const char* const LINEAR_NAMES[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
-// Device scalars per quantization site, (layer, linear, forward/backward, part: the Q/K part of a split
-// QKV is part 1): {amax, scale_dec} per operand and the GEMM alphas, FP4_SCALARS floats:
-//   forward:  [0, 1] X, [2, 3] W, [8] alpha;
-//   backward: [0, 1] dY's dgrad copy, [2, 3] dY's wgrad copy, [4, 5] W, [6, 7] X, [8] dgrad alpha,
-//             [9] wgrad alpha, [10, 11] the diagnostics' forward copy of W (native GEMMs: the dY wgrad
-//             copy at [4, 5]). Each is written at most once per forward or backward.
-#define FP4_SCALARS 16
-enum { AMAX_READY_X = 1, AMAX_READY_W = 2 };
-static size_t fp4_scalars_count(const GPT* m) { return (size_t)m->config.num_layers * NUM_LINEARS * 4 * FP4_SCALARS; }
-static float* fp4_sc(GPT* m, int l, int kind, int backward, int part = 0) {
-    return m->fp4_scalars + ((((size_t)l * NUM_LINEARS + kind) * 2 + backward) * 2 + part) * FP4_SCALARS;
+
+// Input width K and output width OC of each linear, for channels C.
+static void linear_shape(int kind, int C, int* K, int* OC) {
+    const int k[NUM_LINEARS] = {C, C, C, 4 * C}, oc[NUM_LINEARS] = {3 * C, C, 4 * C, C};
+    *K = k[kind];
+    *OC = oc[kind];
 }
 
-// Elements of FP4 scratch one linear layer needs: forward X and W copies, backward the two copies of
-// dY and the wgrad copy of X and the dgrad copy of W (each rounded up to keep 16-byte alignment).
-static size_t fp4_scratch_elems(size_t N, size_t C) {
-    const size_t shapes[NUM_LINEARS][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // {K, OC}
+// Sites of per-part state (scalars, amax bits): (layer, linear, part).
+static size_t fp4_sites(const GPT* m) { return (size_t)m->config.num_layers * NUM_LINEARS * 2; }
+static size_t fp4_site(int l, int kind, int part) { return ((size_t)l * NUM_LINEARS + kind) * 2 + part; }
+static const LinearPlan* linear_plan(const GPT* m, int l, int kind) { return &m->plans[(size_t)l * NUM_LINEARS + kind]; }
+
+// A GEMM operand as the GEMM reads it.
+typedef struct {
+    OperandForm form;
+    const floatX* ptr;        // FORM_BF16: the source; FORM_FAKE: its quantized copy
+    int ld;
+    const uint8_t* codes;     // FORM_PACKED: E2M1 codes and cuBLASLt-swizzled E4M3 scales
+    const uint8_t* scales;
+    const float* dec;         // the tensor scale_dec on the device; NULL for a BF16 source (1)
+} GemmOperand;
+
+// A rows x cols view of a BF16 tensor, rows ld apart.
+typedef struct {
+    const floatX* ptr;
+    int64_t rows, cols, ld;
+} TensorView;
+
+// One part of one linear while it runs: its plan, scalars and sources, and the operands made so far.
+typedef struct {
+    int l, kind, part;
+    const LinearPart* plan;
+    LinearScalars* sc;                // device
+    TensorView src[NUM_SOURCES];      // X (N x K), W's rows [o0, o0 + n), dY's columns [o0, o0 + n)
+    GemmOperand op[NUM_SLOTS];
+    uint8_t* scratch;                 // the next free byte of the FP4 scratch
+} LinearRun;
+
+static size_t scratch_round(size_t bytes) { return (size_t)ceil_div((int64_t)bytes, 256) * 256; }
+
+// Scratch bytes of one operand's copy: a BF16 fake copy, or packed codes + raw scales + swizzled scales.
+static size_t operand_bytes(const OperandPlan* o, int64_t rows, int64_t cols) {
+    if (o->form == FORM_BF16) return 0;
+    if (o->form == FORM_FAKE) return scratch_round((size_t)(rows * cols) * sizeof(floatX));
+    const int64_t R = o->axis ? rows : cols, K = o->axis ? cols : rows;
+    return scratch_round((size_t)(R * K / 2)) + scratch_round((size_t)(R * K / 16)) +
+           scratch_round(matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
+}
+
+static TensorView linear_source(const LinearPart* p, OperandSource src, const floatX* inp, const floatX* weight,
+                                const floatX* dout, int N, int K, int OC) {
+    TensorView v;
+    switch (src) {
+    case SRC_X:  v = {inp, N, K, K}; break;
+    case SRC_W:  v = {weight ? weight + (size_t)p->o0 * K : NULL, p->n, K, K}; break;
+    default:     v = {dout ? dout + p->o0 : NULL, N, p->n, OC}; break;
+    }
+    return v;
+}
+
+// Scratch one part needs in one phase: its copies, the diagnostics' W copy (backward), and for a split
+// QKV the FP32 sum of the parts' data gradients, which follows the largest part's copies.
+static size_t part_scratch_bytes(const LinearPart* p, int backward, int N, int K, int OC) {
+    size_t bytes = 0;
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        if ((s >= 2) != backward) continue;
+        TensorView v = linear_source(p, p->op[s].src, NULL, NULL, NULL, N, K, OC);
+        bytes += operand_bytes(&p->op[s], v.rows, v.cols);
+    }
+    if (backward && p->compare_w) bytes += operand_bytes(&p->op[SLOT_FPROP_W], p->n, K);
+    return bytes;
+}
+static size_t split_sum_offset(const LinearPlan* lp, int N, int K, int OC) {
+    size_t off = 0;
+    for (int p = 0; p < lp->nparts; p++) {
+        size_t b = part_scratch_bytes(&lp->part[p], 1, N, K, OC);
+        off = b > off ? b : off;
+    }
+    return off;
+}
+static size_t linear_scratch_bytes(const LinearPlan* lp, int N, int K, int OC) {
     size_t need = 0;
-    for (int i = 0; i < NUM_LINEARS; i++) {
-        size_t K = shapes[i][0], OC = shapes[i][1];
-        size_t fwd = (size_t)ceil_div(N * K, 128) * 128 + (size_t)ceil_div(OC * K, 128) * 128;
-        size_t bwd = fwd + 2 * (size_t)ceil_div(N * OC, 128) * 128;
-        need = need > bwd ? need : bwd;
+    for (int p = 0; p < lp->nparts; p++) {
+        size_t f = part_scratch_bytes(&lp->part[p], 0, N, K, OC), b = part_scratch_bytes(&lp->part[p], 1, N, K, OC);
+        need = need > f ? need : f;
+        need = need > b ? need : b;
+    }
+    if (lp->nparts > 1) {
+        size_t split = split_sum_offset(lp, N, K, OC) + scratch_round((size_t)N * K * sizeof(float));
+        need = need > split ? need : split;
     }
     return need;
 }
 
+static uint8_t* scratch_take(GPT* m, uint8_t** cursor, size_t bytes) {
+    uint8_t* p = *cursor;
+    *cursor += scratch_round(bytes);
+    fail_if((size_t)(*cursor - m->fp4_scratch) > m->fp4_scratch_bytes,
+            "internal: FP4 operands need more scratch than the %zu bytes allocated", m->fp4_scratch_bytes);
+    return p;
+}
+
 // Native NVFP4 GEMMs need every quantized GEMM to have both operands in NVFP4 (E2M1, E4M3 scales per
 // 16); returns NULL when the recipe qualifies, else why not.
-static const char* recipe_native_obstacle(const GPT* m) {
-    for (int g = 0; g < 3; g++) {
-        int qa = !quant_spec_is_bf16(&m->recipe.slot[2 * g]), qb = !quant_spec_is_bf16(&m->recipe.slot[2 * g + 1]);
+static const char* recipe_native_obstacle(const Recipe* r) {
+    for (int g = 0; g < NUM_GEMMS; g++) {
+        const QuantSpec* a = &r->slot[2 * g];
+        const QuantSpec* b = &r->slot[2 * g + 1];
+        int qa = !quant_spec_is_bf16(a), qb = !quant_spec_is_bf16(b);
         if (!qa && !qb) continue;
         if (qa != qb) return "a GEMM with one BF16 and one FP4 operand";
-        if (!matmul_fp4_spec_ok(&m->qparams[2 * g]) || !matmul_fp4_spec_ok(&m->qparams[2 * g + 1]))
+        QuantParams pa = quant_params(a), pb = quant_params(b);
+        if (!matmul_fp4_spec_ok(&pa) || !matmul_fp4_spec_ok(&pb))
             return "a slot that is not NVFP4 (cuBLASLt has FP4 GEMMs only for E2M1 with E4M3 scales per 16)";
     }
     return NULL;
 }
 
-// gemm_mode: "auto" (native where the GPU and the recipe allow), "native" (or fail), "emulated".
+// Resolves the recipe for this model and builds every linear's plan (again whenever the recipe
+// changes). gemm_mode: "auto" (native where the GPU and the recipe allow), "native" (or fail), "emulated".
 static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* gemm_mode) {
+    const int L = m->config.num_layers, C = m->config.channels, N = m->B * m->T;
     m->recipe = *r;
-    recipe_resolve_layers(&m->recipe, m->config.num_layers);
+    recipe_resolve_layers(&m->recipe, L);
     recipe_check(&m->recipe);
     m->fp4_seed = seed;
-    m->fp4_any = 0;
-    for (int s = 0; s < NUM_SLOTS; s++) {
-        if (quant_spec_is_bf16(&m->recipe.slot[s])) continue;
-        m->qparams[s] = quant_params(&m->recipe.slot[s]);
-        QuantSpec qk = recipe_qk_spec(&m->recipe, (Slot)s);
-        m->qk_qparams[s] = quant_params(&qk);
-        m->fp4_any = m->recipe.bf16_first + m->recipe.bf16_last < m->config.num_layers;
-    }
+    m->fp4_any = !recipe_is_bf16(&m->recipe) && m->recipe.bf16_first + m->recipe.bf16_last < L;
     m->fp4_native = 0;
     if (m->fp4_any && strcmp(gemm_mode, "emulated") != 0) {
-        const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(m) : matmul_fp4_native_reason();
+        const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(&m->recipe)
+                                                             : matmul_fp4_native_reason();
         fail_if(obstacle && strcmp(gemm_mode, "native") == 0, "--fp4-gemm native: %s", obstacle);
         m->fp4_native = obstacle == NULL;
     }
-    if (!m->fp4_any || m->fp4_scratch) return;
-    size_t need = fp4_scratch_elems((size_t)m->B * m->T, m->config.channels);
-    size_t logits = (size_t)m->B * m->T * m->config.padded_vocab_size;
-    if (need <= logits) {
-        m->fp4_scratch = m->acts.logits;
-    } else {
-        cuda_check(cudaMalloc(&m->fp4_scratch, need * sizeof(floatX)));
-        m->fp4_scratch_owned = 1;
+    if (!m->plans) m->plans = (LinearPlan*)xmalloc((size_t)L * NUM_LINEARS * sizeof(LinearPlan));
+    size_t need = 0;
+    for (int l = 0; l < L; l++)
+        for (int kind = 0; kind < NUM_LINEARS; kind++) {
+            int K, OC;
+            linear_shape(kind, C, &K, &OC);
+            LinearPlan* lp = &m->plans[(size_t)l * NUM_LINEARS + kind];
+            linear_plan_build(lp, &m->recipe, l, L, kind == LIN_QKV, OC, m->fp4_native);
+            size_t b = linear_scratch_bytes(lp, N, K, OC);
+            need = need > b ? need : b;
+        }
+    if (!m->fp4_any) return;
+    if (need > m->fp4_scratch_bytes) {
+        if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
+        m->fp4_scratch_owned = 0;
+        size_t logits = (size_t)N * m->config.padded_vocab_size * sizeof(floatX);
+        if (need <= logits) {
+            m->fp4_scratch = (uint8_t*)m->acts.logits;
+            m->fp4_scratch_bytes = logits;
+        } else {
+            cuda_check(cudaMalloc(&m->fp4_scratch, need));
+            m->fp4_scratch_bytes = need;
+            m->fp4_scratch_owned = 1;
+        }
     }
-    cuda_check(cudaMalloc(&m->fp4_scalars, fp4_scalars_count(m) * sizeof(float)));
-    m->amax_ready = (unsigned char*)calloc((size_t)m->config.num_layers * NUM_LINEARS, 1);
-    size_t nstats = (size_t)m->config.num_layers * NUM_LINEARS * NUM_SLOTS;
+    if (m->fp4_scalars) return;
+    cuda_check(cudaMalloc(&m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars)));
+    m->amax_ahead = (unsigned*)calloc(fp4_sites(m), sizeof(unsigned));
+    size_t nstats = (size_t)L * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
-    cuda_check(cudaMalloc(&m->diag_compare, (size_t)m->config.num_layers * NUM_LINEARS * sizeof(QuantCompare)));
-    // one event pair per quantization call; a harvest window (a backward and the next forward) holds at
-    // most 11 calls per linear: forward 2 (4 for a split QKV), backward 3 (6 split) + 1 diagnostic copy
-    m->qt_capacity = 2 * 12 * NUM_LINEARS * m->config.num_layers;
+    cuda_check(cudaMalloc(&m->diag_compare, (size_t)L * NUM_LINEARS * sizeof(QuantCompare)));
+    // one event pair per quantization pass; a harvest window (a backward and the next forward) holds at
+    // most 11 per linear: forward 2 (4 for a split QKV), backward 3 (6 split) + 1 diagnostic copy
+    m->qt_capacity = 2 * 12 * NUM_LINEARS * L;
     m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
     for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
 }
 
-// Event pairs around each quantization. The pool holds one micro-step's worth; gpt_forward harvests
+// Event pairs around each quantization pass. The pool holds one micro-step's worth; gpt_forward harvests
 // it after its synchronisation (when every recorded event has completed), the step's end once more.
 static int fp4_time_begin(GPT* m) {
     if (m->qt_count + 2 > m->qt_capacity) return 0;
@@ -525,167 +620,185 @@ static QuantStats* diag_stats_at(GPT* m, int l, int kind, Slot slot) {
     return m->diag_stats + ((size_t)l * NUM_LINEARS + kind) * NUM_SLOTS + slot;
 }
 
-__global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }
-
-// SR keys differ for every step, micro-step, layer, linear and slot.
+// SR keys differ for every step, micro-batch, layer, linear and slot (the parts of a split QKV share
+// them: their elements are disjoint).
 static uint64_t fp4_key(const GPT* m, int l, int kind, Slot slot) {
     uint32_t id = (((uint32_t)m->fp4_micro * m->config.num_layers + l) * NUM_LINEARS + kind) * NUM_SLOTS + slot;
     return rng_key(m->fp4_seed, (uint32_t)m->fp4_step, id);
 }
 
-// The fake-quantized target of one operand slot: its copy into dst (cols wide), {amax, scale_dec} at scalars.
-static QuantTarget operand_target(GPT* m, int l, int kind, int qk, Slot slot, int axis, floatX* dst, int64_t cols,
-                                  float* scalars) {
-    const QuantParams* qp = qk ? &m->qk_qparams[slot] : &m->qparams[slot];
-    return quant_target_fake(qp, axis, fp4_key(m, l, kind, slot), dst, cols, scalars, scalars + 1);
+static LinearRun linear_run(GPT* m, int l, int kind, int part, const floatX* inp, const floatX* weight,
+                            const floatX* dout, int N, int K, int OC) {
+    LinearRun r;
+    memset(&r, 0, sizeof(r));
+    r.l = l;
+    r.kind = kind;
+    r.part = part;
+    r.plan = &linear_plan(m, l, kind)->part[part];
+    r.sc = m->fp4_scalars ? m->fp4_scalars + fp4_site(l, kind, part) : NULL;
+    for (int s = 0; s < NUM_SOURCES; s++) r.src[s] = linear_source(r.plan, (OperandSource)s, inp, weight, dout, N, K, OC);
+    for (int s = 0; s < NUM_SLOTS; s++) {   // BF16 operands read their source; quantize_pass replaces the rest
+        const TensorView* v = &r.src[SLOT_SOURCE[s]];
+        r.op[s].form = FORM_BF16;
+        r.op[s].ptr = v->ptr;
+        r.op[s].ld = (int)v->ld;
+    }
+    r.scratch = m->fp4_scratch;
+    return r;
 }
 
-typedef struct {
-    const floatX* ptr;   // what the GEMM reads: the BF16 source, or its quantized copy
-    const float* dec;    // its tensor scale (device float; 1 for BF16)
-    int ld;              // row stride of ptr: the source's ld, or the copy's width
-} Operand;
+// The quantizer target of one slot's copy, carved from the scratch; the slot's operand now reads it.
+static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s) {
+    const OperandPlan* o = &r->plan->op[s];
+    const TensorView* v = &r->src[o->src];
+    OperandScalars* sc = &r->sc->op[s];
+    GemmOperand* g = &r->op[s];
+    g->form = o->form;
+    g->dec = &sc->scale_dec;
+    const uint64_t key = fp4_key(m, r->l, r->kind, s);
+    if (o->form == FORM_FAKE) {
+        floatX* copy = (floatX*)scratch_take(m, &r->scratch, operand_bytes(o, v->rows, v->cols));
+        g->ptr = copy;
+        g->ld = (int)v->cols;
+        return quant_target_fake(&o->q, o->axis, key, copy, v->cols, &sc->amax, &sc->scale_dec);
+    }
+    const int64_t R = o->axis ? v->rows : v->cols, K = o->axis ? v->cols : v->rows;
+    uint8_t* codes = scratch_take(m, &r->scratch, (size_t)(R * K / 2));
+    uint8_t* raw_scales = scratch_take(m, &r->scratch, (size_t)(R * K / 16));
+    g->codes = codes;
+    g->scales = scratch_take(m, &r->scratch, matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
+    return quant_target_packed(&o->q, o->axis, key, codes, raw_scales, &sc->amax, &sc->scale_dec);
+}
 
-// Up to two quantized copies of one rows x cols source (rows ld apart), from one read per pass. axis 1:
-// blocks along cols (row-wise), axis 0: along rows (column-wise). Unquantized slots pass the source
-// through. qk: the Q/K part of a split QKV linear (m->qk_qparams; no diagnostics: those count the
-// recipe's own formats, here the V part).
-//   amax_also: another target of the same source whose tensor amax the amax pass also takes (for a later
-//              apply with have_amax); only where the fast kernels take both targets in one pass, and
-//              only when this call quantizes a single target. Returns whether it did.
-//   have_amax: the targets' amax slots already hold this source's amax: the apply pass only.
-// scalars: a site's slots (fp4_sc), zeroed at the start of the forward, so the amax pass adds no memset.
-static int quantize_operands_ld(GPT* m, const floatX* src, int64_t rows, int64_t cols, int64_t ld, int l, int kind,
-                                int qk, const Slot* slots, const int* axes, floatX* const* dst, float* scalars,
-                                int n, Operand* out, const QuantTarget* amax_also = NULL, int have_amax = 0) {
-    QuantTarget t[2];   // the targets; with amax_also, t[1] is that target (amax pass only)
-    int nt = 0;
-    for (int i = 0; i < n; i++) {
-        if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) {
-            out[i].ptr = src;
-            out[i].dec = g_matmul.constants + 1;
-            out[i].ld = (int)ld;
-            continue;
+// Quantizes a view for 1 or 2 targets, amax pass and apply pass, on the fast kernels where they take the
+// targets (bit-identical to the reference kernels, dev/test/test_quant_fast.cu), else the reference ones.
+// ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes (fast
+// kernels only); returns whether it did. have_amax: the targets' amaxes are already in place.
+static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int n, const QuantTarget* ahead,
+                         int have_amax) {
+    QuantTarget all[3];
+    for (int i = 0; i < n; i++) all[i] = t[i];
+    int took_ahead = 0;
+    const int timed = fp4_time_begin(m);
+    if (quant_fast_supported(t, n, v->rows, v->cols, v->ld)) {
+        if (ahead && !have_amax) {
+            all[n] = *ahead;
+            took_ahead = quant_fast_supported(all, n + 1, v->rows, v->cols, v->ld);
         }
-        t[nt++] = operand_target(m, l, kind, qk, slots[i], axes[i], dst[i], cols, scalars + 2 * i);
-        out[i].ptr = dst[i];
-        out[i].dec = scalars + 2 * i + 1;
-        out[i].ld = (int)cols;
-    }
-    if (!nt) return 0;
-    int timed = fp4_time_begin(m), took_also = 0;
-    // the fast kernels are bit-identical to the reference ones (dev/test/test_quant_fast.cu) for the
-    // configurations they take; anything else goes to the reference kernels
-    if (amax_also && nt == 1) {
-        t[1] = *amax_also;
-        took_also = quant_fast_supported(t, 2, rows, cols, ld);   // implies each target alone is supported
-    }
-    if (took_also) {
-        quant_fast_amax_gpu(src, rows, cols, ld, t, 2, m->stream, 1);
-        quant_fast_apply_gpu(src, rows, cols, ld, t, 1, m->stream);
-    } else if (quant_fast_supported(t, nt, rows, cols, ld)) {
-        if (!have_amax) quant_fast_amax_gpu(src, rows, cols, ld, t, nt, m->stream, 1);
-        quant_fast_apply_gpu(src, rows, cols, ld, t, nt, m->stream);
+        if (!have_amax) quant_fast_amax_gpu(v->ptr, v->rows, v->cols, v->ld, all, n + took_ahead, m->stream, 1);
+        quant_fast_apply_gpu(v->ptr, v->rows, v->cols, v->ld, t, n, m->stream);
     } else {
         fail_if(have_amax, "internal: an apply-only quantization outside the fast kernels");
-        quantize_gpu(src, rows, cols, ld, t, nt, m->stream);
+        quantize_gpu(v->ptr, v->rows, v->cols, v->ld, t, n, m->stream);
     }
     fp4_time_end(m, timed);
-    if (m->diag_active && !qk) {
-        for (int i = 0, k = 0; i < n; i++) {
-            if (quant_spec_is_bf16(&m->recipe.slot[slots[i]])) continue;
-            quant_stats_gpu(src, rows, cols, ld, &t[k++], 1, diag_stats_at(m, l, kind, slots[i]), m->stream);
-        }
+    return took_ahead;
+}
+
+// One pass of the plan: the copies it asks of one source from one read, their scales, and the
+// diagnostics' statistics of each.
+static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
+    const TensorView* v = &r->src[pass->src];
+    QuantTarget t[2], ahead;
+    for (int i = 0; i < pass->ntargets; i++) t[i] = operand_target(m, r, pass->target[i]);
+    unsigned* ahead_bits = &m->amax_ahead[fp4_site(r->l, r->kind, r->part)];
+    const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward;
+    if (want_ahead) {   // an amax-only target: its copy pointer is never written by an amax pass
+        const OperandPlan* o = &r->plan->op[pass->ahead];
+        ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
+                                  &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
     }
-    return took_also;
+    const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
+    if (quantize_view(m, v, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
+    for (int i = 0; i < pass->ntargets; i++) {
+        const OperandPlan* o = &r->plan->op[pass->target[i]];
+        if (o->form != FORM_PACKED) continue;   // the native GEMM reads its scales swizzled
+        const int64_t R = o->axis ? v->rows : v->cols, K = o->axis ? v->cols : v->rows;
+        fp4_swizzle_scales_gpu((uint8_t*)r->op[pass->target[i]].scales, t[i].scales, (int)R, (int)(K / 16), m->stream);
+    }
+    if (m->diag_active && !r->plan->qk)   // the statistics describe the recipe's own formats
+        for (int i = 0; i < pass->ntargets; i++)
+            quant_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &t[i], 1, diag_stats_at(m, r->l, r->kind, pass->target[i]),
+                            m->stream);
 }
 
-static void quantize_operands(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind,
-                              const Slot* slots, const int* axes, floatX* const* dst, float* scalars, int n,
-                              Operand* out) {
-    quantize_operands_ld(m, src, rows, cols, cols, l, kind, 0, slots, axes, dst, scalars, n, out);
-}
+__global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }
 
-static const float* fp4_alpha(GPT* m, const Operand* a, const Operand* b, float* slot) {
-    if (a->dec == g_matmul.constants + 1 && b->dec == g_matmul.constants + 1) return NULL;
-    scale_product_kernel<<<1, 1, 0, m->stream>>>(slot, a->dec, b->dec);
+// The GEMM's alpha: the product of its operands' tensor scales (NULL when both are BF16 sources).
+static const float* gemm_alpha(GPT* m, LinearRun* r, int g) {
+    const float* a = r->op[2 * g].dec;
+    const float* b = r->op[2 * g + 1].dec;
+    if (!a || !b) return a ? a : b;
+    scale_product_kernel<<<1, 1, 0, m->stream>>>(&r->sc->alpha[g], a, b);
     cuda_check_last();
-    return slot;
+    return &r->sc->alpha[g];
 }
 
-static void probe_gemm(GPT* m, int l, int kind, int gemm, int backward, int o0, int n, const floatX* a, int lda,
-                       const float* a_dec, const floatX* b, int ldb, const float* b_dec) {
+// Where a GEMM writes: fprop BF16 rows ld apart plus a bias; dgrad BF16, or FP32 (the sum over the
+// parts of a split QKV, accumulate after the first); wgrad FP32, always accumulated.
+typedef struct {
+    void* ptr;
+    int ld;
+    const floatX* bias;
+    int f32, accumulate;
+} GemmOut;
+
+static void probe_gemm(GPT* m, const LinearRun* r, int g) {
     if (!m->probe) return;
-    GemmProbe p = {l, kind, gemm, backward, o0, n, a, lda, a_dec, b, ldb, b_dec};
+    const GemmOperand* a = &r->op[2 * g];
+    const GemmOperand* b = &r->op[2 * g + 1];
+    GemmProbe p = {r->l, r->kind, g, g != GEMM_FPROP, r->plan->o0, r->plan->n, a->ptr, a->ld, a->dec, b->ptr, b->ld, b->dec};
     m->probe(m->probe_ctx, &p);
 }
 
-// The native path: packed E2M1 codes and E4M3 scales (swizzled into cuBLASLt's tile layout) carved
-// from the same scratch, in 256-byte aligned pieces.
-typedef struct {
-    const uint8_t* codes;
-    const uint8_t* scales;   // swizzled
-    const float* dec;
-} PackedOperand;
-
-static uint8_t* scratch_take(uint8_t** cursor, size_t bytes) {
-    uint8_t* p = *cursor;
-    *cursor += (size_t)ceil_div((int64_t)bytes, 256) * 256;
-    return p;
+static void probe_pass_done(GPT* m, int l, int kind, int backward) {
+    if (!m->probe) return;
+    GemmProbe p = {l, kind, -1, backward, 0, 0, NULL, 0, NULL, NULL, 0, NULL};
+    m->probe(m->probe_ctx, &p);
 }
 
-// Packed copies (1 or 2) of one rows x cols source for native GEMMs: slot specs must be NVFP4.
-static void quantize_packed(GPT* m, const floatX* src, int64_t rows, int64_t cols, int l, int kind, const Slot* slots,
-                            const int* axes, int n, uint8_t** cursor, float* scalars, PackedOperand* out) {
-    QuantTarget t[2];
-    uint8_t* raw_scales[2];
-    for (int i = 0; i < n; i++) {
-        int64_t R = axes[i] ? rows : cols, K = axes[i] ? cols : rows;   // operand rows and reduction length
-        uint8_t* codes = scratch_take(cursor, (size_t)(R * K / 2));
-        raw_scales[i] = scratch_take(cursor, (size_t)(R * K / 16));
-        t[i] = quant_target_packed(&m->qparams[slots[i]], axes[i], fp4_key(m, l, kind, slots[i]), codes, raw_scales[i],
-                                   scalars + 2 * i, scalars + 2 * i + 1);
-        out[i].codes = codes;
-        out[i].dec = scalars + 2 * i + 1;
+// GEMM g of one part on the operands its plan made: the one place that dispatches on the operand form.
+// The plan gives both operands of a GEMM the same kind of form (packed only with packed).
+static void gemm_run(GPT* m, LinearRun* r, int g, const GemmOut* out) {
+    const GemmOperand* a = &r->op[2 * g];
+    const GemmOperand* b = &r->op[2 * g + 1];
+    const int N = (int)r->src[SRC_X].rows, K = (int)r->src[SRC_X].cols, n = r->plan->n;
+    const float* alpha = gemm_alpha(m, r, g);
+    cudaStream_t s = m->stream;
+    if (a->form == FORM_PACKED) {
+        switch (g) {
+        case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, out->bias,
+                                            N, K, n, alpha, s); break;
+        case GEMM_DGRAD: matmul_fp4_dgrad((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
+                         break;
+        default:         matmul_fp4_wgrad((float*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
+        }
+    } else {
+        switch (g) {
+        case GEMM_FPROP: matmul_forward_ld((floatX*)out->ptr, out->ld, a->ptr, b->ptr, out->bias, N, K, n, alpha, s); break;
+        case GEMM_DGRAD:
+            if (out->f32) matmul_dgrad_f32_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, out->accumulate, alpha, s);
+            else matmul_dgrad_ld((floatX*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, out->accumulate, alpha, s);
+            break;
+        default:         matmul_wgrad_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, alpha, s);
+        }
     }
-    int timed = fp4_time_begin(m);
-    quantize_gpu(src, rows, cols, cols, t, n, m->stream);
-    for (int i = 0; i < n; i++) {
-        int64_t R = axes[i] ? rows : cols, K = axes[i] ? cols : rows;
-        uint8_t* sw = scratch_take(cursor, matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
-        fp4_swizzle_scales_gpu(sw, raw_scales[i], (int)R, (int)(K / 16), m->stream);
-        out[i].scales = sw;
-    }
-    fp4_time_end(m, timed);
+    probe_gemm(m, r, g);
 }
 
-static int linear_is_fp4(const GPT* m, int l) {
-    return m->fp4_any && recipe_layer_is_fp4(&m->recipe, l, m->config.num_layers);
-}
-
-static size_t align128(size_t n) { return (size_t)ceil_div((int64_t)n, 128) * 128; }
-
-// Q/K projections in FP8 (recipe.qk_fp8, seed 002's option). The QKV linear splits along its output
-// channels into the Q/K part [0, 2C) and the V part [2C, 3C), and each part runs its three GEMMs on
-// its own quantized operands: Q/K with m->qk_qparams (MXFP8), V with the recipe's slots. Each part is
-// quantized as a tensor of its own (its own amax; a dY part is a column slice, rows 3C apart) and X
-// gets one copy per part. Always emulated (BF16 GEMMs), also where native NVFP4 GEMMs exist.
-static void qkv_split_forward(GPT* m, int l, floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
-                              int N, int C) {
-    const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
-    const int row_wise = 1;
-    for (int part = 0; part < 2; part++) {
-        const int o0 = part ? 2 * C : 0, n = part ? C : 2 * C;
-        floatX* qx = m->fp4_scratch;
-        floatX* qw = qx + align128((size_t)N * C);
-        float* sc = fp4_sc(m, l, LIN_QKV, 0, !part);
-        Operand x, w;
-        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &row_wise, &qx, sc, 1, &x);
-        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &row_wise, &qw, sc + 2, 1, &w);
-        matmul_forward_ld(out + o0, 3 * C, x.ptr, w.ptr, bias ? bias + o0 : NULL, N, C, n, fp4_alpha(m, &x, &w, sc + 8),
-                          m->stream);
-        probe_gemm(m, l, LIN_QKV, 0, 0, o0, n, x.ptr, x.ld, x.dec, w.ptr, w.ld, w.dec);
-    }
+// Diagnostics: how far the weight copy the forward used is from the one the backward used (seed 002's
+// inconsistency; zero with 2D blocks), both in the weight's layout (without a Hadamard, plan.compare_w).
+static void diag_compare_weights(GPT* m, LinearRun* r) {
+    const OperandPlan* o = &r->plan->op[SLOT_FPROP_W];
+    const TensorView* w = &r->src[SRC_W];
+    floatX* copy = (floatX*)scratch_take(m, &r->scratch, operand_bytes(o, w->rows, w->cols));
+    OperandScalars* sc = &r->sc->diag_fprop_w;
+    QuantTarget t = quant_target_fake(&o->q, o->axis, fp4_key(m, r->l, r->kind, SLOT_FPROP_W), copy, w->cols, &sc->amax,
+                                      &sc->scale_dec);
+    quantize_view(m, w, &t, 1, NULL, 0);
+    const GemmOperand* dw = &r->op[SLOT_DGRAD_W];
+    quant_compare_gpu(dw->ptr, dw->dec, copy, &sc->scale_dec, w->rows * w->cols,
+                      m->diag_compare + (size_t)r->l * NUM_LINEARS + r->kind, m->stream);
 }
 
 __global__ void f32_to_bf16_kernel(floatX* out, const float* in, size_t n) {
@@ -693,187 +806,41 @@ __global__ void f32_to_bf16_kernel(floatX* out, const float* in, size_t n) {
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// dinp = sum over both parts of dY_part @ W_part, summed in FP32 and rounded to BF16 once (as the
-// unsplit GEMM does; a BF16 partial sum would add its own rounding, visible where the parts cancel);
-// dweight rows of each part += dY_part^T @ X.
-static void qkv_split_backward(GPT* m, int l, floatX* dinp, float* dweight, const floatX* dout, const floatX* inp,
-                               const floatX* weight, int N, int C) {
-    const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY}, sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
-    const int dy_axes[2] = {1, 0}, col_wise = 0;
-    // scratch: the largest part's four operands, then the FP32 sum (in floatX units)
-    const size_t ops = 2 * align128((size_t)N * 2 * C) + align128((size_t)N * C) + align128((size_t)2 * C * C);
-    fail_if(ops + 2 * align128((size_t)N * C) > fp4_scratch_elems((size_t)N, (size_t)C),
-            "internal: the Q/K split needs more FP4 scratch than was allocated");
-    float* dsum = (float*)(m->fp4_scratch + ops);
-    for (int part = 0; part < 2; part++) {
-        const int o0 = part ? 2 * C : 0, n = part ? C : 2 * C;
-        floatX* q_dy_dgrad = m->fp4_scratch;
-        floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * n);
-        floatX* q_x = q_dy_wgrad + align128((size_t)N * n);
-        floatX* q_w = q_x + align128((size_t)N * C);
-        floatX* dy_dst[2] = {q_dy_dgrad, q_dy_wgrad};
-        float* sc = fp4_sc(m, l, LIN_QKV, 1, !part);
-        Operand dy[2], w, x;
-        quantize_operands_ld(m, dout + o0, N, n, 3 * C, l, LIN_QKV, !part, dy_slots, dy_axes, dy_dst, sc, 2, dy);
-        quantize_operands_ld(m, weight + (size_t)o0 * C, n, C, C, l, LIN_QKV, !part, &sw, &col_wise, &q_w, sc + 4, 1, &w);
-        quantize_operands_ld(m, inp, N, C, C, l, LIN_QKV, !part, &sx, &col_wise, &q_x, sc + 6, 1, &x);
-        matmul_dgrad_f32_ld(dsum, dy[0].ptr, dy[0].ld, w.ptr, N, C, n, part, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
-        matmul_wgrad_ld(dweight + (size_t)o0 * C, dy[1].ptr, dy[1].ld, x.ptr, N, C, n, fp4_alpha(m, &dy[1], &x, sc + 9),
-                        m->stream);
-        probe_gemm(m, l, LIN_QKV, 1, 1, o0, n, dy[0].ptr, dy[0].ld, dy[0].dec, w.ptr, w.ld, w.dec);
-        probe_gemm(m, l, LIN_QKV, 2, 1, o0, n, dy[1].ptr, dy[1].ld, dy[1].dec, x.ptr, x.ld, x.dec);
-    }
-    const size_t n = (size_t)N * C;
-    f32_to_bf16_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, m->stream>>>(dinp, dsum, n);
-    cuda_check_last();
-}
-
 // out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias
-static void linear_forward_impl(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
-                           const floatX* bias, int N, int K, int OC) {
-    if (!linear_is_fp4(m, l)) {
-        matmul_forward(out, inp, weight, bias, N, K, OC, NULL, m->stream);
-        probe_gemm(m, l, kind, 0, 0, 0, OC, inp, K, NULL, weight, K, NULL);
-        return;
-    }
-    if (kind == LIN_QKV && m->recipe.qk_fp8) {
-        qkv_split_forward(m, l, out, inp, weight, bias, N, K);
-        return;
-    }
-    if (m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_FPROP_X])) {
-        uint8_t* cursor = (uint8_t*)m->fp4_scratch;
-        const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
-        const int row_wise = 1;
-        PackedOperand x, w;
-        float* sc = fp4_sc(m, l, kind, 0);
-        quantize_packed(m, inp, N, K, l, kind, &sx, &row_wise, 1, &cursor, sc, &x);
-        quantize_packed(m, weight, OC, K, l, kind, &sw, &row_wise, 1, &cursor, sc + 2, &w);
-        matmul_fp4_alpha_gpu(sc + 8, x.dec, w.dec, m->stream);
-        matmul_fp4_forward(out, x.codes, x.scales, w.codes, w.scales, bias, N, K, OC, sc + 8, m->stream);
-        return;
-    }
-    floatX* qx = m->fp4_scratch;
-    floatX* qw = qx + align128((size_t)N * K);
-    const Slot sx = SLOT_FPROP_X, sw = SLOT_FPROP_W;
-    const int row_wise = 1;
-    Operand x, w;
-    float* sc = fp4_sc(m, l, kind, 0);
-    // with a backward to follow, the amax passes over X and W also take wgrad.x's and dgrad.w's amaxes,
-    // into the backward's site (their targets' fake pointers are never written by an amax pass)
-    float* bsc = fp4_sc(m, l, kind, 1);
-    QuantTarget xw_target, wd_target;
-    const QuantTarget *x_also = NULL, *w_also = NULL;
-    if (m->fwd_for_backward && !quant_spec_is_bf16(&m->recipe.slot[SLOT_WGRAD_X])) {
-        xw_target = operand_target(m, l, kind, 0, SLOT_WGRAD_X, 0, qx, K, bsc + 6);
-        x_also = &xw_target;
-    }
-    if (m->fwd_for_backward && !quant_spec_is_bf16(&m->recipe.slot[SLOT_DGRAD_W])) {
-        wd_target = operand_target(m, l, kind, 0, SLOT_DGRAD_W, 0, qw, K, bsc + 4);
-        w_also = &wd_target;
-    }
-    const int rx = quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &row_wise, &qx, sc, 1, &x, x_also);
-    const int rw = quantize_operands_ld(m, weight, OC, K, K, l, kind, 0, &sw, &row_wise, &qw, sc + 2, 1, &w, w_also);
-    m->amax_ready[(size_t)l * NUM_LINEARS + kind] = (unsigned char)((rx ? AMAX_READY_X : 0) | (rw ? AMAX_READY_W : 0));
-    matmul_forward(out, x.ptr, w.ptr, bias, N, K, OC, fp4_alpha(m, &x, &w, sc + 8), m->stream);
-    probe_gemm(m, l, kind, 0, 0, 0, OC, x.ptr, x.ld, x.dec, w.ptr, w.ld, w.dec);
-}
-
 static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
                            const floatX* bias, int N, int K, int OC) {
-    linear_forward_impl(m, l, kind, out, inp, weight, bias, N, K, OC);
-    probe_gemm(m, l, kind, -1, 0, 0, OC, NULL, 0, NULL, NULL, 0, NULL);
+    const LinearPlan* lp = linear_plan(m, l, kind);
+    for (int p = 0; p < lp->nparts; p++) {
+        LinearRun r = linear_run(m, l, kind, p, inp, weight, NULL, N, K, OC);
+        for (int i = 0; i < r.plan->npasses[0]; i++) quantize_pass(m, &r, &r.plan->pass[0][i], 0);
+        const GemmOut y = {out + r.plan->o0, OC, bias ? bias + r.plan->o0 : NULL, 0, 0};
+        gemm_run(m, &r, GEMM_FPROP, &y);
+    }
+    probe_pass_done(m, l, kind, 0);
 }
 
-// dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout).
-static void linear_backward_impl(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
-                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
-    if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
-    if (!linear_is_fp4(m, l)) {
-        matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
-        matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
-        probe_gemm(m, l, kind, 1, 1, 0, OC, dout, OC, NULL, weight, K, NULL);
-        probe_gemm(m, l, kind, 2, 1, 0, OC, dout, OC, NULL, inp, K, NULL);
-        return;
-    }
-    if (kind == LIN_QKV && m->recipe.qk_fp8) {
-        qkv_split_backward(m, l, dinp, dweight, dout, inp, weight, N, K);
-        return;
-    }
-    int native_dgrad = m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_DGRAD_DY]);
-    int native_wgrad = m->fp4_native && !quant_spec_is_bf16(&m->recipe.slot[SLOT_WGRAD_DY]);
-    if (native_dgrad || native_wgrad) {
-        // native GEMMs where the recipe quantizes them, BF16 GEMMs for a GEMM the recipe leaves in BF16
-        uint8_t* cursor = (uint8_t*)m->fp4_scratch;
-        float* sc = fp4_sc(m, l, kind, 1);
-        if (native_dgrad) {
-            const Slot dy_slot = SLOT_DGRAD_DY, w_slot = SLOT_DGRAD_W;
-            const int row_wise = 1, col_wise = 0;
-            PackedOperand dy, w;
-            quantize_packed(m, dout, N, OC, l, kind, &dy_slot, &row_wise, 1, &cursor, sc, &dy);
-            quantize_packed(m, weight, OC, K, l, kind, &w_slot, &col_wise, 1, &cursor, sc + 2, &w);
-            matmul_fp4_alpha_gpu(sc + 8, dy.dec, w.dec, m->stream);
-            matmul_fp4_dgrad(dinp, dy.codes, dy.scales, w.codes, w.scales, N, K, OC, sc + 8, m->stream);
-        } else {
-            matmul_dgrad(dinp, dout, weight, N, K, OC, NULL, m->stream);
-        }
-        if (native_wgrad) {
-            const Slot dy_slot = SLOT_WGRAD_DY, x_slot = SLOT_WGRAD_X;
-            const int col_wise = 0;
-            PackedOperand dy, x;
-            quantize_packed(m, dout, N, OC, l, kind, &dy_slot, &col_wise, 1, &cursor, sc + 4, &dy);
-            quantize_packed(m, inp, N, K, l, kind, &x_slot, &col_wise, 1, &cursor, sc + 6, &x);
-            matmul_fp4_alpha_gpu(sc + 9, dy.dec, x.dec, m->stream);
-            matmul_fp4_wgrad(dweight, dy.codes, dy.scales, x.codes, x.scales, N, K, OC, sc + 9, m->stream);
-        } else {
-            matmul_wgrad(dweight, dout, inp, N, K, OC, NULL, m->stream);
-        }
-        return;
-    }
-    floatX* q_dy_dgrad = m->fp4_scratch;
-    floatX* q_dy_wgrad = q_dy_dgrad + align128((size_t)N * OC);
-    floatX* q_x = q_dy_wgrad + align128((size_t)N * OC);
-    floatX* q_w = q_x + align128((size_t)N * K);
-    float* sc = fp4_sc(m, l, kind, 1);
-    // dY: the dgrad copy along OC (row-wise) and the wgrad copy along tokens (column-wise), one pass
-    const Slot dy_slots[2] = {SLOT_DGRAD_DY, SLOT_WGRAD_DY};
-    const int dy_axes[2] = {1, 0};
-    floatX* dy_dst[2] = {q_dy_dgrad, q_dy_wgrad};
-    Operand dy[2], w, x;
-    quantize_operands(m, dout, N, OC, l, kind, dy_slots, dy_axes, dy_dst, sc, 2, dy);
-    const Slot sw = SLOT_DGRAD_W, sx = SLOT_WGRAD_X;
-    const int col_wise = 0;
-    // dgrad.w's and wgrad.x's amaxes from the forward, where it took them
-    unsigned char* ready = &m->amax_ready[(size_t)l * NUM_LINEARS + kind];
-    quantize_operands_ld(m, weight, OC, K, K, l, kind, 0, &sw, &col_wise, &q_w, sc + 4, 1, &w, NULL,
-                         (*ready & AMAX_READY_W) != 0);
-    quantize_operands_ld(m, inp, N, K, K, l, kind, 0, &sx, &col_wise, &q_x, sc + 6, 1, &x, NULL,
-                         (*ready & AMAX_READY_X) != 0);
-    *ready = 0;
-    matmul_dgrad(dinp, dy[0].ptr, w.ptr, N, K, OC, fp4_alpha(m, &dy[0], &w, sc + 8), m->stream);
-    matmul_wgrad(dweight, dy[1].ptr, x.ptr, N, K, OC, fp4_alpha(m, &dy[1], &x, sc + 9), m->stream);
-    probe_gemm(m, l, kind, 1, 1, 0, OC, dy[0].ptr, dy[0].ld, dy[0].dec, w.ptr, w.ld, w.dec);
-    probe_gemm(m, l, kind, 2, 1, 0, OC, dy[1].ptr, dy[1].ld, dy[1].dec, x.ptr, x.ld, x.dec);
-    // diagnostics: how far the weight the forward used is from the one the backward used (seed 002's
-    // inconsistency; zero with 2D blocks). Both copies in the weight's layout; with a Hadamard they
-    // live in differently rotated spaces and are not compared.
-    const QuantSpec* fw = &m->recipe.slot[SLOT_FPROP_W];
-    const QuantSpec* dw = &m->recipe.slot[SLOT_DGRAD_W];
-    if (m->diag_active && !quant_spec_is_bf16(fw) && !quant_spec_is_bf16(dw) && !fw->hadamard && !dw->hadamard) {
-        const int row_wise = 1;
-        const Slot fslot = SLOT_FPROP_W;
-        Operand wf;
-        m->diag_active = 0;  // this copy is already counted in fprop.w's statistics
-        quantize_operands(m, weight, OC, K, l, kind, &fslot, &row_wise, &q_dy_dgrad, sc + 10, 1, &wf);
-        m->diag_active = 1;
-        quant_compare_gpu(w.ptr, w.dec, wf.ptr, wf.dec, (int64_t)OC * K,
-                          m->diag_compare + (size_t)l * NUM_LINEARS + kind, m->stream);
-    }
-}
-
+// dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout). The data
+// gradient of a split QKV sums its parts in FP32 and rounds to BF16 once, as the unsplit GEMM does.
 static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
                             const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
-    linear_backward_impl(m, l, kind, dinp, dweight, dbias, dout, inp, weight, N, K, OC);
-    probe_gemm(m, l, kind, -1, 1, 0, OC, NULL, 0, NULL, NULL, 0, NULL);
+    if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
+    const LinearPlan* lp = linear_plan(m, l, kind);
+    float* dsum = lp->nparts > 1 ? (float*)(m->fp4_scratch + split_sum_offset(lp, N, K, OC)) : NULL;
+    for (int p = 0; p < lp->nparts; p++) {
+        LinearRun r = linear_run(m, l, kind, p, inp, weight, dout, N, K, OC);
+        for (int i = 0; i < r.plan->npasses[1]; i++) quantize_pass(m, &r, &r.plan->pass[1][i], 1);
+        const GemmOut dx = dsum ? GemmOut{dsum, K, NULL, 1, p > 0} : GemmOut{dinp, K, NULL, 0, 0};
+        gemm_run(m, &r, GEMM_DGRAD, &dx);
+        const GemmOut dw = {dweight + (size_t)r.plan->o0 * K, K, NULL, 1, 1};
+        gemm_run(m, &r, GEMM_WGRAD, &dw);
+        if (m->diag_active && r.plan->compare_w) diag_compare_weights(m, &r);
+    }
+    if (dsum) {
+        const size_t n = (size_t)N * K;
+        f32_to_bf16_kernel<<<(unsigned)ceil_div((int64_t)n, 256), 256, 0, m->stream>>>(dinp, dsum, n);
+        cuda_check_last();
+    }
+    probe_pass_done(m, l, kind, 1);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -890,9 +857,9 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     ParamTensors<floatX>* p = &m->params;
     cuda_check(cudaMemcpyAsync(m->inputs_device, inputs, N * sizeof(int), cudaMemcpyHostToDevice, s));
     m->fwd_for_backward = backward;
-    if (m->amax_ready) {
-        memset(m->amax_ready, 0, (size_t)L * NUM_LINEARS);
-        cuda_check(cudaMemsetAsync(m->fp4_scalars, 0, fp4_scalars_count(m) * sizeof(float), s));
+    if (m->amax_ahead) {
+        memset(m->amax_ahead, 0, fp4_sites(m) * sizeof(unsigned));
+        cuda_check(cudaMemsetAsync(m->fp4_scalars, 0, fp4_sites(m) * sizeof(LinearScalars), s));
     }
     if (targets) cuda_check(cudaMemcpyAsync(m->targets_device, targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
 

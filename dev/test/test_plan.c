@@ -1,0 +1,140 @@
+// test_plan.c: CPU tests of llmc/linear_plan.h: for every preset, with and without FP8 Q/K projections,
+// on BF16 and FP4 blocks, with a GEMM switched off and on the native path, each linear's plan reads each
+// slot from the right tensor along the right axis, in the form the recipe asks, with the recipe's spec;
+// the passes make every quantized copy exactly once from one read of its source; the forward takes the
+// amax of exactly the backward copies that can share its read; a split QKV has the Q/K part [0, 2C) on
+// MXFP8 and the V part [2C, 3C) on the recipe.
+// The expectations are written out here from RECIPES.md, not taken from the plan code.
+#include "llmc/linear_plan.h"
+#include "dev/test/testing.h"
+
+// fprop.x fprop.w dgrad.dy dgrad.w wgrad.dy wgrad.x: source and axis
+static const OperandSource WANT_SOURCE[NUM_SLOTS] = {SRC_X, SRC_W, SRC_DY, SRC_W, SRC_DY, SRC_X};
+static const int WANT_AXIS[NUM_SLOTS] = {1, 1, 1, 0, 0, 0};
+
+static int same_spec(const QuantSpec* a, const QuantSpec* b) {
+    char x[96], y[96];
+    quant_spec_format(a, x, sizeof(x));
+    quant_spec_format(b, y, sizeof(y));
+    return strcmp(x, y) == 0;
+}
+
+static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, int native, const char* what) {
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        const OperandPlan* o = &p->op[s];
+        CHECK(o->slot == s && o->src == WANT_SOURCE[s] && o->axis == WANT_AXIS[s], "%s: slot %s reads %s along axis %d",
+              what, SLOT_NAMES[s], SOURCE_NAMES[o->src], o->axis);
+        const int quantized = fp4 && !quant_spec_is_bf16(&r->slot[s]);
+        const int g = s / 2, other = s ^ 1;
+        const int gemm_native = native && !qk && quantized && !quant_spec_is_bf16(&r->slot[other]);
+        const OperandForm want = !quantized ? FORM_BF16 : gemm_native ? FORM_PACKED : FORM_FAKE;
+        CHECK(o->form == want, "%s: slot %s form %s, want %s", what, SLOT_NAMES[s], FORM_NAMES[o->form], FORM_NAMES[want]);
+        if (quantized) {
+            QuantSpec spec = qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
+            CHECK(same_spec(&o->spec, &spec), "%s: slot %s has another spec than the recipe's", what, SLOT_NAMES[s]);
+        }
+        (void)g;
+    }
+    // every quantized slot made exactly once, in its GEMM's phase, by a pass over its source
+    int made[NUM_SLOTS] = {0};
+    for (int ph = 0; ph < 2; ph++)
+        for (int i = 0; i < p->npasses[ph]; i++) {
+            const QuantPass* q = &p->pass[ph][i];
+            CHECK(q->ntargets >= 1 && q->ntargets <= 2, "%s: a pass with %d copies", what, q->ntargets);
+            if (q->ntargets == 2)
+                CHECK(WANT_AXIS[q->target[0]] != WANT_AXIS[q->target[1]], "%s: two copies of one axis in a pass", what);
+            for (int k = 0; k < q->ntargets; k++) {
+                const Slot s = q->target[k];
+                CHECK(WANT_SOURCE[s] == q->src && (s >= 2) == ph, "%s: pass over %s makes %s in the %s", what,
+                      SOURCE_NAMES[q->src], SLOT_NAMES[s], ph ? "backward" : "forward");
+                made[s]++;
+            }
+            // the forward takes ahead the amax of the backward copy of its source, when the backward makes it
+            // alone and both are fake-quant copies (X: wgrad.x, W: dgrad.w; never dY, which has no forward)
+            Slot want_ahead = NO_SLOT;
+            if (!ph && q->ntargets == 1) {
+                const Slot b = q->src == SRC_X ? SLOT_WGRAD_X : SLOT_DGRAD_W;
+                if (p->op[q->target[0]].form == FORM_FAKE && p->op[b].form == FORM_FAKE) want_ahead = b;
+            }
+            CHECK(q->ahead == want_ahead, "%s: pass over %s takes ahead %s, want %s", what, SOURCE_NAMES[q->src],
+                  q->ahead == NO_SLOT ? "nothing" : SLOT_NAMES[q->ahead], want_ahead == NO_SLOT ? "nothing" : SLOT_NAMES[want_ahead]);
+        }
+    for (int s = 0; s < NUM_SLOTS; s++)
+        CHECK(made[s] == (p->op[s].form != FORM_BF16), "%s: slot %s made %d times", what, SLOT_NAMES[s], made[s]);
+    // the dY copies share one read
+    if (p->op[SLOT_DGRAD_DY].form != FORM_BF16 && p->op[SLOT_WGRAD_DY].form != FORM_BF16) {
+        int shared = 0;
+        for (int i = 0; i < p->npasses[1]; i++) shared |= p->pass[1][i].src == SRC_DY && p->pass[1][i].ntargets == 2;
+        CHECK(shared, "%s: dY's two copies take two reads", what);
+    }
+}
+
+static void check_recipe(const Recipe* r0, int L, int C, int native, const char* label) {
+    Recipe r = *r0;
+    recipe_resolve_layers(&r, L);
+    recipe_check(&r);
+    int plans = 0;
+    for (int l = 0; l < L; l++)
+        for (int kind = 0; kind < 4; kind++) {
+            const int OC = kind == 0 ? 3 * C : kind == 2 ? 4 * C : C;
+            LinearPlan lp;
+            linear_plan_build(&lp, &r, l, L, kind == 0, OC, native);
+            const int fp4 = !recipe_is_bf16(&r) && l >= r.bf16_first && l < L - r.bf16_last;
+            const int split = fp4 && r.qk_fp8 && kind == 0;
+            char what[160];
+            snprintf(what, sizeof(what), "%s layer %d linear %d", label, l, kind);
+            CHECK(lp.quantized == fp4 && lp.nparts == (split ? 2 : 1), "%s: %d parts", what, lp.nparts);
+            if (split) {
+                CHECK(lp.part[0].o0 == 0 && lp.part[0].n == 2 * C && lp.part[0].qk && lp.part[1].o0 == 2 * C &&
+                      lp.part[1].n == C && !lp.part[1].qk, "%s: split parts", what);
+            } else {
+                CHECK(lp.part[0].o0 == 0 && lp.part[0].n == OC && !lp.part[0].qk, "%s: one part of all %d outputs", what, OC);
+            }
+            for (int p = 0; p < lp.nparts; p++) check_part(&r, &lp.part[p], fp4, lp.part[p].qk, native, what);
+            plans++;
+        }
+    printf("  %s: %d plans\n", label, plans);
+}
+
+int main(void) {
+    const int L = 12, C = 768;
+    for (int i = 0; i < NUM_RECIPE_PRESETS; i++) {
+        Recipe r;
+        char label[96];
+        recipe_preset(&r, RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, 0, RECIPE_PRESETS[i].name);
+        if (recipe_is_bf16(&r)) continue;
+        r.qk_fp8 = 1;
+        snprintf(label, sizeof(label), "%s --qk-fp8", RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, 0, label);
+        r.qk_fp8 = 0;
+        recipe_disable_gemm(&r, 1);
+        r.bf16_first = 1;
+        snprintf(label, sizeof(label), "%s --fp4-dgrad off --bf16-first-layers 1", RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, 0, label);
+    }
+    Recipe r;
+    recipe_preset(&r, "nvfp4-naive");
+    check_recipe(&r, L, C, 1, "nvfp4-naive, native GEMMs");
+    recipe_preset(&r, "nvfp4");
+    recipe_disable_gemm(&r, 2);
+    check_recipe(&r, L, C, 1, "nvfp4 --fp4-wgrad off, native GEMMs");
+    recipe_preset(&r, "mxfp4");
+    recipe_set_slot(&r, SLOT_DGRAD_DY, "bf16");   // one BF16 operand: the GEMM's other operand alone is quantized
+    check_recipe(&r, L, C, 0, "mxfp4 --dgrad-dy bf16");
+
+    // what a plan reads like (nvfp4's fc linear, and the split QKV)
+    LinearPlan lp;
+    char text[2048];
+    recipe_preset(&r, "nvfp4");
+    recipe_resolve_layers(&r, L);
+    linear_plan_build(&lp, &r, 5, L, 0, 4 * C, 0);
+    linear_plan_describe(&lp, text, sizeof(text));
+    printf("  nvfp4 fc: %s\n", text);
+    CHECK(strstr(text, "bwd pass dY->dgrad.dy+wgrad.dy") != NULL, "description: dY's shared pass");
+    r.qk_fp8 = 1;
+    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, 0);
+    linear_plan_describe(&lp, text, sizeof(text));
+    printf("  nvfp4 --qk-fp8 qkv: %s\n", text);
+    return test_summary("test_plan");
+}
