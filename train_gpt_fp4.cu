@@ -671,25 +671,34 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s) {
 }
 
 // Quantizes a view for 1 or 2 targets, amax pass and apply pass, on the fast kernels where they take the
-// targets (bit-identical to the reference kernels, dev/test/test_quant_fast.cu), else the reference ones.
+// targets (bit-identical to the reference kernels, dev/test/test_quant_fast.cu), else the reference ones
+// (packed copies for the native GEMM, Hadamard sizes below 16). A pair the fast kernels take only one at a
+// time (Hadamard sizes they have no pair kernel for) runs as two fast passes.
 // ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes (fast
 // kernels only); returns whether it did. have_amax: the targets' amaxes are already in place.
 static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int n, const QuantTarget* ahead,
                          int have_amax) {
+    const int64_t R = v->rows, Cc = v->cols, ld = v->ld;
+    if (n == 2 && !quant_fast_supported(t, 2, R, Cc, ld) && quant_fast_supported(&t[0], 1, R, Cc, ld) &&
+        quant_fast_supported(&t[1], 1, R, Cc, ld)) {
+        quantize_view(m, v, &t[0], 1, NULL, have_amax);
+        quantize_view(m, v, &t[1], 1, NULL, have_amax);
+        return 0;
+    }
     QuantTarget all[3];
     for (int i = 0; i < n; i++) all[i] = t[i];
     int took_ahead = 0;
     const int timed = fp4_time_begin(m);
-    if (quant_fast_supported(t, n, v->rows, v->cols, v->ld)) {
+    if (quant_fast_supported(t, n, R, Cc, ld)) {
         if (ahead && !have_amax) {
             all[n] = *ahead;
-            took_ahead = quant_fast_supported(all, n + 1, v->rows, v->cols, v->ld);
+            took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
         }
-        if (!have_amax) quant_fast_amax_gpu(v->ptr, v->rows, v->cols, v->ld, all, n + took_ahead, m->stream, 1);
-        quant_fast_apply_gpu(v->ptr, v->rows, v->cols, v->ld, t, n, m->stream);
+        if (!have_amax) quant_fast_amax_gpu(v->ptr, R, Cc, ld, all, n + took_ahead, m->stream, 1);
+        quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
     } else {
         fail_if(have_amax, "internal: an apply-only quantization outside the fast kernels");
-        quantize_gpu(v->ptr, v->rows, v->cols, v->ld, t, n, m->stream);
+        quantize_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
     }
     fp4_time_end(m, timed);
     return took_ahead;

@@ -116,7 +116,7 @@ static struct {
     MatmulFp4Plan plans[MATMUL_FP4_MAX_PLANS];
     int num_plans;
     int state;              // -1 not probed, 0 unavailable, 1 available
-    char reason[256];
+    char reason[384];
 } g_matmul_fp4 = {{}, 0, -1, ""};
 
 static inline void matmul_fp4_plan_release(MatmulFp4Plan* p) {
@@ -228,89 +228,142 @@ static inline int matmul_fp4_unavailable(const char* fmt, ...) {
 
 #if MATMUL_FP4_HAVE_LT
 // A 256 x 128 x 128 GEMM (two 128-row scale tiles for a, two 4-block tile columns, every code and four
-// scale exponents present) through fp4_swizzle_scales_gpu + cuBLASLt, against matmul_fp4_reference_cpu.
-// Scales are powers of two in [0.5, 4] and alpha = 0.5, so every product is a multiple of 2^-4 and every
-// partial sum stays below 2^17 (21 significant bits): the FP32 result is exact whatever the summation order;
-// the tolerance only allows for an accumulator narrower than FP32. A wrong nibble order, scale layout or
-// operand orientation is far off.
-static int matmul_fp4_self_check(char* why, size_t whylen) {
+// scale exponents present) through fp4_swizzle_scales_gpu + cuBLASLt, against matmul_fp4_reference_cpu
+// (the spec of this path's layout; the comparison with the emulated path is dev/test/test_matmul_fp4_gpu.cu),
+// in each configuration the trainer uses: FP32 out (self-check proper), BF16 out with a bias (fprop),
+// FP32 out accumulated onto what the output held (wgrad, beta = 1).
+// The bound separates the two ways the result can differ. A layout error (nibble order, scale layout,
+// operand orientation) moves an output by the order of its magnitude m = |alpha| sum_k |a_k b_k| (+ |bias|,
+// + |out before|): about m / sqrt(K) ~ m / 11 for random signs. Accumulation is NVIDIA's business:
+// the FP4 tensor cores' adder width is not documented (Hopper's FP8 MMA keeps about 14 significant bits
+// inside a chain), so a difference up to m / 128 (7 bits kept) is accepted as accumulation, plus the
+// BF16 rounding of a BF16 output. The largest difference seen, relative to m, is reported either way.
+static double matmul_fp4_check_config(const MatmulFp4Key* key, const uint8_t* d_ac, const uint8_t* d_asw,
+                                      const uint8_t* d_bc, const uint8_t* d_bsw, const float* d_alpha,
+                                      const float* ref, const float* mag, const float* before, const floatX* d_bias,
+                                      char* why, size_t whylen) {
+    const int M = key->m, N = key->n;
+    const size_t n = (size_t)M * N, out_bytes = n * (key->out_fp32 ? 4 : 2);
+    void* d_out;
+    cuda_check(cudaMalloc(&d_out, out_bytes));
+    if (key->accumulate) cuda_check(cudaMemcpy(d_out, before, n * sizeof(float), cudaMemcpyHostToDevice));
+    cublasStatus_t st;
+    MatmulFp4Plan* p = matmul_fp4_plan(key, d_asw, d_bsw, &st);
+    double worst = -1.0;
+    if (!p) {
+        snprintf(why, whylen, "cuBLASLt %d has no NVFP4 algorithm (status %d) for out_fp32=%d bias=%d accumulate=%d",
+                 (int)cublasLtGetVersion(), (int)st, key->out_fp32, key->bias, key->accumulate);
+    } else if ((st = matmul_fp4_launch(p, d_out, d_ac, d_asw, d_bc, d_bsw, d_bias, d_alpha, 0)) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, whylen, "cuBLASLt rejected the NVFP4 probe GEMM at launch (status %d; out_fp32=%d bias=%d "
+                 "accumulate=%d)", (int)st, key->out_fp32, key->bias, key->accumulate);
+    } else {
+        float* got = (float*)xmalloc(n * sizeof(float));
+        if (key->out_fp32) {
+            cuda_check(cudaMemcpy(got, d_out, n * sizeof(float), cudaMemcpyDeviceToHost));
+        } else {
+            uint16_t* h = (uint16_t*)xmalloc(n * sizeof(uint16_t));
+            cuda_check(cudaMemcpy(h, d_out, n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; i++) got[i] = bf16_bits_to_float(h[i]);
+            free(h);
+        }
+        worst = 0.0;
+        size_t at = 0, bad = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double err = fabs((double)got[i] - (double)ref[i]);
+            const double round = key->out_fp32 ? 0.0 : fabs((double)ref[i]) / 256.0;
+            const double r = (err - round > 0 ? err - round : 0.0) / ((double)mag[i] + 1e-30);
+            if (!(r <= 1.0 / 128)) bad++;
+            if (!(r <= worst)) { worst = r; at = i; }   // NaN counts as worst
+        }
+        if (bad)
+            snprintf(why, whylen, "the NVFP4 self-check GEMM (out_fp32=%d bias=%d accumulate=%d) disagrees with the CPU "
+                     "reference in %zu of %zu outputs, worst out[%zu] = %g, want %g (%.3g of its magnitude; accumulation "
+                     "error is allowed 1/128): layout contract broken", key->out_fp32, key->bias, key->accumulate, bad, n,
+                     at, (double)got[at], (double)ref[at], worst);
+        if (bad) worst = -1.0;
+        free(got);
+    }
+    cudaFree(d_out);
+    return worst;
+}
+
+static int matmul_fp4_self_check(char* why, size_t whylen, double* worst_seen) {
     const int M = 256, N = 128, K = 128, C = K / 16;
-    const size_t sa_bytes = matmul_fp4_scale_bytes(M, C), sb_bytes = matmul_fp4_scale_bytes(N, C);
+    const size_t n = (size_t)M * N, sa_bytes = matmul_fp4_scale_bytes(M, C), sb_bytes = matmul_fp4_scale_bytes(N, C);
     uint8_t* h_ac = (uint8_t*)xmalloc((size_t)M * K / 2);
     uint8_t* h_bc = (uint8_t*)xmalloc((size_t)N * K / 2);
+    uint8_t* h_abs_ac = (uint8_t*)xmalloc((size_t)M * K / 2);
+    uint8_t* h_abs_bc = (uint8_t*)xmalloc((size_t)N * K / 2);
     uint8_t* h_as = (uint8_t*)xmalloc((size_t)M * C);
     uint8_t* h_bs = (uint8_t*)xmalloc((size_t)N * C);
     uint8_t* h_asw = (uint8_t*)xmalloc(sa_bytes);
     uint8_t* h_bsw = (uint8_t*)xmalloc(sb_bytes);
-    float* ref = (float*)xmalloc(sizeof(float) * M * N);
-    float* got = (float*)xmalloc(sizeof(float) * M * N);
+    float* ref = (float*)xmalloc(sizeof(float) * n);
+    float* mag = (float*)xmalloc(sizeof(float) * n);
+    float* before = (float*)xmalloc(sizeof(float) * n);
+    float* bias = (float*)xmalloc(sizeof(float) * M);
+    uint16_t* bias_bf16 = (uint16_t*)xmalloc(sizeof(uint16_t) * M);
     uint32_t x = 12345u;
 #define FP4_LCG() (x = x * 1664525u + 1013904223u, x >> 24)
     for (int i = 0; i < M * K / 2; i++) h_ac[i] = (uint8_t)FP4_LCG();
     for (int i = 0; i < N * K / 2; i++) h_bc[i] = (uint8_t)FP4_LCG();
     for (int i = 0; i < M * C; i++) h_as[i] = (uint8_t)((6 + FP4_LCG() % 4) << 3);   // 2^-1 .. 2^2
     for (int i = 0; i < N * C; i++) h_bs[i] = (uint8_t)((6 + FP4_LCG() % 4) << 3);
+    for (int i = 0; i < M; i++) {   // small integers: exact in BF16
+        bias_bf16[i] = bf16_bits_rne((float)((int)(FP4_LCG() % 64) - 32));
+        bias[i] = bf16_bits_to_float(bias_bf16[i]);
+    }
+    for (size_t i = 0; i < n; i++) before[i] = (float)((int)(FP4_LCG() % 256) - 128) * 0.25f;
 #undef FP4_LCG
+    for (int i = 0; i < M * K / 2; i++) h_abs_ac[i] = h_ac[i] & 0x77;   // sign bits off: |a|
+    for (int i = 0; i < N * K / 2; i++) h_abs_bc[i] = h_bc[i] & 0x77;
     fp4_swizzle_scales_cpu(h_asw, h_as, M, C);
     fp4_swizzle_scales_cpu(h_bsw, h_bs, N, C);
     const float alpha = 0.5f;
-    matmul_fp4_reference_cpu(ref, h_ac, h_asw, h_bc, h_bsw, M, N, K, alpha, NULL, 0);
+    matmul_fp4_reference_cpu(mag, h_abs_ac, h_asw, h_abs_bc, h_bsw, M, N, K, alpha, NULL, 0);
 
     uint8_t *d_ac, *d_bc, *d_as, *d_bs, *d_asw, *d_bsw;
-    float *d_out, *d_alpha;
+    float* d_alpha;
+    floatX* d_bias;
     cuda_check(cudaMalloc(&d_ac, (size_t)M * K / 2));
     cuda_check(cudaMalloc(&d_bc, (size_t)N * K / 2));
     cuda_check(cudaMalloc(&d_as, (size_t)M * C));
     cuda_check(cudaMalloc(&d_bs, (size_t)N * C));
     cuda_check(cudaMalloc(&d_asw, sa_bytes));
     cuda_check(cudaMalloc(&d_bsw, sb_bytes));
-    cuda_check(cudaMalloc(&d_out, sizeof(float) * M * N));
     cuda_check(cudaMalloc(&d_alpha, sizeof(float)));
+    cuda_check(cudaMalloc(&d_bias, sizeof(uint16_t) * M));
     cuda_check(cudaMemcpy(d_ac, h_ac, (size_t)M * K / 2, cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(d_bc, h_bc, (size_t)N * K / 2, cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(d_as, h_as, (size_t)M * C, cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(d_bs, h_bs, (size_t)N * C, cudaMemcpyHostToDevice));
     cuda_check(cudaMemcpy(d_alpha, &alpha, sizeof(float), cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(d_bias, bias_bf16, sizeof(uint16_t) * M, cudaMemcpyHostToDevice));
     fp4_swizzle_scales_gpu(d_asw, d_as, M, C, 0);
     fp4_swizzle_scales_gpu(d_bsw, d_bs, N, C, 0);
 
+    // {out_fp32, bias, accumulate}: the self-check proper, fprop's BF16 + bias, wgrad's FP32 accumulate
+    const MatmulFp4Key keys[3] = {{M, N, K, 1, 0, 0}, {M, N, K, 0, 1, 0}, {M, N, K, 1, 0, 1}};
     int ok = 1;
-    MatmulFp4Key key = {M, N, K, 1, 0, 0};
-    cublasStatus_t st;
-    MatmulFp4Plan* p = matmul_fp4_plan(&key, d_asw, d_bsw, &st);
-    if (!p) {
-        snprintf(why, whylen, "cuBLASLt %d has no NVFP4 algorithm (status %d) for the probe GEMM", (int)CUBLAS_VERSION,
-                 (int)st);
-        ok = 0;
-    } else if ((st = matmul_fp4_launch(p, d_out, d_ac, d_asw, d_bc, d_bsw, NULL, d_alpha, 0)) != CUBLAS_STATUS_SUCCESS) {
-        snprintf(why, whylen, "cuBLASLt rejected the NVFP4 probe GEMM at launch (status %d)", (int)st);
-        ok = 0;
-    } else {
-        cuda_check(cudaMemcpy(got, d_out, sizeof(float) * M * N, cudaMemcpyDeviceToHost));
-        double worst = 0.0;
-        int64_t at = 0;
-        for (int64_t i = 0; i < (int64_t)M * N; i++) {
-            double e = fabs((double)got[i] - (double)ref[i]) / (1.0 + fabs((double)ref[i]));
-            if (!(e <= worst)) { worst = e; at = i; }   // NaN counts as worst
-        }
-        if (!(worst <= 1e-4)) {
-            snprintf(why, whylen, "the NVFP4 self-check GEMM disagrees with the CPU reference (out[%lld] = %g, "
-                     "want %g): layout contract broken", (long long)at, (double)got[at], (double)ref[at]);
-            ok = 0;
-        }
+    *worst_seen = 0.0;
+    for (int c = 0; c < 3 && ok; c++) {
+        const MatmulFp4Key* k = &keys[c];
+        if (k->accumulate) memcpy(ref, before, n * sizeof(float));
+        matmul_fp4_reference_cpu(ref, h_ac, h_asw, h_bc, h_bsw, M, N, K, alpha, k->bias ? bias : NULL, k->accumulate);
+        float* m = (float*)xmalloc(sizeof(float) * n);
+        for (size_t i = 0; i < n; i++)
+            m[i] = mag[i] + (k->bias ? fabsf(bias[i % M]) : 0.0f) + (k->accumulate ? fabsf(before[i]) : 0.0f);
+        double w = matmul_fp4_check_config(k, d_ac, d_asw, d_bc, d_bsw, d_alpha, ref, m, before, k->bias ? d_bias : NULL,
+                                           why, whylen);
+        free(m);
+        if (w < 0) ok = 0;
+        else if (w > *worst_seen) *worst_seen = w;
     }
-    // The other configurations the trainer uses must have algorithms too (BF16 out + bias; FP32 accumulate).
-    const MatmulFp4Key more[2] = {{M, N, K, 0, 1, 0}, {M, N, K, 1, 0, 1}};
-    for (int i = 0; ok && i < 2; i++)
-        if (!matmul_fp4_plan(&more[i], d_asw, d_bsw, &st)) {
-            snprintf(why, whylen, "cuBLASLt %d has no NVFP4 algorithm (status %d) for out_fp32=%d bias=%d accumulate=%d",
-                     (int)CUBLAS_VERSION, (int)st, more[i].out_fp32, more[i].bias, more[i].accumulate);
-            ok = 0;
-        }
     cuda_check(cudaDeviceSynchronize());
     cudaFree(d_ac); cudaFree(d_bc); cudaFree(d_as); cudaFree(d_bs); cudaFree(d_asw); cudaFree(d_bsw);
-    cudaFree(d_out); cudaFree(d_alpha);
-    free(h_ac); free(h_bc); free(h_as); free(h_bs); free(h_asw); free(h_bsw); free(ref); free(got);
+    cudaFree(d_alpha); cudaFree(d_bias);
+    free(h_ac); free(h_bc); free(h_abs_ac); free(h_abs_bc); free(h_as); free(h_bs); free(h_asw); free(h_bsw);
+    free(ref); free(mag); free(before); free(bias); free(bias_bf16);
     return ok;
 }
 #endif
@@ -344,13 +397,21 @@ int matmul_fp4_native_available(void) {
         return matmul_fp4_unavailable("this binary runs sm_%d code on this cc %d.%d GPU; build with GPU_ARCHS "
                                       "including 100a", arch / 10, major, minor);
     fail_if(g_matmul.handle == NULL, "matmul_fp4_native_available: call matmul_init() first");
-    char why[256];
-    if (!matmul_fp4_self_check(why, sizeof(why))) {
+    // the headers said 12.8+; the library loaded at run time must be as new (an older one on the library
+    // path has no FP4 types and would refuse every descriptor)
+    const size_t lt_version = cublasLtGetVersion();
+    if (lt_version < 120800)
+        return matmul_fp4_unavailable("cuBLASLt %zu is loaded at run time (built against %d); the NVFP4 GEMM needs "
+                                      "12.8 or newer on the library path", lt_version, (int)CUBLAS_VERSION);
+    char why[384];
+    double worst = 0.0;
+    if (!matmul_fp4_self_check(why, sizeof(why), &worst)) {
         matmul_fp4_destroy();            // drop any probe plans
         return matmul_fp4_unavailable("%s", why);
     }
     snprintf(g_matmul_fp4.reason, sizeof(g_matmul_fp4.reason),
-             "native NVFP4 GEMM available (cc %d.%d, cuBLASLt %d, self-check passed)", major, minor, (int)CUBLAS_VERSION);
+             "native NVFP4 GEMM available (cc %d.%d, cuBLASLt %zu, self-check passed in 3 configurations, largest "
+             "difference %.2g of the output's magnitude)", major, minor, lt_version, worst);
     g_matmul_fp4.state = 1;
     return 1;
 #endif

@@ -5,7 +5,9 @@
 // targets quant_fast_supported() accepts:
 //   - 1 target, or 2 targets with different axes (one row-wise, one column-wise): the amax pass reads the
 //     input once for both, the apply pass runs one kernel per target (see qf_dispatch_apply);
-//   - grids e2m1 / int4 / e1m2; blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
+//   - grids e2m1 / int4 / e1m2, and fp8 (E4M3 elements, MXFP8: round-to-nearest only; every block takes
+//     the reference element path below, as these kernels have no magic-number rounding for it);
+//     blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
 //     rne and sr; Hadamard 0, 16 or 32 with any signs;
 //   - fake output only (codes / scales NULL), 16-byte aligned input and fake with ld % 8 == 0, cols % 8 == 0,
 //     and a shape quantize_gpu accepts.
@@ -121,6 +123,7 @@ static inline int qf_grid_id(const GridTraits* g) {
 static inline QFGrid qf_grid_consts(int gid) {
     if (gid == QGRID_E2M1) return QFGrid{4194304.0f, 4194304.0f, 6.0f};
     if (gid == QGRID_INT4) return QFGrid{0.0f, 8388608.0f, 7.0f};
+    if (gid == QGRID_E4M3) return QFGrid{0.0f, 8388608.0f, 448.0f};   // unused: fp8 takes the reference elements
     fail_if(gid != QGRID_E1M2, "qf_grid_consts: no fast path for grid %d", gid);
     return QFGrid{0.0f, 4194304.0f, 3.5f};
 }
@@ -139,6 +142,7 @@ typedef struct {
     float hscale;     // hadamard_scale(H)
     uint32_t hsigns;  // sign bits of positions 0..31
     int sr, bw, bl;
+    int ref_elems;    // every block through the reference element path (the fp8 grid)
 } QFTarget;
 
 typedef struct {
@@ -443,7 +447,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
             m = tile_m;
         }
         const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), s_enc);
-        const bool fast = m < 0x7F800000u;
+        const bool fast = m < 0x7F800000u && !T.ref_elems;
         uint32_t vw[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[rr][i];   // fast path's rounding
@@ -537,7 +541,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         if (twod) { mlo = tile_m; mhi = tile_m; }
         const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), s_enc);
         const QuantBlockScale bhi = twod ? blo : quant_block_scale(&T.p, f32_from_bits(mhi), s_enc);
-        const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
+        const bool fast = qf_max(mlo, mhi) < 0x7F800000u && !T.ref_elems;
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) vw[r] = H ? qf_cvt2(lo[r], hi[r]) : w[r][0];   // fast path's rounding
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
@@ -709,7 +713,8 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols)
     const QuantParams* p = &t->p;
     if (t->axis != 0 && t->axis != 1) return 0;
     const int gid = qf_grid_id(&p->grid);
-    if (gid != QGRID_E2M1 && gid != QGRID_INT4 && gid != QGRID_E1M2) return 0;   // e4m3: reference kernels
+    if (gid != QGRID_E2M1 && gid != QGRID_INT4 && gid != QGRID_E1M2 && gid != QGRID_E4M3) return 0;
+    if (gid == QGRID_E4M3 && p->rounding != QROUND_RNE) return 0;
     if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
     if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
@@ -746,6 +751,7 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.sr = t->p.rounding == QROUND_SR;
     q.bw = t->p.block_w;
     q.bl = t->p.block_l;
+    q.ref_elems = t->p.grid.e4m3;
     return q;
 }
 

@@ -308,6 +308,24 @@ static void gpu_checks(int quick) {
         }
     }
     printf("single targets, small shapes: %d cases ran\n", ran);
+    // the fp8 (E4M3) grid (MXFP8, --qk-fp8): round-to-nearest only, every block shape, scale rule and Hadamard
+    ran = 0;
+    static char fp8buf[64][96];
+    int nfp8 = 0;
+    for (auto b : blocks)
+        for (auto s : scales)
+            for (auto h : {"h0", "h16", "h32,seed=5"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
+    for (int i = 0; i < nfp8; i++)
+        for (int axis = 0; axis < 2; axis++)
+            for (int sh = 0; sh < (quick ? 2 : 5); sh++) {
+                Case c = {{fp8buf[i], NULL}, {axis, 0}, 1};
+                ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], (i + sh + axis) % D_COUNT, 3000 + i);
+            }
+    for (int i = 0; i < nfp8; i++) {   // the Q/K part's dY pair, and fp8 with a 4-bit copy of the same source
+        Case c = {{fp8buf[i], i % 2 ? fp8buf[(i * 7) % nfp8] : specbuf[(i * 37) % nspec]}, {1, 0}, 2};
+        ran += run_case(c, small[i % 5][0], small[i % 5][1], small[i % 5][2], i % D_COUNT, 3500 + i);
+    }
+    printf("fp8 grid: %d cases ran\n", ran);
     // dual targets (row-wise + column-wise), random spec pairs on small shapes, every data kind
     ran = 0;
     for (int i = 0; i < (quick ? 150 : 600); i++) {
@@ -443,14 +461,17 @@ int main(int argc, char** argv) {
         else fail("usage: %s [--exhaustive] [--quick]", argv[0]);
     }
     cpu_element_checks(exhaustive);
-    {   // the fp8 (E4M3) grid has no fast path: quant_fast_supported refuses it (the trainer then uses quantize_gpu)
+    {   // the fp8 (E4M3) grid runs on the fast kernels (reference elements); packed outputs do not
         static uint16_t fake[64] __attribute__((aligned(16)));
+        static uint8_t codes[64] __attribute__((aligned(16)));
         static float sc[2];
         QuantParams p8 = parse("mxfp8"), p4 = parse("mxfp4");
         QuantTarget t8 = quant_target_fake(&p8, 1, 0, (floatX*)fake, 64, sc, sc + 1);
         QuantTarget t4 = quant_target_fake(&p4, 1, 0, (floatX*)fake, 64, sc, sc + 1);
-        CHECK(!quant_fast_supported(&t8, 1, 32, 64, 64) && quant_fast_supported(&t4, 1, 32, 64, 64),
-              "quant_fast_supported: must refuse mxfp8 and take mxfp4");
+        QuantTarget tp = quant_target_packed(&p4, 1, 0, codes, codes + 32, sc, sc + 1);
+        CHECK(quant_fast_supported(&t8, 1, 32, 64, 64) && quant_fast_supported(&t4, 1, 32, 64, 64) &&
+              !quant_fast_supported(&tp, 1, 32, 64, 64), "quant_fast_supported: must take mxfp8 and mxfp4 fake copies, "
+              "refuse packed ones");
     }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
