@@ -1632,6 +1632,7 @@ int main(int argc, char** argv) {
         }
 
         if (model.fp4_any) fp4_take_quant_ms(&model);   // drop what validation and samples quantized
+        dist_take_comm_ms(&dist);                        // and what validation and checkpoints communicated
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         int diag = model.fp4_any && tc.diag_every > 0 && (step % tc.diag_every == 0 || last);
