@@ -1,12 +1,12 @@
 // distributed.cuh: data parallelism, one process per GPU. Finds out how the processes were started,
 // builds the NCCL communicator, and gives the trainer the few collectives it needs: sums of host
-// scalars, sum/max all-reduces of device buffers, a gradient all-reduce that overlaps the backward
-// pass, the ZeRO-1 shard layout with the all-gather of updated BF16 shards, and the exposed
-// communication time.
+// scalars, sum/max all-reduces of device buffers, gradient reductions that overlap the backward pass
+// (an all-reduce, or for ZeRO-1 a reduction of each element to the rank whose shard holds it), the
+// ZeRO-1 shard layout with the all-gather of updated BF16 shards, and the exposed communication time.
 // defines: Dist, dist_init, dist_finalize, dist_is_main, dist_printf, dist_print, dist_launch_name,
 //          dist_sum_double, dist_allreduce_sum_f32, dist_allreduce_max_f32, dist_allreduce_sum_async,
-//          dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range, dist_allgather_bf16,
-//          dist_barrier, nccl_check
+//          dist_reduce_to_shards_async, dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range,
+//          dist_allgather_bf16, dist_ring_allreduce_bytes, dist_ring_share_bytes, dist_barrier, nccl_check
 //
 // How a process learns its place, first match wins:
 //   mpirun  OMPI_COMM_WORLD_SIZE is set and the build has MPI (-DENABLE_MPI): MPI_Init, rank and
@@ -22,9 +22,9 @@
 //
 // Ordering: NCCL requires every rank to issue the same collectives in the same order. All functions
 // below are collective (every rank must call them, in the same sequence) except dist_is_main,
-// dist_printf, dist_print, dist_launch_name, dist_wait, dist_take_comm_ms, dist_padded_size and
-// dist_shard_range. Collectives issued on different streams are still executed in issue order:
-// NCCL chains every launch on a communicator through one internal stream.
+// dist_printf, dist_print, dist_launch_name, dist_wait, dist_take_comm_ms, dist_padded_size,
+// dist_shard_range and dist_ring_*_bytes. Collectives issued on different streams are still
+// executed in issue order: NCCL chains every launch on a communicator through one internal stream.
 //
 // Exposed communication (dist_take_comm_ms) is the time the GPU's compute stream, or the host, sat
 // waiting for communication, not the time communication took: a reduction that ran on the comm
@@ -380,6 +380,21 @@ static inline double dist_take_comm_ms(Dist* d) {
     return ms;
 }
 
+// Per-step traffic, for the start-up summary: bytes one rank sends, and receives, with NCCL's ring
+// algorithms (NVLS is off; NCCL may pick a tree across nodes, with other counts) when a buffer of
+// `bytes` is
+//   all-reduced: reduce-scatter then all-gather, 2 (W-1)/W * bytes each way;
+//   reduced so that each rank gets the sum of its 1/W share, or all-gathered from 1/W shares:
+//   (W-1)/W * bytes each way. For dist_reduce_to_shards_async (one ring reduction per piece, every
+//   rank but the owner sending the piece once) this is the average over ranks; a rank with a
+//   smaller shard sends a little more.
+static inline double dist_ring_allreduce_bytes(const Dist* d, double bytes) {
+    return 2.0 * (d->world - 1) / d->world * bytes;
+}
+static inline double dist_ring_share_bytes(const Dist* d, double bytes) {
+    return (double)(d->world - 1) / d->world * bytes;
+}
+
 // ----------------------------------------------------------------------------------------------
 // collectives
 
@@ -459,8 +474,48 @@ static inline void dist_allreduce_sum_async(Dist* d, float* const* bufs, const s
 #endif
 }
 
+// ZeRO-1's gradient reduction, used like dist_allreduce_sum_async: bufs[i] (counts[i] elements) are
+// pieces of one flat buffer `flat` of n elements that is sharded as dist_shard_range(d, n) says, and
+// each element's sum over ranks lands only on the rank whose shard holds it, which is all that rank
+// needs (it updates, and takes the norm of, its own shard). Elsewhere the pieces are left with
+// unspecified contents. A rank's shard is complete once every piece overlapping it has been passed
+// here, in any grouping, followed by dist_wait.
+//
+// The pieces are a layer's gradient tensors, which do not line up with shard boundaries, so each is
+// cut at the boundaries and every cut goes to its owner with ncclReduce (root = owner), all in one
+// NCCL group. That keeps the per-layer overlap with the backward pass of the all-reduce it replaces,
+// at the same bytes per rank as a reduce-scatter (every rank but the owner sends each element once,
+// (W-1)/W of the buffer per rank on average). The simpler alternative, one ncclReduceScatter over
+// the whole padded buffer after the backward pass, could not start before the last layer's gradient
+// was done, and all of it would be exposed.
+static inline void dist_reduce_to_shards_async(Dist* d, float* flat, size_t n, float* const* bufs, const size_t* counts,
+                                               int nbufs, cudaStream_t compute_stream) {
+    for (int i = 0; i < nbufs; i++)
+        fail_if(bufs[i] < flat || (size_t)(bufs[i] - flat) + counts[i] > n, "internal: dist_reduce_to_shards_async: "
+                "piece %d [%td, +%zu) is not inside the flat buffer of %zu elements", i, bufs[i] - flat, counts[i], n);
+    if (!d->use_nccl || nbufs <= 0) return;
+#ifdef ENABLE_NCCL
+    size_t my_begin, my_count;
+    size_t S = shard_range(n, d->world, d->rank, &my_begin, &my_count);   // the shard size, the same on every rank
+    dist_comm_after_compute_(d, compute_stream);
+    nccl_check(ncclGroupStart());
+    for (int i = 0; i < nbufs; i++) {
+        size_t lo = (size_t)(bufs[i] - flat), hi = lo + counts[i];
+        while (lo < hi) {
+            int owner = (int)(lo / S);
+            size_t owner_end = (size_t)(owner + 1) * S;
+            size_t cut = hi < owner_end ? hi : owner_end;
+            nccl_check(ncclReduce(flat + lo, flat + lo, cut - lo, ncclFloat, ncclSum, owner, d->comm, d->comm_stream));
+            lo = cut;
+        }
+    }
+    nccl_check(ncclGroupEnd());
+    d->pending = 1;
+#endif
+}
+
 // Makes compute_stream wait (on the GPU; the host does not block) for all communication issued with
-// dist_allreduce_sum_async so far, and times that wait with events on
+// dist_allreduce_sum_async / dist_reduce_to_shards_async so far, and times that wait with events on
 // compute_stream around it (kind 1 of "exposed-communication timing": the stall, not the transfer).
 static inline void dist_wait(Dist* d, cudaStream_t compute_stream) {
     if (!d->use_nccl || !d->pending) return;
