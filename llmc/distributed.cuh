@@ -1,8 +1,9 @@
 // distributed.cuh: data parallelism, one process per GPU. Finds out how the processes were started,
 // builds the NCCL communicator, and gives the trainer the few collectives it needs: sums of host
-// scalars, sum/max all-reduces of device buffers, gradient reductions that overlap the backward pass
-// (an all-reduce, or for ZeRO-1 a reduction of each element to the rank whose shard holds it), the
-// ZeRO-1 shard layout with the all-gather of updated BF16 shards, and the exposed communication time.
+// scalars, sum/max all-reduces of device buffers, gradient reductions that overlap the backward
+// pass (an all-reduce, or for ZeRO-1 a reduction of each element to the rank whose shard holds it),
+// the ZeRO-1 shard layout with the all-gather of updated BF16 shards, and the exposed communication
+// time.
 // defines: Dist, dist_init, dist_finalize, dist_is_main, dist_printf, dist_print, dist_launch_name,
 //          dist_sum_double, dist_allreduce_sum_f32, dist_allreduce_max_f32, dist_allreduce_sum_async,
 //          dist_reduce_to_shards_async, dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range,
@@ -344,7 +345,8 @@ static inline void dist_finalize(Dist* d) {
 // Not in comm_ms: NCCL's kernels share the GPU with the backward pass and slow its kernels down a
 // little (SMs and memory bandwidth); that shows in the compute time. So the N-GPU step time minus
 // the 1-GPU step time (same micro-batch) should be comm_ms plus that slowdown, plus a few
-// microseconds of host launch latency after each host-blocking sum.
+// microseconds of host launch latency after each host-blocking sum, minus what ZeRO-1 saves by
+// running the optimizer on 1/N of the parameters.
 
 static inline double dist_wall_ms_(void) {
     struct timeval tv;
