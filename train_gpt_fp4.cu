@@ -313,8 +313,27 @@ static void gpt_init_master_from_params(GPT* m) {
     cuda_check_last();
 }
 
+// Rank 0 prints what each rank sends and receives per optimizer step, with ZeRO-1 on and off (the
+// loss and norm scalars, a few bytes, left out), so that the choice can be judged at start.
+static void gpt_print_comm_per_step(const GPT* m) {
+    const Dist* d = m->dist;
+    if (!d || (d->world == 1 && !m->zero)) return;
+    const double MiB = 1024.0 * 1024.0;
+    double grad_bytes = (double)m->num_parameters * sizeof(float);
+    double gather_bytes = (double)m->params_padded * sizeof(floatX);
+    double off = dist_ring_allreduce_bytes(d, grad_bytes);
+    double on_reduce = dist_ring_share_bytes(d, grad_bytes), on_gather = dist_ring_share_bytes(d, gather_bytes);
+    dist_printf(d, "communication per step, sent and received by each of %d ranks (ring algorithms):\n", d->world);
+    dist_printf(d, "  ZeRO-1 off: gradient all-reduce %.1f MiB (FP32)%s\n", off / MiB, m->zero ? "" : "   <- this run");
+    dist_printf(d, "  ZeRO-1 on:  gradient reduction to shard owners %.1f MiB (FP32) + weight all-gather %.1f MiB "
+                "(BF16) = %.1f MiB%s\n", on_reduce / MiB, on_gather / MiB, (on_reduce + on_gather) / MiB,
+                m->zero ? "   <- this run" : "");
+}
+
 // Optimizer state for the parameters [begin, begin + count): all of them, or one ZeRO-1 shard.
+// Needs m->dist and m->zero set (for the traffic summary it prints).
 static void gpt_allocate_optimizer(GPT* m, int fp32_master, size_t begin, size_t count) {
+    gpt_print_comm_per_step(m);
     m->opt_begin = begin;
     m->opt_count = count;
     size_t alloc = count ? count : 1;
@@ -926,7 +945,15 @@ static void gpt_zero_grad(GPT* m) {
     cuda_check(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * sizeof(float), m->stream));
 }
 
-// Sums one layer's gradient slices over ranks, overlapped with the rest of the backward pass.
+// Sums gradient slices over ranks on the comm stream, overlapped with the rest of the backward pass.
+// ZeRO-1: each element's sum goes only to the rank whose optimizer shard holds it, the only rank
+// that reads it (gpt_grad_norm and gpt_update work on the shard [opt_begin, opt_begin + opt_count)).
+static void gpt_reduce_grads_async(GPT* m, float* const* bufs, const size_t* counts, int n) {
+    if (m->zero) dist_reduce_to_shards_async(m->dist, m->grads_memory, m->num_parameters, bufs, counts, n, m->stream);
+    else dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
+}
+
+// One layer's gradient slices, as soon as the backward pass has finished them.
 static void gpt_reduce_layer_grads(GPT* m, int l) {
     float* bufs[NUM_PARAM_TENSORS];
     size_t counts[NUM_PARAM_TENSORS];
@@ -937,9 +964,11 @@ static void gpt_reduce_layer_grads(GPT* m, int l) {
         bufs[n] = m->grads.layer(id, l, counts[n]);
         n++;
     }
-    dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
+    gpt_reduce_grads_async(m, bufs, counts, n);
 }
 
+// The tensors outside the layers (embeddings, final LayerNorm), after the encoder's backward, then the
+// compute stream waits for all of the step's reductions.
 static void gpt_reduce_other_grads(GPT* m) {
     float* bufs[NUM_PARAM_TENSORS];
     size_t counts[NUM_PARAM_TENSORS];
@@ -950,14 +979,15 @@ static void gpt_reduce_other_grads(GPT* m) {
         bufs[n] = m->grads.t[id];
         n++;
     }
-    dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
+    gpt_reduce_grads_async(m, bufs, counts, n);
     dist_wait(m->dist, m->stream);
 }
 
 // reduce: this is the last micro-step of the optimizer step, so the gradients are summed over ranks
-// (each layer's as soon as it is final).
+// (each layer's as soon as it is final). ZeRO-1 takes this path also with one process (--zero on),
+// so that its collectives can be tested on one GPU.
 static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
-    reduce = reduce && m->dist && m->dist->world > 1;
+    reduce = reduce && m->dist && (m->dist->world > 1 || m->zero);
     const GPTConfig* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
     int N = B * T;
@@ -1007,9 +1037,18 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
     if (reduce) gpt_reduce_other_grads(m);
 }
 
-// Global L2 norm of all gradients (one host synchronisation per step).
+// Global L2 norm of all gradients (one host synchronisation per step). ZeRO-1: a rank holds the summed
+// gradient of its own shard only, so each rank takes the sum of squares of its shard's real elements
+// (the padding after the last parameter is not part of the gradients and is never read) and the
+// ranks add their sums; NCCL's all-reduce hands every rank the same sum, so all ranks clip, and
+// decide on a spike skip, alike.
 static float gpt_grad_norm(GPT* m) {
-    sum_squares(m->norm_device, m->norm_scratch, m->grads_memory, m->num_parameters, m->stream);
+    if (m->zero) {
+        sum_squares(m->norm_device, m->norm_scratch, m->grads_memory + m->opt_begin, m->opt_count, m->stream);
+        dist_allreduce_sum_f32(m->dist, m->norm_device, 1, m->stream);
+    } else {
+        sum_squares(m->norm_device, m->norm_scratch, m->grads_memory, m->num_parameters, m->stream);
+    }
     float sq = 0.0f;
     cuda_check(cudaMemcpyAsync(&sq, m->norm_device, sizeof(float), cudaMemcpyDeviceToHost, m->stream));
     cuda_check(cudaStreamSynchronize(m->stream));
@@ -1382,7 +1421,7 @@ typedef struct {
     float spike_z;
     int shuffle;
     float peak_tflops;
-    int zero;
+    const char* zero;
     const char* nccl_id_file;
     int diag_every;
     const char* fp4_gemm_mode;
@@ -1413,7 +1452,7 @@ static TrainConfig default_config(void) {
     t.spike_z = 0.0f;
     t.shuffle = 1;
     t.peak_tflops = 989.0f;
-    t.zero = 1;
+    t.zero = "auto";
     t.diag_every = 50;
     t.fp4_gemm_mode = "auto";
     t.nccl_id_file = "";
@@ -1458,7 +1497,7 @@ int main(int argc, char** argv) {
         {"spike-z", 0, OPT_FLOAT, &tc.spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc.shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
-        {"zero", 0, OPT_BOOL, &tc.zero, NULL, "ZeRO-1 with several processes: shard the optimizer state, all-gather the weights (on|off)"},
+        {"zero", 0, OPT_CHOICE, &tc.zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc.nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
         {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4",
          "precision recipe of the linear layers' GEMMs (see README)"},
@@ -1546,7 +1585,7 @@ int main(int argc, char** argv) {
     GPT model;
     gpt_allocate(&model, &config, B, T, world);
     model.dist = &dist;
-    model.zero = tc.zero && world > 1;
+    model.zero = strcmp(tc.zero, "on") == 0 || (strcmp(tc.zero, "auto") == 0 && world > 1);
     size_t opt_begin = 0, opt_count = model.num_parameters;
     if (model.zero) dist_shard_range(&dist, model.num_parameters, &opt_begin, &opt_count);
     gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
@@ -1647,6 +1686,7 @@ int main(int argc, char** argv) {
         }
 
         if (model.fp4_any) fp4_take_quant_ms(&model);   // drop what validation and samples quantized
+        dist_take_comm_ms(&dist);                        // and what validation and checkpoints communicated
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         int diag = model.fp4_any && tc.diag_every > 0 && (step % tc.diag_every == 0 || last);

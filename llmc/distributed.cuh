@@ -1,11 +1,13 @@
 // distributed.cuh: data parallelism, one process per GPU. Finds out how the processes were started,
 // builds the NCCL communicator, and gives the trainer the few collectives it needs: sums of host
-// scalars, sum/max all-reduces of device buffers, a gradient all-reduce that overlaps the backward
-// pass, and the ZeRO-1 shard layout with the all-gather of updated BF16 shards.
+// scalars, sum/max all-reduces of device buffers, gradient reductions that overlap the backward
+// pass (an all-reduce, or for ZeRO-1 a reduction of each element to the rank whose shard holds it),
+// the ZeRO-1 shard layout with the all-gather of updated BF16 shards, and the exposed communication
+// time.
 // defines: Dist, dist_init, dist_finalize, dist_is_main, dist_printf, dist_print, dist_launch_name,
 //          dist_sum_double, dist_allreduce_sum_f32, dist_allreduce_max_f32, dist_allreduce_sum_async,
-//          dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range, dist_allgather_bf16,
-//          dist_barrier, nccl_check
+//          dist_reduce_to_shards_async, dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range,
+//          dist_allgather_bf16, dist_ring_allreduce_bytes, dist_ring_share_bytes, dist_barrier, nccl_check
 //
 // How a process learns its place, first match wins:
 //   mpirun  OMPI_COMM_WORLD_SIZE is set and the build has MPI (-DENABLE_MPI): MPI_Init, rank and
@@ -21,9 +23,14 @@
 //
 // Ordering: NCCL requires every rank to issue the same collectives in the same order. All functions
 // below are collective (every rank must call them, in the same sequence) except dist_is_main,
-// dist_printf, dist_print, dist_launch_name, dist_wait, dist_take_comm_ms, dist_padded_size and
-// dist_shard_range. Collectives issued on different streams are still executed in issue order:
-// NCCL chains every launch on a communicator through one internal stream.
+// dist_printf, dist_print, dist_launch_name, dist_wait, dist_take_comm_ms, dist_padded_size,
+// dist_shard_range and dist_ring_*_bytes. Collectives issued on different streams are still
+// executed in issue order: NCCL chains every launch on a communicator through one internal stream.
+//
+// Exposed communication (dist_take_comm_ms) is the time the GPU's compute stream, or the host, sat
+// waiting for communication, not the time communication took: a reduction that ran on the comm
+// stream while the backward pass kept computing costs nothing and counts nothing. See "exposed-
+// communication timing" below for why each measurement equals that waiting.
 #pragma once
 #include <sys/time.h>
 #include "cuda_common.cuh"
@@ -52,11 +59,13 @@ typedef struct {
 #ifdef ENABLE_NCCL
     ncclComm_t comm;
 #endif
-    cudaStream_t comm_stream;   // where dist_allreduce_sum_async runs (high priority, non-blocking)
+    cudaStream_t comm_stream;   // where the overlapped reductions run (high priority, non-blocking)
     cudaEvent_t compute_ready;  // recorded on the compute stream; the comm stream waits on it
     cudaEvent_t comm_done;      // recorded on the comm stream; dist_wait makes the compute stream wait on it
     int pending;                // async communication issued since the last dist_wait
-    // Exposed communication: time a compute stream (or the host) spent waiting on communication.
+    // Exposed communication: time a compute stream (or the host) spent waiting on communication,
+    // from event pairs on the compute stream (kinds 1 and 2 of "exposed-communication timing"),
+    // harvested into comm_ms, which also collects the host-side waits (kind 3).
     cudaEvent_t t_begin[DIST_TIMED_SLOTS], t_end[DIST_TIMED_SLOTS];
     int t_head, n_timed;        // the ring's oldest used pair and how many are in use
     double comm_ms;
@@ -306,6 +315,38 @@ static inline void dist_finalize(Dist* d) {
 
 // ----------------------------------------------------------------------------------------------
 // exposed-communication timing
+//
+// comm_ms adds up three kinds of waiting, each measured so that it equals the time by which
+// communication delayed the compute stream:
+//
+// 1. dist_wait (the compute stream waits for the overlapped gradient reduction). Two timing events
+//    on the compute stream, t_begin just before its cudaStreamWaitEvent on comm_done and t_end just
+//    after. A stream executes its commands in order, and an event's timestamp is taken when the
+//    stream reaches it, that is once everything queued before it on that stream has completed. So
+//      t_begin = when the compute work queued before the wait finished (or when the host queued the
+//                event, if the GPU was already idle waiting for the host: that idling is not ours),
+//      t_end   = max(t_begin, when the communication finished): the stream cannot pass the wait
+//                before comm_done completes, and nothing else sits between the wait and t_end.
+//    t_end - t_begin = max(0, communication end - compute end): zero when the reduction finished
+//    behind the backward pass, and otherwise exactly the stretch in which the compute stream had
+//    nothing to run but was held back by the reduction. What the comm stream did while compute
+//    was still running does not enter.
+// 2. Collectives issued on the compute stream itself (dist_allreduce_sum_f32 / _max_f32,
+//    dist_allgather_bf16: the ZeRO-1 norm and weight gather). Events around the NCCL call on that
+//    stream: the stream runs nothing else until the collective has finished, so all of its length
+//    (including waiting for slower ranks to join) is time compute was held back.
+// 3. dist_sum_double / dist_barrier, which block the host. These first wait, untimed, until the
+//    device is idle, so the clock then starts with nothing left to compute (anything that was still
+//    in flight, such as the gradient reduction and the backward it waits for, is either compute or
+//    already counted by 1.), and the host-side wall time of the scalar collective itself is time in
+//    which the GPU could do nothing. (Timing the host's whole wait, as an earlier version did,
+//    counted the entire backward pass still queued ahead of the reduction as communication.)
+//
+// Not in comm_ms: NCCL's kernels share the GPU with the backward pass and slow its kernels down a
+// little (SMs and memory bandwidth); that shows in the compute time. So the N-GPU step time minus
+// the 1-GPU step time (same micro-batch) should be comm_ms plus that slowdown, plus a few
+// microseconds of host launch latency after each host-blocking sum, minus what ZeRO-1 saves by
+// running the optimizer on 1/N of the parameters.
 
 static inline double dist_wall_ms_(void) {
     struct timeval tv;
@@ -330,10 +371,10 @@ static inline int dist_timing_slot_(Dist* d) {
     return (d->t_head + d->n_timed++) % DIST_TIMED_SLOTS;
 }
 
-// Milliseconds of communication that was not hidden behind compute since the last call: stream
-// stalls in dist_wait, the full length of the blocking collectives (dist_allreduce_*_f32,
-// dist_allgather_bf16, on the caller's stream) and host waits in dist_sum_double / dist_barrier.
-// Resets the count. Waits for the events it reads, so call it once per step, after the step's sync.
+// Milliseconds that compute waited for communication since the last call (the three kinds above),
+// then resets the count. Waits for the events it reads, so call it once per step, after the step's
+// synchronisation; call it also just before a step starts, to drop what validation or checkpoints
+// communicated in between.
 static inline double dist_take_comm_ms(Dist* d) {
     while (d->n_timed > 0) dist_harvest_one_(d);
     double ms = d->comm_ms;
@@ -341,14 +382,30 @@ static inline double dist_take_comm_ms(Dist* d) {
     return ms;
 }
 
+// Per-step traffic, for the start-up summary: bytes one rank sends, and receives, with NCCL's ring
+// algorithms (NVLS is off; NCCL may pick a tree across nodes, with other counts) when a buffer of
+// `bytes` is
+//   all-reduced: reduce-scatter then all-gather, 2 (W-1)/W * bytes each way;
+//   reduced so that each rank gets the sum of its 1/W share, or all-gathered from 1/W shares:
+//   (W-1)/W * bytes each way. For dist_reduce_to_shards_async (one ring reduction per piece, every
+//   rank but the owner sending the piece once) this is the average over ranks; a rank with a
+//   smaller shard sends a little more.
+static inline double dist_ring_allreduce_bytes(const Dist* d, double bytes) {
+    return 2.0 * (d->world - 1) / d->world * bytes;
+}
+static inline double dist_ring_share_bytes(const Dist* d, double bytes) {
+    return (double)(d->world - 1) / d->world * bytes;
+}
+
 // ----------------------------------------------------------------------------------------------
 // collectives
 
-// Sum of x over all ranks, on every rank. Blocks the host (also until any async communication
-// issued before it has finished).
+// Sum of x over all ranks, on every rank. Blocks the host, first (untimed) until the whole device is
+// idle, then for the collective itself, which is what goes into comm_ms (kind 3 above).
 static inline double dist_sum_double(Dist* d, double x) {
     if (!d->use_nccl) return x;
 #ifdef ENABLE_NCCL
+    cuda_check(cudaDeviceSynchronize());
     double t0 = dist_wall_ms_();
     *d->scratch_host = x;
     cuda_check(cudaMemcpyAsync(d->scratch, d->scratch_host, sizeof(double), cudaMemcpyHostToDevice, d->comm_stream));
@@ -361,12 +418,13 @@ static inline double dist_sum_double(Dist* d, double x) {
     return x;
 }
 
-// Every rank waits until all ranks have got here (and until its own pending communication is done).
+// Every rank waits until all ranks have got here (and until its own GPU work is done).
 static inline void dist_barrier(Dist* d) {
     if (d->use_nccl) (void)dist_sum_double(d, 0.0);
 }
 
 #ifdef ENABLE_NCCL
+// On the caller's stream, timed whole (kind 2 of "exposed-communication timing").
 static inline void dist_allreduce_f32_(Dist* d, float* buf, size_t n, ncclRedOp_t op, cudaStream_t s) {
     int slot = dist_timing_slot_(d);
     cuda_check(cudaEventRecord(d->t_begin[slot], s));
@@ -392,6 +450,15 @@ static inline void dist_allreduce_max_f32(Dist* d, float* buf, size_t n, cudaStr
 #endif
 }
 
+#ifdef ENABLE_NCCL
+// The comm stream waits for everything queued on compute_stream so far: the kernels that produced the
+// buffers about to be reduced.
+static inline void dist_comm_after_compute_(Dist* d, cudaStream_t compute_stream) {
+    cuda_check(cudaEventRecord(d->compute_ready, compute_stream));
+    cuda_check(cudaStreamWaitEvent(d->comm_stream, d->compute_ready, 0));
+}
+#endif
+
 // Sums bufs[0..nbufs) over ranks in place, as one NCCL group on d->comm_stream, after everything
 // already queued on compute_stream (the kernels that produced these gradients). Returns at once; the
 // compute stream runs on (the rest of the backward) while the data moves. The buffers must not be
@@ -400,8 +467,7 @@ static inline void dist_allreduce_sum_async(Dist* d, float* const* bufs, const s
                                             cudaStream_t compute_stream) {
     if (!d->use_nccl || nbufs <= 0) return;
 #ifdef ENABLE_NCCL
-    cuda_check(cudaEventRecord(d->compute_ready, compute_stream));
-    cuda_check(cudaStreamWaitEvent(d->comm_stream, d->compute_ready, 0));
+    dist_comm_after_compute_(d, compute_stream);
     nccl_check(ncclGroupStart());
     for (int i = 0; i < nbufs; i++)
         nccl_check(ncclAllReduce(bufs[i], bufs[i], counts[i], ncclFloat, ncclSum, d->comm, d->comm_stream));
@@ -410,8 +476,49 @@ static inline void dist_allreduce_sum_async(Dist* d, float* const* bufs, const s
 #endif
 }
 
+// ZeRO-1's gradient reduction, used like dist_allreduce_sum_async: bufs[i] (counts[i] elements) are
+// pieces of one flat buffer `flat` of n elements that is sharded as dist_shard_range(d, n) says, and
+// each element's sum over ranks lands only on the rank whose shard holds it, which is all that rank
+// needs (it updates, and takes the norm of, its own shard). Elsewhere the pieces are left with
+// unspecified contents. A rank's shard is complete once every piece overlapping it has been passed
+// here, in any grouping, followed by dist_wait.
+//
+// The pieces are a layer's gradient tensors, which do not line up with shard boundaries, so each is
+// cut at the boundaries and every cut goes to its owner with ncclReduce (root = owner), all in one
+// NCCL group. That keeps the per-layer overlap with the backward pass of the all-reduce it replaces,
+// at the same bytes per rank as a reduce-scatter (every rank but the owner sends each element once,
+// (W-1)/W of the buffer per rank on average). The simpler alternative, one ncclReduceScatter over
+// the whole padded buffer after the backward pass, could not start before the last layer's gradient
+// was done, and all of it would be exposed.
+static inline void dist_reduce_to_shards_async(Dist* d, float* flat, size_t n, float* const* bufs, const size_t* counts,
+                                               int nbufs, cudaStream_t compute_stream) {
+    for (int i = 0; i < nbufs; i++)
+        fail_if(bufs[i] < flat || (size_t)(bufs[i] - flat) + counts[i] > n, "internal: dist_reduce_to_shards_async: "
+                "piece %d [%td, +%zu) is not inside the flat buffer of %zu elements", i, bufs[i] - flat, counts[i], n);
+    if (!d->use_nccl || nbufs <= 0) return;
+#ifdef ENABLE_NCCL
+    size_t my_begin, my_count;
+    size_t S = shard_range(n, d->world, d->rank, &my_begin, &my_count);   // the shard size, the same on every rank
+    dist_comm_after_compute_(d, compute_stream);
+    nccl_check(ncclGroupStart());
+    for (int i = 0; i < nbufs; i++) {
+        size_t lo = (size_t)(bufs[i] - flat), hi = lo + counts[i];
+        while (lo < hi) {
+            int owner = (int)(lo / S);
+            size_t owner_end = (size_t)(owner + 1) * S;
+            size_t cut = hi < owner_end ? hi : owner_end;
+            nccl_check(ncclReduce(flat + lo, flat + lo, cut - lo, ncclFloat, ncclSum, owner, d->comm, d->comm_stream));
+            lo = cut;
+        }
+    }
+    nccl_check(ncclGroupEnd());
+    d->pending = 1;
+#endif
+}
+
 // Makes compute_stream wait (on the GPU; the host does not block) for all communication issued with
-// dist_allreduce_sum_async so far, and records how long it stalled for dist_take_comm_ms.
+// dist_allreduce_sum_async / dist_reduce_to_shards_async so far, and times that wait with events on
+// compute_stream around it (kind 1 of "exposed-communication timing": the stall, not the transfer).
 static inline void dist_wait(Dist* d, cudaStream_t compute_stream) {
     if (!d->use_nccl || !d->pending) return;
     cuda_check(cudaEventRecord(d->comm_done, d->comm_stream));
@@ -438,6 +545,7 @@ static inline size_t dist_shard_range(const Dist* d, size_t n, size_t* begin, si
 
 // In place, on stream s: every rank's shard [r*S, (r+1)*S) of flat_padded (S = n_padded / world)
 // is copied to all ranks, so after the optimizer updated its own shard each rank has all weights.
+// Timed whole, like the other collectives on the caller's stream.
 static inline void dist_allgather_bf16(Dist* d, floatX* flat_padded, size_t n_padded, cudaStream_t s) {
     fail_if(n_padded % (size_t)d->world != 0, "dist_allgather_bf16: %zu elements do not split evenly over %d ranks "
             "(allocate dist_padded_size(n))", n_padded, d->world);

@@ -5,7 +5,10 @@
 // Every rank fills its buffers with rank-dependent values whose reductions are exact in FP32/BF16,
 // so the results are compared bit for bit with what the host computes for the whole world. Rank 0
 // prints the summary and counts the failures of all ranks.
+// Also: ZeRO-1's gradient path (reduction of each element to its shard's owner, the norm from the
+// shards) against the all-reduce path, and that the exposed communication time counts stalls only.
 #include "llmc/distributed.cuh"
+#include "llmc/reduce.cuh"      // sum_squares, as the trainer's gpt_grad_norm uses it
 #include "dev/test/testing.h"
 
 static int g_rank = 0;   // for failure messages
@@ -56,6 +59,35 @@ __global__ void fill_shard_kernel(floatX* x, size_t n_padded, size_t begin, size
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_padded) return;
     x[i] = __float2bfloat16(i >= begin && i < begin + count ? gather_pattern(i) : -1000.0f - (float)rank);
+}
+
+// Gradient-like values on a grid of 2^-12 in [-8, 8), pseudo-random in (i, rank): a sum over up to
+// 511 ranks, in any order, stays below 2^24 grid steps and is exact in FP32, so different reduction
+// algorithms must agree bit for bit.
+__host__ __device__ inline float grad_pattern(size_t i, int rank) {
+    unsigned long long h = (unsigned long long)i * 0x9E3779B97F4A7C15ull + (unsigned long long)(rank + 1) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    return (float)((int)(h & 0xFFFF) - 32768) * (1.0f / 4096.0f);
+}
+__global__ void fill_grad_kernel(float* x, size_t first, size_t n, int rank) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[first + i] = grad_pattern(first + i, rank);
+}
+__global__ void fill_value_kernel(float* x, size_t n, float v) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = v;
+}
+
+// Keeps one stream busy for ns nanoseconds of wall time (the global timer, not SM clocks, so the
+// length does not depend on the GPU's clock rate).
+__global__ void sleep_ns_kernel(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
 }
 
 static unsigned blocks(size_t n) { return (unsigned)((n + 255) / 256); }
@@ -223,6 +255,159 @@ static void test_shared_scale(Dist* d, cudaStream_t s) {
     cuda_check(cudaFree(amax));
 }
 
+// ZeRO-1's gradient path against the all-reduce path. A flat "gradient" buffer of n elements is cut
+// into pieces of uneven sizes that straddle shard boundaries (as a layer's tensors do), grouped into
+// "layers" that are written and reduced from the last to the first with dist_reduce_to_shards_async
+// while the stream keeps working, then one dist_wait. A second copy is all-reduced whole. Each rank's
+// shard must equal the same slice of the all-reduced sum and the host's sum bit for bit, and the
+// norm from the shards (sum of squares of the shard, summed over ranks, as gpt_grad_norm does) must
+// equal the norm of the whole all-reduced buffer to float rounding.
+static void test_reduce_to_shards(Dist* d, cudaStream_t s, size_t n) {
+    static const size_t piece_sizes[] = {1, 4099, 127, 30011, 300, 65539, 777, 128};
+    const int npiece_sizes = (int)(sizeof(piece_sizes) / sizeof(piece_sizes[0]));
+    const int pieces_per_layer = 3;
+    float *sharded, *whole, *norms;
+    cuda_check(cudaMalloc(&sharded, n * sizeof(float)));
+    cuda_check(cudaMalloc(&whole, n * sizeof(float)));
+    cuda_check(cudaMalloc(&norms, 2 * sizeof(float)));
+    void* scratch;
+    cuda_check(cudaMalloc(&scratch, sum_squares_scratch_bytes(n)));
+    size_t begin, count;
+    dist_shard_range(d, n, &begin, &count);
+
+    // the pieces [bufs[k], bufs[k] + sizes[k]) partition the buffer
+    int npieces = 0;
+    for (size_t at = 0; at < n; npieces++) at += piece_sizes[npieces % npiece_sizes];
+    float** bufs = (float**)xmalloc(npieces * sizeof(float*));
+    size_t* sizes = (size_t*)xmalloc(npieces * sizeof(size_t));
+    size_t at = 0;
+    for (int k = 0; k < npieces; k++) {
+        sizes[k] = piece_sizes[k % npiece_sizes] < n - at ? piece_sizes[k % npiece_sizes] : n - at;
+        bufs[k] = sharded + at;
+        at += sizes[k];
+    }
+
+    // garbage first: every element the reduction should produce must really be written
+    fill_value_kernel<<<blocks(n), 256, 0, s>>>(sharded, n, -777.0f);
+    fill_grad_kernel<<<blocks(n), 256, 0, s>>>(whole, 0, n, d->rank);
+    cuda_check_last();
+    int nlayers = (npieces + pieces_per_layer - 1) / pieces_per_layer;
+    for (int l = nlayers - 1; l >= 0; l--) {
+        int k0 = l * pieces_per_layer, k1 = k0 + pieces_per_layer < npieces ? k0 + pieces_per_layer : npieces;
+        sleep_ns_kernel<<<1, 1, 0, s>>>(200 * 1000);   // the "backward" of this layer takes a while
+        for (int k = k0; k < k1; k++)
+            fill_grad_kernel<<<blocks(sizes[k]), 256, 0, s>>>(sharded, (size_t)(bufs[k] - sharded), sizes[k], d->rank);
+        cuda_check_last();
+        dist_reduce_to_shards_async(d, sharded, n, bufs + k0, sizes + k0, k1 - k0, s);
+    }
+    dist_wait(d, s);
+    dist_allreduce_sum_f32(d, whole, n, s);
+
+    // norms: [0] from the shards, [1] of the whole all-reduced buffer
+    sum_squares(norms, scratch, sharded + begin, count, s);
+    dist_allreduce_sum_f32(d, norms, 1, s);
+    sum_squares(norms + 1, scratch, whole, n, s);
+    float* host_shard = (float*)xmalloc((count ? count : 1) * sizeof(float));
+    float* host_whole = (float*)xmalloc(n * sizeof(float));
+    float host_norms[2];
+    cuda_check(cudaMemcpyAsync(host_shard, sharded + begin, count * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaMemcpyAsync(host_whole, whole, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaMemcpyAsync(host_norms, norms, 2 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cuda_check(cudaStreamSynchronize(s));
+
+    size_t bad_whole = 0, bad_shard = 0, bad_vs_whole = 0;
+    double sq = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float want = 0.0f;
+        for (int r = 0; r < d->world; r++) want += grad_pattern(i, r);
+        bad_whole += host_whole[i] != want;
+        sq += (double)want * want;
+        if (i >= begin && i < begin + count) {
+            bad_shard += host_shard[i - begin] != want;
+            bad_vs_whole += host_shard[i - begin] != host_whole[i];
+        }
+    }
+    CHECK(bad_whole == 0, "rank %d: n=%zu: all-reduce: %zu of %zu elements differ from the host's sum", g_rank, n, bad_whole, n);
+    CHECK(bad_shard == 0 && bad_vs_whole == 0, "rank %d: n=%zu, %d pieces in %d layers: %zu of the shard's %zu elements "
+          "[%zu, %zu) differ from the host's sum, %zu from the all-reduced buffer", g_rank, n, npieces, nlayers,
+          bad_shard, count, begin, begin + count, bad_vs_whole);
+    double want_norm = sqrt(sq);
+    char what[128];
+    snprintf(what, sizeof(what), "rank %d: n=%zu: norm from the shards vs the host's", g_rank, n);
+    CHECK_CLOSE(sqrt((double)host_norms[0]), want_norm, 1e-6, 1e-5, what);
+    snprintf(what, sizeof(what), "rank %d: n=%zu: norm of the all-reduced buffer vs the host's", g_rank, n);
+    CHECK_CLOSE(sqrt((double)host_norms[1]), want_norm, 1e-6, 1e-5, what);
+    // every rank got the same norm from the shards (so every rank clips and skips alike)
+    CHECK(dist_sum_double(d, (double)host_norms[0]) == (double)d->world * host_norms[0],
+          "rank %d: n=%zu: the norm from the shards differs between ranks", g_rank, n);
+    dist_printf(d, "  n=%zu in %d pieces: norm from shards %.6f, of the all-reduced buffer %.6f, host %.6f\n", n,
+                npieces, sqrt((double)host_norms[0]), sqrt((double)host_norms[1]), want_norm);
+
+    free(host_shard);
+    free(host_whole);
+    free(bufs);
+    free(sizes);
+    cuda_check(cudaFree(scratch));
+    cuda_check(cudaFree(norms));
+    cuda_check(cudaFree(whole));
+    cuda_check(cudaFree(sharded));
+}
+
+// comm_ms counts the time the compute stream (or the host) waited for communication, not the time
+// communication took: a reduction hidden behind compute counts ~0, a reduction that finishes 30 ms
+// after compute ran out of work counts ~30 ms, and a host-blocking sum does not count the compute
+// still queued ahead of it. Needs a communicator (collectives are no-ops without one).
+static void test_exposed_time(Dist* d, cudaStream_t s) {
+    if (!d->use_nccl) {
+        test_skip("exposed communication time", "single process without NCCL: nothing to wait for");
+        return;
+    }
+    const unsigned long long MS = 1000 * 1000;   // nanoseconds
+    size_t n = 1 << 16;
+    float* buf;
+    cuda_check(cudaMalloc(&buf, n * sizeof(float)));
+
+    // hidden: compute has 30 ms of work left after the reduction was issued
+    dist_barrier(d);
+    dist_take_comm_ms(d);
+    fill_grad_kernel<<<blocks(n), 256, 0, s>>>(buf, 0, n, d->rank);
+    cuda_check_last();
+    dist_allreduce_sum_async(d, &buf, &n, 1, s);
+    sleep_ns_kernel<<<1, 1, 0, s>>>(30 * MS);
+    dist_wait(d, s);
+    cuda_check(cudaStreamSynchronize(s));
+    double hidden = dist_take_comm_ms(d);
+    CHECK(hidden >= 0.0 && hidden < 5.0, "rank %d: a reduction hidden behind 30 ms of compute counted %.3f ms of "
+          "exposed communication (want ~0)", g_rank, hidden);
+
+    // exposed: the communication ends 40 ms after it was issued, compute runs out after 10 ms
+    dist_barrier(d);
+    dist_take_comm_ms(d);
+    dist_allreduce_sum_async(d, &buf, &n, 1, s);
+    sleep_ns_kernel<<<1, 1, 0, d->comm_stream>>>(40 * MS);   // stands for a slow transfer
+    sleep_ns_kernel<<<1, 1, 0, s>>>(10 * MS);
+    cuda_check_last();
+    dist_wait(d, s);
+    cuda_check(cudaStreamSynchronize(s));
+    double exposed = dist_take_comm_ms(d);
+    CHECK(exposed > 25.0 && exposed < 45.0, "rank %d: compute waited ~30 ms for communication but comm_ms counted "
+          "%.3f ms", g_rank, exposed);
+
+    // host-blocking sum with 40 ms of compute queued ahead: only the sum itself counts
+    dist_barrier(d);
+    dist_take_comm_ms(d);
+    sleep_ns_kernel<<<1, 1, 0, s>>>(40 * MS);
+    cuda_check_last();
+    double one = dist_sum_double(d, 1.0);
+    double host = dist_take_comm_ms(d);
+    CHECK(one == (double)d->world, "rank %d: dist_sum_double(1) = %g", g_rank, one);
+    CHECK(host >= 0.0 && host < 10.0, "rank %d: dist_sum_double behind 40 ms of queued compute counted %.3f ms of "
+          "exposed communication (want only the scalar all-reduce, well under 10 ms)", g_rank, host);
+    dist_printf(d, "  exposed communication: hidden reduction %.3f ms, 30 ms stall %.3f ms, host sum %.3f ms\n",
+                hidden, exposed, host);
+    cuda_check(cudaFree(buf));
+}
+
 int main(int argc, char** argv) {
     if (device_count_or_zero() == 0) {
         test_skip("test_distributed", "no CUDA GPU on this machine");
@@ -248,6 +433,9 @@ int main(int argc, char** argv) {
     test_async(&d, s);
     test_shards_and_allgather(&d, s);
     test_shared_scale(&d, s);
+    test_reduce_to_shards(&d, s, 300);       // shards partly padding from 2 ranks on, all padding from 4
+    test_reduce_to_shards(&d, s, 1000003);
+    test_exposed_time(&d, s);
     dist_barrier(&d);
     cuda_check(cudaStreamDestroy(s));
 
