@@ -230,6 +230,71 @@ static void test_shuffle(void) {
     for (int r = 0; r < 2; r++) dataloader_free(&d2[r]);
 }
 
+// --- global micro-batch index ----------------------------------------------------------------------
+
+// world ranks with accum micro-steps each against one process with world * accum micro-steps, for
+// `steps` optimizer steps: each micro-batch of a step, named by dataloader_global_micro_index(), must
+// hold the same rows in both, and the indices of a step must be 0 .. world * accum - 1, each once.
+// Returns the number of mismatches.
+static int compare_micro_index(const char* pattern, int B, int T, int world, int accum, int shuffle, int steps) {
+    const int per_step = world * accum;
+    DataLoader* dls = (DataLoader*)xmalloc(sizeof(DataLoader) * world);
+    for (int r = 0; r < world; r++) dataloader_init(&dls[r], pattern, B, T, r, world, shuffle, 77, 0);
+    DataLoader one;
+    dataloader_init(&one, pattern, B, T, 0, 1, shuffle, 77, 0);
+    RowId* rows = (RowId*)xmalloc(sizeof(RowId) * per_step * B);   // the step's rows by global index
+    int* filled = (int*)xmalloc(sizeof(int) * per_step);
+    int bad = 0;
+    for (int step = 0; step < steps; step++) {
+        memset(filled, 0, sizeof(int) * per_step);
+        for (int micro = 0; micro < accum; micro++)      // the trainer's loop, on every rank
+            for (int r = 0; r < world; r++) {
+                dataloader_next_batch(&dls[r]);
+                int g = dataloader_global_micro_index(&dls[r], micro);
+                if (g < 0 || g >= per_step || filled[g]++) { bad++; continue; }
+                for (int b = 0; b < B; b++) rows[g * B + b] = row_of(&dls[r], b);
+            }
+        for (int g = 0; g < per_step; g++) bad += filled[g] != 1;
+        for (int micro = 0; micro < per_step; micro++) {   // one process, world times the accumulation
+            dataloader_next_batch(&one);
+            int g = dataloader_global_micro_index(&one, micro);
+            if (g != micro) { bad++; continue; }
+            for (int b = 0; b < B; b++) {
+                RowId want = row_of(&one, b), got = rows[g * B + b];
+                bad += want.shard < 0 || got.shard != want.shard || got.row != want.row;
+            }
+        }
+    }
+    for (int r = 0; r < world; r++) dataloader_free(&dls[r]);
+    dataloader_free(&one);
+    free(dls); free(rows); free(filled);
+    return bad;
+}
+
+static void test_global_micro_index(void) {
+    // 48, 24 and 72 rows of T=8: multiples of every world * B below (1..8 but 5 and 7), so world
+    // processes and one process read the same rows in every epoch
+    int64_t sizes[3] = {48 * 8 + 1, 24 * 8 + 1, 72 * 8 + 1};
+    const char* pat = make_shards("micro", sizes, 3);
+    const int worlds[] = {1, 2, 3, 4}, accums[] = {1, 2, 3};
+    for (int shuffle = 0; shuffle <= 1; shuffle++)
+        for (int B = 1; B <= 2; B++)
+            for (size_t wi = 0; wi < sizeof(worlds) / sizeof(worlds[0]); wi++)
+                for (size_t ai = 0; ai < sizeof(accums) / sizeof(accums[0]); ai++) {
+                    int world = worlds[wi], accum = accums[ai];
+                    int steps = 2 * 144 / (world * accum * B) + 1;   // past two epochs: shard and epoch wraps
+                    int bad = compare_micro_index(pat, B, 8, world, accum, shuffle, steps);
+                    CHECK(bad == 0, "global micro index, %d ranks x %d micro-steps vs 1 x %d, B=%d shuffle=%d: "
+                          "%d mismatches", world, accum, world * accum, B, shuffle, bad);
+                }
+    // the trainer's numbering, literally: rank 2 of 4, third micro-step
+    DataLoader dl;
+    dataloader_init(&dl, pat, 2, 8, 2, 4, 0, 0, 0);
+    CHECK(dataloader_global_micro_index(&dl, 2) == 10, "rank 2 of 4, micro 2: index %d, want 10",
+          dataloader_global_micro_index(&dl, 2));
+    dataloader_free(&dl);
+}
+
 // --- resume and reset ------------------------------------------------------------------------------
 
 static void test_resume(void) {
@@ -448,6 +513,7 @@ int main(void) {
     if (mkdtemp(tmpdir) == NULL) { printf("cannot make a temporary directory\n"); return 1; }
     test_sequential();
     test_shuffle();
+    test_global_micro_index();
     test_resume();
     test_errors();
     test_shipped();
