@@ -1,6 +1,9 @@
 # Makefile for train_gpt_fp4 and its tests.
-#   make            build the trainer, test_gpt_fp4 and every test binary
-#   make test       run the CPU tests everywhere, the GPU tests where a GPU is present
+#   make            build the trainer (train_gpt_fp4) only
+#   make test       build the trainer and every test binary, in parallel (one job per core unless -j is
+#                   given), then run the tests: CPU tests everywhere, GPU tests where a GPU is present
+#   make all        build the trainer and every test binary
+#   SANITIZE=1      (with test or all) also the CPU tests built with AddressSanitizer and UBSan, in build-san/
 # Overrides: GPU_ARCHS="90 100a", NO_CUDNN=1, NO_MPI=1, NO_NCCL=1, NVCC=..., CUDA_HOME=...
 
 NVCC      ?= nvcc
@@ -29,6 +32,9 @@ SYS_INC := $(CUDA_HOME)/include /usr/include /usr/include/x86_64-linux-gnu /usr/
 SYS_LIB := $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/x86_64-linux-gnu /usr/lib64 /usr/local/lib
 find_dir = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
 
+# Tells what the build leaves out, once: only the top-level make (make test starts a second one).
+say = $(if $(filter 0,$(MAKELEVEL)),$(info build: $(1)))
+
 NVCC_FLAGS := -O3 -std=c++17 $(GENCODE) -I. -Xcompiler -Wall,-Wno-unused-function
 LDLIBS     := -lcublasLt -lcublas
 LIB_DIRS   := $(CUDA_HOME)/lib64
@@ -42,7 +48,7 @@ ifneq ($(and $(CUDNN_INC),$(CUDNN_LIB)),)
   LDLIBS += -lcudnn
   LIB_DIRS += $(CUDNN_LIB)
 else
-  $(info build: cuDNN not found (or NO_CUDNN=1): attention uses the program's own kernel)
+  $(call say,cuDNN not found (or NO_CUDNN=1): attention uses the program's own kernel)
 endif
 
 ifeq ($(NO_NCCL),)
@@ -54,7 +60,7 @@ ifneq ($(and $(NCCL_INC),$(NCCL_LIB)),)
   LDLIBS += -lnccl
   LIB_DIRS += $(NCCL_LIB)
 else
-  $(info build: NCCL not found (or NO_NCCL=1): single GPU only)
+  $(call say,NCCL not found (or NO_NCCL=1): single GPU only)
 endif
 
 ifeq ($(NO_MPI),)
@@ -66,7 +72,7 @@ ifneq ($(and $(MPI_INC),$(MPI_LIB),$(NCCL_INC)),)
   LDLIBS += -lmpi
   LIB_DIRS += $(MPI_LIB)
 else
-  $(info build: Open MPI not found (or NO_MPI=1): no mpirun launch; env-var launch still works with NCCL)
+  $(call say,Open MPI not found (or NO_MPI=1): no mpirun launch; env-var launch still works with NCCL)
 endif
 
 LDFLAGS := $(foreach d,$(sort $(LIB_DIRS)),-L$(d) -Xlinker -rpath=$(d))
@@ -79,11 +85,28 @@ HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
 # nvcc and skip themselves (with a message) when no GPU is present.
 CPU_TESTS :=
 GPU_TESTS :=
-.DEFAULT_GOAL := all
+.DEFAULT_GOAL := train_gpt_fp4
 include $(wildcard mk/*.mk)
 
+# What `make test` runs, in this order, one per line: test binaries and scripts that end with the line
+# "TESTS name: passed=P failed=F skipped=S". `make all` builds every binary named here.
+TESTS := $(CPU_TESTS)
+TESTS += dev/test/test_fp4_ref.sh
+TESTS += $(GPU_TESTS)
+TESTS += ./test_gpt_fp4
+TESTS += scripts/check_resume.sh
+
+# SANITIZE=1: the CPU tests once more, built with AddressSanitizer and UBSan (any report fails the test).
+SAN_TESTS := $(patsubst build/%,build-san/%,$(CPU_TESTS))
+ifneq ($(SANITIZE),)
+  TESTS += $(SAN_TESTS)
+endif
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
 .PHONY: all test clean
-all: train_gpt_fp4 test_gpt_fp4 $(CPU_TESTS) $(GPU_TESTS)
+all: train_gpt_fp4 $(filter-out %.sh,$(TESTS))
 
 train_gpt_fp4: train_gpt_fp4.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
@@ -99,8 +122,15 @@ build/%: dev/test/%.cu $(HEADERS) dev/test/testing.h
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
 
-test: $(CPU_TESTS) $(GPU_TESTS) test_gpt_fp4 train_gpt_fp4
-	@bash scripts/run_tests.sh $(CPU_TESTS) $(GPU_TESTS) ./test_gpt_fp4 scripts/check_resume.sh
+build-san/%: dev/test/%.c $(HEADERS) $(wildcard dev/test/*.h)
+	@mkdir -p build-san
+	$(CXX) $(filter-out -O%,$(CXX_FLAGS)) $(SAN_FLAGS) -x c++ $< -o $@ -lm
+
+# The binaries build in parallel (nvcc compiles one file on one core, and there are a dozen): one job
+# per core, unless make was given its own -j.
+test:
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) all
+	@bash scripts/run_tests.sh $(TESTS)
 
 clean:
-	rm -rf train_gpt_fp4 test_gpt_fp4 build
+	rm -rf train_gpt_fp4 test_gpt_fp4 build build-san

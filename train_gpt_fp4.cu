@@ -33,7 +33,7 @@
 #include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
 #include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
-#include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch
+#include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch, dataloader_global_micro_index
 #include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
 #include "llmc/args.h"             // defines: Option, parse_options, print_usage
 #include "llmc/logger.h"           // defines: Logger, logger_line, make_dirs
@@ -1695,7 +1695,7 @@ int main(int argc, char** argv) {
         model.fp4_step = step;
         double loss_sum = 0.0;
         for (int micro = 0; micro < grad_accum; micro++) {
-            model.fp4_micro = micro;
+            model.fp4_micro = dataloader_global_micro_index(&train_loader, micro);
             dataloader_next_batch(&train_loader);
             loss_sum += gpt_forward(&model, train_loader.inputs, train_loader.targets, B, T, 1,
                                     1.0f / ((float)B * T * grad_accum * world));

@@ -11,7 +11,10 @@ searching a table of all representable values (nearest, ties to the even code), 
 from frexp and float64 comparisons, the amax uses numpy reductions with explicit NaN checks.
 
 Usage: python3 dev/fp4_ref.py [--out dev/golden/fp4_golden.bin] [--check]
+       python3 dev/fp4_ref.py --verify dev/golden/fp4_golden.bin
   --check also runs the reference's own sanity checks (orthonormality, SR bias) and prints a summary.
+  --verify writes nothing: it recomputes every record of the file from the inputs stored in it, compares
+           the bytes, checks that every record is there, and runs the sanity checks (make test runs it).
 
 Golden file: b"FP4GOLD1", then records (u32 type, u32 payload bytes, payload), little endian:
   1 RNG       u32 n; u64 seed[n]; u32 step[n]; u32 tid[n]; u64 index[n]; u64 key[n]; u32 bits[n]
@@ -490,6 +493,46 @@ def write_record(f, rtype, payload):
     f.write(payload)
 
 
+# Payloads of each record type from its inputs: golden() writes them, verify() recomputes them from the
+# inputs stored in a golden file.
+
+def rec_rng(seeds, steps, tids, idxs):
+    keys = np.array([rng_key(s, st, t) for s, st, t in zip(seeds, steps, tids)], dtype=np.uint64)
+    bits = np.array([rng_bits32(k, i) for k, i in zip(keys, idxs)], dtype=np.uint32)
+    return (struct.pack("<I", len(seeds)) + seeds.tobytes() + steps.tobytes() + tids.tobytes() + idxs.tobytes()
+            + keys.tobytes() + bits.tobytes())
+
+
+def rec_e4m3(xs):
+    out, b = e4m3_rne_satfinite(xs)
+    return struct.pack("<I", len(xs)) + xs.tobytes() + f32(out).tobytes() + b.tobytes()
+
+
+def rec_grid_rne(g, xs):
+    return struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + grid_rne(g, xs).tobytes()
+
+
+def rec_grid_sr(g, xs, r16):
+    return struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + r16.tobytes() + grid_sr(g, xs, r16).tobytes()
+
+
+def rec_bf16(xs, rb):
+    return (struct.pack("<I", len(xs)) + xs.tobytes() + rb.tobytes() + bf16_rne_bits(xs).tobytes()
+            + bf16_sr_bits(xs, rb).tobytes())
+
+
+def rec_hadamard(size, mask, xin):
+    xout = hadamard_f32(xin, size, mask)
+    return struct.pack("<II4I", size, xin.shape[0], *mask) + xin.tobytes() + xout.tobytes()
+
+
+def rec_quant(name, spec, rows, cols, axis, key, x):
+    r = quantize(spec, x, rows, cols, axis, key)
+    hdr = struct.pack("<48s80sIIIIQ", name.encode(), spec.encode(), rows, cols, axis, 0, key)
+    return (hdr + x.tobytes() + struct.pack("<ff", r["amax"], r["scale_dec"]) + r["fake"].tobytes()
+            + r["codes"].tobytes() + r["scales"].tobytes() + r["deq"].tobytes())
+
+
 def golden(path):
     rng = np.random.default_rng(20261129)
     with open(path, "wb") as f:
@@ -501,10 +544,7 @@ def golden(path):
         tids = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
         idxs = rng.integers(0, 2**63, n, dtype=np.uint64)
         idxs[:8] = np.arange(8, dtype=np.uint64)
-        keys = np.array([rng_key(s, st, t) for s, st, t in zip(seeds, steps, tids)], dtype=np.uint64)
-        bits = np.array([rng_bits32(k, i) for k, i in zip(keys, idxs)], dtype=np.uint32)
-        write_record(f, 1, struct.pack("<I", n) + seeds.tobytes() + steps.tobytes() + tids.tobytes()
-                     + idxs.tobytes() + keys.tobytes() + bits.tobytes())
+        write_record(f, 1, rec_rng(seeds, steps, tids, idxs))
         # E4M3: every representable value, every midpoint, around the edges, random magnitudes
         v = E4M3_VALS
         mids = (v[:-1] + v[1:]) / 2
@@ -514,8 +554,7 @@ def golden(path):
         xs = f32(np.concatenate([v, mids, np.nextafter(f32(mids), f32(0)), np.nextafter(f32(mids), f32(1e9)),
                                  special, rnd]))
         xs = xs[~np.isnan(xs)]
-        out, b = e4m3_rne_satfinite(xs)
-        write_record(f, 3, struct.pack("<I", len(xs)) + xs.tobytes() + f32(out).tobytes() + b.tobytes())
+        write_record(f, 3, rec_e4m3(xs))
         # grids, RNE and SR
         for g in ("e2m1", "int4", "e1m2"):
             lv = np.array(GRIDS[g])
@@ -523,38 +562,105 @@ def golden(path):
             base = np.concatenate([lv, m, np.nextafter(f32(m), f32(0)), np.nextafter(f32(m), f32(100)),
                                    [7.5, 100.0, np.inf, 1e-30, 0.1]])
             base = np.concatenate([base, -base, rng.uniform(-8, 8, 200), [np.nan]])
-            xs = f32(base)
-            write_record(f, 4, struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + grid_rne(g, xs).tobytes())
+            write_record(f, 4, rec_grid_rne(g, f32(base)))
             xs = f32(np.concatenate([rng.uniform(-8, 8, 400), lv, -lv, m, [np.inf, -np.inf, np.nan]]))
             r16 = rng.integers(0, 65536, len(xs), dtype=np.uint64).astype(np.uint32)
             r16[:4] = [0, 65535, 32767, 32768]
-            write_record(f, 5, struct.pack("<II", GRID_ID[g], len(xs)) + xs.tobytes() + r16.tobytes()
-                         + grid_sr(g, xs, r16).tobytes())
+            write_record(f, 5, rec_grid_sr(g, xs, r16))
         # BF16 RNE / SR
         xs = f32(np.concatenate([rng.standard_normal(200) * 10.0 ** rng.uniform(-30, 30, 200),
                                  [0.0, -0.0, np.inf, -np.inf, 3.3895314e38, 1e-40]]))
         rb = rng.integers(0, 2**32, len(xs), dtype=np.uint64).astype(np.uint32)
-        write_record(f, 6, struct.pack("<I", len(xs)) + xs.tobytes() + rb.tobytes()
-                     + bf16_rne_bits(xs).tobytes() + bf16_sr_bits(xs, rb).tobytes())
+        write_record(f, 6, rec_bf16(xs, rb))
         # Hadamard, each size 2..128, fixed / seeded / plain signs
         for size in (2, 4, 8, 16, 32, 64, 128):
             for signs in ("fixed", "seed=5", "plain"):
-                sp = parse_spec("nvfp4,h%d,%s" % (size, signs))
-                mask = sign_mask(sp)
+                mask = sign_mask(parse_spec("nvfp4,h%d,%s" % (size, signs)))
                 groups = 4
                 xin = f32(rng.standard_normal((groups, size)) * 10.0 ** rng.uniform(-3, 3, (groups, 1)))
-                xout = hadamard_f32(xin, size, mask)
-                write_record(f, 7, struct.pack("<II4I", size, groups, *mask) + xin.tobytes() + xout.tobytes())
+                write_record(f, 7, rec_hadamard(size, mask, xin))
         # quantization cases
         for name, spec, rows, cols, axis, kind in CASES:
             x = make_data(kind, rows, cols, rng, axis)
             key = int(rng_key(0x5EED, len(name), 7))
-            r = quantize(spec, x, rows, cols, axis, key)
-            hdr = struct.pack("<48s80sIIIIQ", name.encode(), spec.encode(), rows, cols, axis, 0, key)
-            body = (x.tobytes() + struct.pack("<ff", r["amax"], r["scale_dec"]) + r["fake"].tobytes()
-                    + r["codes"].tobytes() + r["scales"].tobytes() + r["deq"].tobytes())
-            write_record(f, 8, hdr + body)
+            write_record(f, 8, rec_quant(name, spec, rows, cols, axis, key, x))
     return os.path.getsize(path)
+
+
+GRID_NAME = {v: k for k, v in GRID_ID.items()}
+RECORD_NAMES = {1: "rng", 3: "e4m3", 4: "grid rne", 5: "grid sr", 6: "bf16", 7: "hadamard", 8: "quant"}
+
+
+def recompute(rtype, p):
+    """The payload of a record of type rtype recomputed from the inputs stored in payload p."""
+    def arr(dtype, off, n):
+        return np.frombuffer(p, dtype=dtype, count=n, offset=off).copy()
+    if rtype == 1:
+        (n,) = struct.unpack_from("<I", p)
+        return rec_rng(arr(np.uint64, 4, n), arr(np.uint32, 4 + 8 * n, n), arr(np.uint32, 4 + 12 * n, n),
+                       arr(np.uint64, 4 + 16 * n, n))
+    if rtype == 3:
+        (n,) = struct.unpack_from("<I", p)
+        return rec_e4m3(arr(np.float32, 4, n))
+    if rtype in (4, 5):
+        g, n = struct.unpack_from("<II", p)
+        xs = arr(np.float32, 8, n)
+        return rec_grid_rne(GRID_NAME[g], xs) if rtype == 4 else rec_grid_sr(GRID_NAME[g], xs, arr(np.uint32, 8 + 4 * n, n))
+    if rtype == 6:
+        (n,) = struct.unpack_from("<I", p)
+        return rec_bf16(arr(np.float32, 4, n), arr(np.uint32, 4 + 4 * n, n))
+    if rtype == 7:
+        size, groups, *mask = struct.unpack_from("<II4I", p)
+        return rec_hadamard(size, list(mask), arr(np.float32, 24, groups * size).reshape(groups, size))
+    if rtype == 8:
+        name, spec, rows, cols, axis, _, key = struct.unpack_from("<48s80sIIIIQ", p)
+        x = arr(np.uint16, 152, rows * cols).reshape(rows, cols)
+        return rec_quant(name.rstrip(b"\0").decode(), spec.rstrip(b"\0").decode(), rows, cols, axis, key, x)
+    raise ValueError("unknown record type %d" % rtype)
+
+
+def verify(path):
+    """Recomputes every record of the golden file at path from its stored inputs and compares the bytes
+    (so the check does not depend on numpy's random streams), checks that it holds every record golden()
+    writes (the quantization cases by name and spec, in order), and runs the self checks. Prints one
+    line per problem and the test summary line scripts/run_tests.sh reads; returns True when all pass."""
+    passed = failed = 0
+    def check(ok, msg):
+        nonlocal passed, failed
+        if ok:
+            passed += 1
+        else:
+            failed += 1
+            print("FAIL fp4_ref: " + msg)
+    data = open(path, "rb").read()
+    check(data[:8] == b"FP4GOLD1", "%s: bad magic" % path)
+    pos, counts, quant_cases = 8, {}, []
+    while data[:8] == b"FP4GOLD1" and pos + 8 <= len(data):
+        rtype, length = struct.unpack_from("<II", data, pos)
+        payload = data[pos + 8:pos + 8 + length]
+        if len(payload) != length or rtype not in RECORD_NAMES:
+            check(False, "%s: record of type %d at byte %d truncated or unknown" % (path, rtype, pos))
+            break
+        pos += 8 + length
+        k = counts.get(rtype, 0)
+        counts[rtype] = k + 1
+        if rtype == 8:
+            name, spec, rows, cols, axis = struct.unpack_from("<48s80sIII", payload)
+            quant_cases.append((name.rstrip(b"\0").decode(), spec.rstrip(b"\0").decode(), rows, cols, axis))
+        check(recompute(rtype, payload) == payload,
+              "%s record %d%s: the reference computes different bytes from its inputs" %
+              (RECORD_NAMES[rtype], k, " (" + quant_cases[-1][0] + ")" if rtype == 8 else ""))
+    check(pos == len(data), "%s: %d bytes after the last whole record" % (path, len(data) - pos))
+    want = {1: 1, 3: 1, 4: 3, 5: 3, 6: 1, 7: 21, 8: len(CASES)}
+    for rtype, n in want.items():
+        check(counts.get(rtype, 0) == n, "%s: %d %s records, golden() writes %d" %
+              (path, counts.get(rtype, 0), RECORD_NAMES[rtype], n))
+    check(quant_cases == [c[:5] for c in CASES], "%s: the quantization cases differ from CASES (regenerate the file "
+          "with python3 dev/fp4_ref.py)" % path)
+    check(self_checks(), "the reference's self checks failed")
+    print("fp4_ref: %s: %s" % (path, ", ".join("%d %s" % (counts.get(t, 0), RECORD_NAMES[t]) for t in want)))
+    print("TESTS fp4_ref: passed=%d failed=%d skipped=0" % (passed, failed))
+    return failed == 0
 
 
 def self_checks():
@@ -590,7 +696,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden", "fp4_golden.bin"))
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--verify", metavar="GOLDEN", help="write nothing: recompute every record of GOLDEN from its "
+                    "inputs and compare (make test runs this on dev/golden/fp4_golden.bin)")
     args = ap.parse_args()
+    if args.verify:
+        sys.exit(0 if verify(args.verify) else 1)
     if args.check and not self_checks():
         sys.exit(1)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

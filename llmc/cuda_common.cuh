@@ -1,6 +1,8 @@
 // cuda_common.cuh: CUDA error checks and the program-wide BF16 type.
-// defines: floatX (= __nv_bfloat16), cuda_check(), cuda_check_last(), cublas_check(), device_count_or_zero()
+// defines: floatX (= __nv_bfloat16), cuda_check(), cuda_check_last(), device_count_or_zero(),
+//          cuda_driver_installed()
 #pragma once
+#include <dlfcn.h>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include "common.h"
@@ -15,9 +17,42 @@ static inline void cuda_check_(cudaError_t e, const char* file, int line) {
 #define cuda_check(e) cuda_check_((e), __FILE__, __LINE__)
 #define cuda_check_last() cuda_check_(cudaGetLastError(), __FILE__, __LINE__)
 
-// Number of usable CUDA devices; 0 when there is no GPU or no driver (CPU-only machines, CI).
+// 1 if an NVIDIA driver library (libcuda.so.1) can be loaded at all. The CUDA runtime answers
+// cudaErrorInsufficientDriver both when there is none and when the one installed is too old; only the
+// first means "this machine has no GPU".
+static inline int cuda_driver_installed(void) {
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (lib) dlclose(lib);
+    return lib != NULL;
+}
+
+// Number of CUDA devices; 0 when the machine has none: no NVIDIA driver installed (CPU-only machines,
+// CI), or a driver that sees no device. A driver that is installed but fails (older than this
+// program's CUDA runtime, a broken install) stops the program instead: a GPU machine whose driver is
+// broken must not quietly skip every GPU test. REQUIRE_GPU=1 in the environment makes "no GPU" an
+// error too, for test runs that must exercise the GPU.
 static inline int device_count_or_zero(void) {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
-    return n;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaGetLastError();
+    if (e == cudaSuccess && n > 0) return n;
+    if (e == cudaSuccess || e == cudaErrorNoDevice || !cuda_driver_installed()) {
+        const char* require = getenv("REQUIRE_GPU");
+        fail_if(require && require[0] && strcmp(require, "0") != 0,
+                "REQUIRE_GPU=%s is set, but this machine has no CUDA GPU (%s); run on a GPU machine, or unset "
+                "REQUIRE_GPU to let the GPU tests skip", require,
+                e == cudaSuccess || e == cudaErrorNoDevice ? "the NVIDIA driver sees no device"
+                                                           : "no NVIDIA driver: libcuda.so.1 cannot be loaded");
+        return 0;
+    }
+    int driver = 0;
+    cudaDriverGetVersion(&driver);
+    cudaGetLastError();
+    char supports[64] = "does not say which CUDA version it supports";
+    if (driver > 0) snprintf(supports, sizeof(supports), "supports CUDA %d.%d", driver / 1000, (driver % 1000) / 10);
+    fail("an NVIDIA driver is installed but CUDA cannot use it: %s (%s); the driver %s, this program was "
+         "built with CUDA runtime %d.%d. Check the GPU with nvidia-smi, and update or reinstall the driver (or "
+         "build with a toolkit the driver supports)", cudaGetErrorName(e), cudaGetErrorString(e), supports,
+         CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    return 0;
 }

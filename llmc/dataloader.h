@@ -1,7 +1,7 @@
 // dataloader.h: token shards on disk -> (inputs, targets) micro-batches on the host.
 // defines: DataLoader, DataLoaderState, dataloader_init(), dataloader_next_batch(), dataloader_reset(),
 //          dataloader_get_state(), dataloader_set_state(), dataloader_print(), dataloader_free(),
-//          SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS
+//          dataloader_global_micro_index(), SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS
 //
 // Shard format (llm.c's, so existing llm.c / FineWeb shards work unchanged):
 //   256 x int32 header: [0] = 20240520 (magic), [1] = 1 (version), [2] = number of tokens N
@@ -248,6 +248,18 @@ static inline void dataloader_next_batch(DataLoader* dl) {
         for (int t = 0; t < T; t++) { in[t] = src[t]; tg[t] = src[t + 1]; }
     }
     dl->batch_in_shard++;
+}
+
+// Where the batch that dataloader_next_batch() gave for this rank's accumulation step `micro` stands
+// among all the micro-batches of the optimizer step, over every rank: micro * world + rank. A step of
+// `accum` micro-steps reads loader batches k0 .. k0 + accum - 1 (k0 = step * accum), and rank r's share
+// of batch k0 + micro is the B rows of global micro-batch (k0 + micro) * world + r, which one process
+// accumulating world * accum micro-steps reads as its micro-step micro * world + r of the same step
+// (when every shard's row count is a multiple of world * B; otherwise the two leave out different rows
+// at the shards' ends). Whatever is keyed on this index (stochastic rounding) is then the same for
+// N processes and for one process accumulating N times as much.
+static inline int dataloader_global_micro_index(const DataLoader* dl, int micro) {
+    return micro * dl->world + dl->rank;
 }
 
 // Back to the first batch of epoch 0 (validation: call before each evaluation).

@@ -2,10 +2,27 @@
 # Resuming continues bit for bit: trains N steps in one go, and N/2 + N/2 with a checkpoint and a
 # resume in between, then compares the per-step losses of the two logs exactly.
 # usage: scripts/check_resume.sh [extra trainer flags...]   (needs a GPU and ./train_gpt_fp4)
-# Ends with the test summary line scripts/run_tests.sh reads; skips (exit 0) without a GPU.
+# Ends with the test summary line scripts/run_tests.sh reads; skips (exit 0) without a GPU, as the GPU
+# test binaries do: an installed but unusable driver, or REQUIRE_GPU=1 without a GPU, is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+# build/test_gpu_presence --count applies the binaries' rule (llmc/cuda_common.cuh); without it
+# (the script run by hand before `make test`), nvidia-smi decides.
+if [ -x build/test_gpu_presence ]; then
+    if ! ngpu=$(build/test_gpu_presence --count); then
+        echo "FAIL check_resume: no usable GPU, and skipping is not allowed here (see the error above)"
+        echo "TESTS check_resume: passed=0 failed=1 skipped=0"
+        exit 1
+    fi
+else
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+fi
+if [ "$ngpu" -eq 0 ]; then
+    if [ -n "${REQUIRE_GPU:-}" ] && [ "${REQUIRE_GPU}" != 0 ]; then
+        echo "FAIL check_resume: REQUIRE_GPU=$REQUIRE_GPU is set, but this machine has no CUDA GPU"
+        echo "TESTS check_resume: passed=0 failed=1 skipped=0"
+        exit 1
+    fi
     echo "SKIP check_resume: no CUDA GPU on this machine"
     echo "TESTS check_resume: passed=0 failed=0 skipped=1"
     exit 0

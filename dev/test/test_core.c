@@ -73,6 +73,13 @@ static void test_schedules(void) {
     CHECK_CLOSE(lr_at_step(&s, 88), 1.0, 1e-6, 0, "wsd decay start");
     CHECK_CLOSE(lr_at_step(&s, 109), 0.1, 1e-6, 0, "wsd end");
     CHECK(lr_at_step(&s, 100) < 1.0f && lr_at_step(&s, 100) > 0.1f, "wsd decays");
+    // a decay fraction of the steps that is not whole: ceil(0.25 * 110) = 28 steps, 82 .. 109, the
+    // first at lr (progress 0), then 1/27 of the way down per step (27 steps would start at 83)
+    s.decay_frac = 0.25f;
+    CHECK_CLOSE(lr_at_step(&s, 81), 1.0, 1e-6, 0, "wsd 0.25 x 110: stable before step 82");
+    CHECK_CLOSE(lr_at_step(&s, 82), 1.0, 1e-6, 0, "wsd 0.25 x 110: decay starts at step 82");
+    CHECK_CLOSE(lr_at_step(&s, 83), 1.0 - 0.9 / 27, 1e-6, 0, "wsd 0.25 x 110: step 83 is 1/27 down");
+    CHECK_CLOSE(lr_at_step(&s, 109), 0.1, 1e-6, 0, "wsd 0.25 x 110: end");
 }
 
 static void test_checkpoint_files(void) {

@@ -92,6 +92,14 @@ static void test_sequential(void) {
     check_sequential(pat, sizes, 3, 2, 8, 3, 3);   // 1 + 2 + 1 batches per epoch
     check_sequential(pat, sizes, 3, 1, 8, 2, 2);
 
+    // shards of a multiple of T tokens: the last T tokens have no target after them, so a shard of
+    // 8 T tokens holds 7 rows, not 8 (the 8th would read one token past the shard)
+    int64_t whole[3] = {8 * 8, 12 * 8, 5 * 8};   // 7, 11, 4 rows of T=8
+    const char* patw = make_shards("wholeT", whole, 3);
+    check_sequential(patw, whole, 3, 1, 8, 1, 2);
+    check_sequential(patw, whole, 3, 1, 8, 2, 2);
+    check_sequential(patw, whole, 3, 2, 8, 1, 2);
+
     // first batch exactly: inputs 0..15, targets 1..16
     DataLoader dl;
     dataloader_init(&dl, pat, 2, 8, 0, 1, 0, 0, 0);
@@ -208,6 +216,21 @@ static void test_shuffle(void) {
     CHECK(differ_ac > 0, "seeds 99 and 100 gave the same 25 batches");
     dataloader_free(&a); dataloader_free(&b); dataloader_free(&c);
 
+    // shards of a multiple of T tokens, shuffled: 7, 11 and 4 rows (not 8, 12, 5), each once per epoch
+    int64_t whole[3] = {8 * 8, 12 * 8, 5 * 8};
+    int64_t whole_rows[3] = {7, 11, 4};
+    const char* patw = make_shards("wholeTs", whole, 3);
+    DataLoader w1;
+    dataloader_init(&w1, patw, 1, 8, 0, 1, 1, 11, 0);
+    CHECK(w1.num_batches == 22, "shards of 64, 96, 40 tokens, T=8: %lld batches of one row, want 22",
+          (long long)w1.num_batches);
+    for (int e = 0; e < 4; e++) {
+        RowId ew[22];
+        CHECK(shuffled_epoch_coverage(&w1, 1, whole_rows, 3, ew) == 0,
+              "shards of a multiple of T tokens, shuffled epoch %d: rows not covered exactly once", e);
+    }
+    dataloader_free(&w1);
+
     // leftover rows (not a whole batch) are skipped, but no row is ever repeated within an epoch
     int64_t odd[2] = {8 * 7 + 1, 8 * 5 + 1};   // 7 and 5 rows, world*B = 4: 1 + 1 batches
     int64_t odd_rows[2] = {7, 5};
@@ -228,6 +251,123 @@ static void test_shuffle(void) {
         }
     CHECK(dup == 0, "odd shards: %d repeated or malformed rows in one epoch", dup);
     for (int r = 0; r < 2; r++) dataloader_free(&d2[r]);
+}
+
+// Counts of each order of 4 items, one order per epoch, read from the loader: rows of a 4-row shard
+// (shards = 0) or the order of 4 one-row shards (shards = 1). An order is a base-4 number: 256 slots,
+// of which the 24 permutations should be hit.
+static void shuffle_orders(int shards, int epochs, int* counts) {
+    memset(counts, 0, sizeof(int) * 256);
+    int64_t one_row[4] = {9, 9, 9, 9}, four_rows[1] = {33};
+    const char* pat = shards ? make_shards("uni_shards", one_row, 4) : make_shards("uni_rows", four_rows, 1);
+    DataLoader dl;
+    dataloader_init(&dl, pat, 1, 8, 0, 1, 1, 2024, 0);
+    for (int e = 0; e < epochs; e++) {
+        int code = 0;
+        for (int i = 0; i < 4; i++) {
+            dataloader_next_batch(&dl);
+            RowId id = row_of(&dl, 0);
+            code = code * 4 + (int)(shards ? id.shard : id.row);
+        }
+        counts[code]++;
+    }
+    dataloader_free(&dl);
+}
+
+// Chi-square of the 24 permutation counts against uniform; -1 if a non-permutation showed up.
+static double perm_chi2(const int* counts, int total) {
+    double chi2 = 0, expect = total / 24.0;
+    for (int code = 0; code < 256; code++) {
+        int d[4] = {code >> 6, (code >> 4) & 3, (code >> 2) & 3, code & 3}, used = 0;
+        for (int i = 0; i < 4; i++) used |= 1 << d[i];
+        if (used != 15) { if (counts[code]) return -1; continue; }
+        chi2 += (counts[code] - expect) * (counts[code] - expect) / expect;
+    }
+    return chi2;
+}
+
+// Every order is equally likely (Fisher-Yates), for the rows of a shard and for the shards of an epoch.
+// Coverage cannot tell: Sattolo's variant (swap with j < i instead of j <= i) also visits every row
+// once, but only ever gives the 6 cyclic orders of 4. Chi-square with 23 degrees of freedom: a uniform
+// shuffle stays below 60 but for a chance of 4e-5 (and the keys are fixed, so the outcome is too);
+// Sattolo's gives about 3 * the number of epochs.
+static void test_shuffle_uniform(void) {
+    int counts[256];
+    shuffle_orders(0, 12000, counts);
+    double chi2 = perm_chi2(counts, 12000);
+    CHECK(chi2 >= 0 && chi2 < 60, "row orders of a 4-row shard over 12000 epochs: chi-square %.1f (23 dof), want < 60",
+          chi2);
+    printf("shuffle uniformity: rows chi-square %.1f (23 dof)\n", chi2);
+    shuffle_orders(1, 2400, counts);
+    chi2 = perm_chi2(counts, 2400);
+    CHECK(chi2 >= 0 && chi2 < 60, "shard orders of 4 shards over 2400 epochs: chi-square %.1f (23 dof), want < 60",
+          chi2);
+    printf("shuffle uniformity: shards chi-square %.1f (23 dof)\n", chi2);
+}
+
+// --- global micro-batch index ----------------------------------------------------------------------
+
+// world ranks with accum micro-steps each against one process with world * accum micro-steps, for
+// `steps` optimizer steps: each micro-batch of a step, named by dataloader_global_micro_index(), must
+// hold the same rows in both, and the indices of a step must be 0 .. world * accum - 1, each once.
+// Returns the number of mismatches.
+static int compare_micro_index(const char* pattern, int B, int T, int world, int accum, int shuffle, int steps) {
+    const int per_step = world * accum;
+    DataLoader* dls = (DataLoader*)xmalloc(sizeof(DataLoader) * world);
+    for (int r = 0; r < world; r++) dataloader_init(&dls[r], pattern, B, T, r, world, shuffle, 77, 0);
+    DataLoader one;
+    dataloader_init(&one, pattern, B, T, 0, 1, shuffle, 77, 0);
+    RowId* rows = (RowId*)xmalloc(sizeof(RowId) * per_step * B);   // the step's rows by global index
+    int* filled = (int*)xmalloc(sizeof(int) * per_step);
+    int bad = 0;
+    for (int step = 0; step < steps; step++) {
+        memset(filled, 0, sizeof(int) * per_step);
+        for (int micro = 0; micro < accum; micro++)      // the trainer's loop, on every rank
+            for (int r = 0; r < world; r++) {
+                dataloader_next_batch(&dls[r]);
+                int g = dataloader_global_micro_index(&dls[r], micro);
+                if (g < 0 || g >= per_step || filled[g]++) { bad++; continue; }
+                for (int b = 0; b < B; b++) rows[g * B + b] = row_of(&dls[r], b);
+            }
+        for (int g = 0; g < per_step; g++) bad += filled[g] != 1;
+        for (int micro = 0; micro < per_step; micro++) {   // one process, world times the accumulation
+            dataloader_next_batch(&one);
+            int g = dataloader_global_micro_index(&one, micro);
+            if (g != micro) { bad++; continue; }
+            for (int b = 0; b < B; b++) {
+                RowId want = row_of(&one, b), got = rows[g * B + b];
+                bad += want.shard < 0 || got.shard != want.shard || got.row != want.row;
+            }
+        }
+    }
+    for (int r = 0; r < world; r++) dataloader_free(&dls[r]);
+    dataloader_free(&one);
+    free(dls); free(rows); free(filled);
+    return bad;
+}
+
+static void test_global_micro_index(void) {
+    // 48, 24 and 72 rows of T=8: multiples of every world * B below (1..8 but 5 and 7), so world
+    // processes and one process read the same rows in every epoch
+    int64_t sizes[3] = {48 * 8 + 1, 24 * 8 + 1, 72 * 8 + 1};
+    const char* pat = make_shards("micro", sizes, 3);
+    const int worlds[] = {1, 2, 3, 4}, accums[] = {1, 2, 3};
+    for (int shuffle = 0; shuffle <= 1; shuffle++)
+        for (int B = 1; B <= 2; B++)
+            for (size_t wi = 0; wi < sizeof(worlds) / sizeof(worlds[0]); wi++)
+                for (size_t ai = 0; ai < sizeof(accums) / sizeof(accums[0]); ai++) {
+                    int world = worlds[wi], accum = accums[ai];
+                    int steps = 2 * 144 / (world * accum * B) + 1;   // past two epochs: shard and epoch wraps
+                    int bad = compare_micro_index(pat, B, 8, world, accum, shuffle, steps);
+                    CHECK(bad == 0, "global micro index, %d ranks x %d micro-steps vs 1 x %d, B=%d shuffle=%d: "
+                          "%d mismatches", world, accum, world * accum, B, shuffle, bad);
+                }
+    // the trainer's numbering, literally: rank 2 of 4, third micro-step
+    DataLoader dl;
+    dataloader_init(&dl, pat, 2, 8, 2, 4, 0, 0, 0);
+    CHECK(dataloader_global_micro_index(&dl, 2) == 10, "rank 2 of 4, micro 2: index %d, want 10",
+          dataloader_global_micro_index(&dl, 2));
+    dataloader_free(&dl);
 }
 
 // --- resume and reset ------------------------------------------------------------------------------
@@ -448,6 +588,8 @@ int main(void) {
     if (mkdtemp(tmpdir) == NULL) { printf("cannot make a temporary directory\n"); return 1; }
     test_sequential();
     test_shuffle();
+    test_shuffle_uniform();
+    test_global_micro_index();
     test_resume();
     test_errors();
     test_shipped();

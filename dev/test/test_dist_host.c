@@ -1,6 +1,7 @@
 // test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/dist_host.h): ZeRO-1 shard
 // ranges cover [0, n) exactly once for many sizes and world sizes, and the NCCL id file handoff
-// (atomic write, polling read, timeout).
+// (written to a temporary and renamed into place, polling read, timeout, refusal of a stale file).
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include "llmc/dist_host.h"
 #include "dev/test/testing.h"
@@ -54,6 +55,47 @@ static void test_shards(void) {
     CHECK(shard_range(0, 2, 1, &b, &c) == 0 && c == 0, "n=0: S must be 0");
 }
 
+// The id file appears whole: the writer writes a temporary beside it and renames it to the final name,
+// so a reader polling for the name never opens a half-written file. Watched with inotify on the
+// directory: the final name must arrive by a rename (IN_MOVED_TO) from a temporary that was written
+// (IN_CLOSE_WRITE), and must never be created or written under its own name. (What is left on disk
+// afterwards cannot tell: a file written in place leaves no temporary either.)
+static void check_written_by_rename(const char* dir, const char* path, const void* id, size_t n) {
+    int fd = inotify_init1(IN_NONBLOCK);
+    if (fd < 0) { test_skip("id file written by rename", "inotify is not available"); return; }
+    int wd = inotify_add_watch(fd, dir, IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO);
+    if (wd < 0) { close(fd); test_skip("id file written by rename", "cannot watch the directory"); return; }
+    id_file_write(path, id, n);
+    const char* name = strrchr(path, '/') + 1;
+    char tmp_written[256] = "", moved_from[256] = "";
+    int final_touched = 0, moved_to_final = 0, tmp_write_before_move = 0;
+    char buf[8192] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t len;
+    while ((len = read(fd, buf, sizeof(buf))) > 0) {
+        for (char* p = buf; p < buf + len;) {
+            const struct inotify_event* ev = (const struct inotify_event*)p;
+            const char* ev_name = ev->len ? ev->name : "";
+            if (strcmp(ev_name, name) == 0) {
+                if (ev->mask & (IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE)) final_touched++;
+                if (ev->mask & IN_MOVED_TO) { moved_to_final++; tmp_write_before_move = tmp_written[0] != 0; }
+            } else {
+                if (ev->mask & IN_CLOSE_WRITE) snprintf(tmp_written, sizeof(tmp_written), "%s", ev_name);
+                if (ev->mask & IN_MOVED_FROM) snprintf(moved_from, sizeof(moved_from), "%s", ev_name);
+            }
+            p += sizeof(struct inotify_event) + ev->len;
+        }
+    }
+    close(fd);
+    CHECK(final_touched == 0, "id file: '%s' was created or written under its final name (%d events), not renamed "
+          "into place; a reader can see it half written", name, final_touched);
+    CHECK(moved_to_final == 1 && tmp_write_before_move && strcmp(tmp_written, moved_from) == 0,
+          "id file: '%s' did not appear by renaming a written temporary (renames to it %d, temporary written '%s', "
+          "renamed '%s')", name, moved_to_final, tmp_written, moved_from);
+    unsigned char got[256];
+    CHECK(n <= sizeof(got) && id_file_read(path, got, n, 1.0) == 1 && memcmp(got, id, n) == 0,
+          "id file: the renamed file does not hold the id");
+}
+
 static void test_id_file(void) {
     char dir[] = "/tmp/test_dist_host.XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -88,6 +130,8 @@ static void test_id_file(void) {
     char tmp[600];
     snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)pid);
     CHECK(access(tmp, F_OK) != 0, "temporary %s left behind", tmp);
+    unlink(path);
+    check_written_by_rename(dir, path, id, sizeof(id));
 
     // a second writer refuses an existing file (stale id); run it in a child since fail() exits
     fflush(stdout);

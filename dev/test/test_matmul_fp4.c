@@ -168,10 +168,14 @@ static void test_linear_layer(int Ntok, int C, int OC) {
         CHECK(w_rw.M == OC && w_rw.K == C && x_rw.M == Ntok && x_rw.K == C, "fprop operand shapes");
         matmul_fp4_reference_cpu(got, w_rw.codes, w_rw.sw, x_rw.codes, x_rw.sw, OC, Ntok, C, alpha, bias, 0);
         CHECK(memcmp(got, want, sizeof(float) * Ntok * OC) == 0, "fprop %dx%dx%d: native contract != X @ W^T", Ntok, C, OC);
-        // sensitivity: the unswizzled scales read as if swizzled give a different product
-        matmul_fp4_reference_cpu(got, w_rw.codes, w_rw.scales, x_rw.codes, x_rw.sw, OC, Ntok, C, alpha, bias, 0);
+        // sensitivity: the unswizzled scales read as if swizzled give a different product. The reference
+        // reads a buffer of the swizzled (padded) size, so they go at the start of one, zero padded.
+        const size_t sw_bytes = matmul_fp4_scale_bytes(OC, C / 16);
+        uint8_t* unswizzled = (uint8_t*)calloc(sw_bytes, 1);
+        memcpy(unswizzled, w_rw.scales, (size_t)OC * (C / 16));
+        matmul_fp4_reference_cpu(got, w_rw.codes, unswizzled, x_rw.codes, x_rw.sw, OC, Ntok, C, alpha, bias, 0);
         CHECK(memcmp(got, want, sizeof(float) * Ntok * OC) != 0, "fprop: the check cannot see a missing swizzle");
-        free(want); free(got);
+        free(unswizzled); free(want); free(got);
     }
     // dgrad: dX (Ntok x C) = dY @ W; native: a = W cw (M = C, K = OC), b = dY rw (N = Ntok), K = OC
     {
