@@ -1532,7 +1532,12 @@ int main(int argc, char** argv) {
     const int mpi_build = 0;
 #endif
     int world, rank;
-    dist_host_place(mpi_build, &world, &rank);
+    const char* launcher = dist_host_place(mpi_build, &world, &rank);
+#ifndef ENABLE_NCCL
+    fail_if(world > 1, "started as rank %d of %d (%s), but this build has no NCCL, so it runs as one process only: "
+            "rebuild where nccl.h and libnccl.so are found (see the Makefile's build: lines)", rank, world, launcher);
+#endif
+    (void)launcher;
     const int zero = tc.zero && world > 1;
     const int B = tc.batch_size, T = tc.seq_len;
     char err[2048];
