@@ -38,44 +38,20 @@
 #include "llmc/args.h"             // defines: Option, parse_options, print_usage
 #include "llmc/logger.h"           // defines: Logger, logger_line, make_dirs
 #include "llmc/schedule.h"         // defines: LRSchedule, lr_at_step
-#include "llmc/checkpoint.h"       // defines: ckpt_begin, ckpt_write, ckpt_commit, find_latest_checkpoint
+#include "llmc/checkpoint.h"       // defines: CheckpointWriter, CheckpointReader, CheckpointTrail, find_latest_checkpoint
+#include "llmc/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check, H_* header fields
+#include "llmc/batch.h"            // defines: batch_plan
 
 // ----------------------------------------------------------------------------------------------
-// Model configuration
+// Model configuration: GPTConfig and the GPT-2 shapes (d6 ... d48) live in llmc/gpt_config.h, with the
+// checkpoint header fields that record them, so that the CPU tests can write checkpoints too.
 
-typedef struct {
-    int max_seq_len;        // positions in wpe
-    int vocab_size;         // real tokens
-    int padded_vocab_size;  // rows of wte: vocab rounded up to a multiple of 128 for fast GEMMs
-    int num_layers;
-    int num_heads;
-    int channels;
-} GPTConfig;
-
-// GPT-2 shapes by depth: d12 is GPT-2 124M, d24 350M, d36 774M, d48 1.5B.
-static GPTConfig config_from_descriptor(const char* d) {
-    GPTConfig c;
-    c.max_seq_len = 1024;
-    c.vocab_size = 50257;
-    c.padded_vocab_size = 50304;
-    if (strcmp(d, "d6") == 0)       { c.num_layers = 6;  c.channels = 384;  c.num_heads = 6; }
-    else if (strcmp(d, "d12") == 0) { c.num_layers = 12; c.channels = 768;  c.num_heads = 12; }
-    else if (strcmp(d, "d24") == 0) { c.num_layers = 24; c.channels = 1024; c.num_heads = 16; }
-    else if (strcmp(d, "d36") == 0) { c.num_layers = 36; c.channels = 1280; c.num_heads = 20; }
-    else if (strcmp(d, "d48") == 0) { c.num_layers = 48; c.channels = 1600; c.num_heads = 25; }
-    else fail("unknown --model '%s': use d6, d12, d24, d36 or d48 (or --init-from a checkpoint)", d);
-    return c;
-}
-
-static void config_check(const GPTConfig* c) {
-    fail_if(c->num_layers <= 0 || c->channels <= 0 || c->num_heads <= 0 || c->vocab_size <= 0 ||
-            c->max_seq_len <= 0, "model config: every size must be positive");
-    fail_if(c->channels % c->num_heads != 0, "model config: channels %d not divisible by heads %d",
-            c->channels, c->num_heads);
-    fail_if(c->channels % 8 != 0, "model config: channels must be a multiple of 8 (got %d)", c->channels);
-    fail_if(c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0,
-            "model config: padded vocab %d must be >= vocab %d and a multiple of 128",
-            c->padded_vocab_size, c->vocab_size);
+// Fails with the reason when the shape cannot be built; `where` names its source (a checkpoint file).
+static void config_require(const GPTConfig* c, const char* where) {
+    char err[256];
+    if (config_check(c, err, sizeof(err)) == 0) return;
+    if (where) fail("%s: %s", where, err);
+    fail("%s", err);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -240,7 +216,7 @@ static T* device_alloc(size_t count, size_t* total_bytes) {
 }
 
 static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int world) {
-    config_check(config);
+    config_require(config, NULL);
     fail_if(T > config->max_seq_len, "sequence length %d exceeds the model's %d positions", T, config->max_seq_len);
     memset(m, 0, sizeof(*m));
     m->config = *config;
@@ -1160,21 +1136,33 @@ static void diag_end(GPT* m, Logger* lg, int step) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Checkpoints: model, optimizer state, data position and run state (llmc/checkpoint.h makes each file
-// atomic). The main file, ckpt_XXXXXXXX.bin, written by rank 0: int32 header[256], the recipe text,
-// BF16 params, then rank 0's optimizer state: FP32 master params (if any) and Adam m and v for the
-// parameters [opt_begin, opt_begin + opt_count), then DataLoaderState and SpikeState. With ZeRO-1
-// on N > 1 ranks, rank r > 0 writes its own optimizer shard to ckpt_XXXXXXXX.rankRRR.bin (same layout
-// without the params) before rank 0 writes the main file, so a main file means a complete checkpoint.
-// Resuming needs the same number of ranks and the same ZeRO setting (the shards would not line up).
+// Checkpoints: model, optimizer state, data position and run state, as the checksummed sections of
+// llmc/checkpoint.h (written atomically; each section's CRC32 is checked when it is read). The main
+// file, ckpt_XXXXXXXX.bin, written by rank 0:
+//   header           the model's shape and the run's settings (H_* in llmc/gpt_config.h), the recipe text
+//   weights          the BF16 parameters
+//   optimizer state  rank 0's FP32 master params (if any), then Adam m and v, for the parameters
+//                    [opt_begin, opt_begin + opt_count)
+//   data position    DataLoaderState
+//   rng              RngState: the generators are counter based, keyed on (seed, step): that is their state
+//   spike detector   SpikeState
+// With ZeRO-1 on N > 1 ranks, rank r > 0 writes its own optimizer shard to ckpt_XXXXXXXX.rankRRR.bin
+// (same layout, empty weights section) before rank 0 writes the main file, so a main file means a
+// complete checkpoint. Resuming needs the same number of ranks and the same ZeRO setting (the shards
+// would not line up). A resume reads the header and the small sections on the CPU, before the GPU is
+// touched (open_checkpoint, read_run_state), and the weights and optimizer state straight onto the GPU,
+// checksummed as they stream (load_checkpoint).
 
-enum {
-    H_MAGIC, H_VERSION, H_LAYERS, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T, H_STEP, H_ADAM_T,
-    H_HAS_MASTER, H_B, H_T, H_GRAD_ACCUM, H_WORLD, H_LOADER_BYTES, H_SPIKE_BYTES, H_SEED_LO, H_SEED_HI,
-    H_RECIPE_BYTES, H_ZERO, H_RANK, H_HAS_PARAMS, H_OPT_BEGIN_LO, H_OPT_BEGIN_HI, H_OPT_COUNT_LO, H_OPT_COUNT_HI
-};
-#define CKPT_HEADER_INTS 256
+typedef struct {
+    uint64_t seed;
+    int64_t step;
+} RngState;
+
 #define CKPT_CHUNK (64ull << 20)
+
+static void ckpt_must(int rc, const CheckpointReader* r) {
+    if (rc) fail("%s", r->err);
+}
 
 static void write_device(CheckpointWriter* w, const void* dev, size_t bytes, char* staging) {
     for (size_t off = 0; off < bytes; off += CKPT_CHUNK) {
@@ -1184,11 +1172,12 @@ static void write_device(CheckpointWriter* w, const void* dev, size_t bytes, cha
     }
 }
 
-static void read_device(FILE* f, void* dev, size_t bytes, char* staging, const char* path) {
+// The next `bytes` of the section being read into device memory (dev NULL: checksummed and dropped).
+static void read_device(CheckpointReader* r, void* dev, size_t bytes, char* staging) {
     for (size_t off = 0; off < bytes; off += CKPT_CHUNK) {
         size_t n = bytes - off < CKPT_CHUNK ? bytes - off : CKPT_CHUNK;
-        fread_check(staging, 1, n, f, path);
-        cuda_check(cudaMemcpy((char*)dev + off, staging, n, cudaMemcpyHostToDevice));
+        ckpt_must(ckpt_read(r, staging, n), r);
+        if (dev) cuda_check(cudaMemcpy((char*)dev + off, staging, n, cudaMemcpyHostToDevice));
     }
 }
 
@@ -1205,11 +1194,19 @@ static void checkpoint_path(char* out, size_t cap, const char* dir, int step, in
     else snprintf(out, cap, "%s/ckpt_%08d.rank%03d.bin", dir, step, rank);
 }
 
-static size_t checkpoint_file_bytes(const int32_t* h, size_t num_parameters) {
-    size_t count = ((size_t)(uint32_t)h[H_OPT_COUNT_HI] << 32) | (uint32_t)h[H_OPT_COUNT_LO];
-    return sizeof(int32_t) * CKPT_HEADER_INTS + (size_t)h[H_RECIPE_BYTES] +
-           (h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0) +
-           (h[H_HAS_MASTER] ? 3 : 2) * count * sizeof(float) + (size_t)h[H_LOADER_BYTES] + (size_t)h[H_SPIKE_BYTES];
+// The optimizer shard file of `rank` next to the main file main_path.
+static void checkpoint_shard_path(char* out, size_t cap, const char* main_path, int step, int rank) {
+    const char* slash = strrchr(main_path, '/');
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - main_path) : 1, slash ? main_path : ".");
+    checkpoint_path(out, cap, dir, step, rank);
+}
+
+static size_t config_num_parameters(const GPTConfig* c) {
+    size_t sizes[NUM_PARAM_TENSORS], n = 0;
+    param_sizes(c, sizes);
+    for (int i = 0; i < NUM_PARAM_TENSORS; i++) n += sizes[i];
+    return n;
 }
 
 // Every rank calls this: the ranks that own optimizer shards write them, then rank 0 the main file.
@@ -1220,30 +1217,29 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
     if (m->dist && rank == 0) dist_barrier(m->dist);   // wait until the shard files are complete
     if (writes) {
         int32_t h[CKPT_HEADER_INTS] = {0};
-        const GPTConfig* c = &m->config;
-        h[H_MAGIC] = CKPT_MAGIC; h[H_VERSION] = CKPT_VERSION;
-        h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
-        h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
+        config_to_header(&m->config, h);
         h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
         h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
-        h[H_LOADER_BYTES] = sizeof(DataLoaderState); h[H_SPIKE_BYTES] = sizeof(SpikeState);
-        h[H_SEED_LO] = (int32_t)(rs->seed & 0xFFFFFFFFu); h[H_SEED_HI] = (int32_t)(rs->seed >> 32);
-        h[H_RECIPE_BYTES] = (int32_t)strlen(rs->recipe);
         h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0;
-        h[H_OPT_BEGIN_LO] = (int32_t)(m->opt_begin & 0xFFFFFFFFu); h[H_OPT_BEGIN_HI] = (int32_t)(m->opt_begin >> 32);
-        h[H_OPT_COUNT_LO] = (int32_t)(m->opt_count & 0xFFFFFFFFu); h[H_OPT_COUNT_HI] = (int32_t)(m->opt_count >> 32);
+        header_set_u64(h, H_OPT_BEGIN_LO, m->opt_begin);
+        header_set_u64(h, H_OPT_COUNT_LO, m->opt_count);
+        RngState rng = {rs->seed, rs->step};
         char path[4200];
         checkpoint_path(path, sizeof(path), dir, rs->step, rank);
         char* staging = (char*)xmalloc(CKPT_CHUNK);
         CheckpointWriter w;
-        ckpt_begin(&w, path);
-        ckpt_write(&w, h, sizeof(h));
-        ckpt_write(&w, rs->recipe, strlen(rs->recipe));
+        ckpt_begin(&w, path, h, rs->recipe);
+        ckpt_section(&w, CKPT_WEIGHTS);
         if (rank == 0) write_device(&w, m->params_memory, m->num_parameters * sizeof(floatX), staging);
+        ckpt_section(&w, CKPT_OPTIMIZER);
         if (m->master) write_device(&w, m->master, m->opt_count * sizeof(float), staging);
         write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
         write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        ckpt_section(&w, CKPT_DATA);
         ckpt_write(&w, &rs->loader, sizeof(rs->loader));
+        ckpt_section(&w, CKPT_RNG);
+        ckpt_write(&w, &rng, sizeof(rng));
+        ckpt_section(&w, CKPT_SPIKE);
         ckpt_write(&w, &rs->spike, sizeof(rs->spike));
         ckpt_commit(&w);
         free(staging);
@@ -1251,96 +1247,143 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
     if (m->dist && rank != 0) dist_barrier(m->dist);
 }
 
-static void read_checkpoint_header(const char* path, int32_t h[CKPT_HEADER_INTS], GPTConfig* c) {
-    FILE* f = fopen_check(path, "rb");
-    fread_check(h, sizeof(int32_t), CKPT_HEADER_INTS, f, path);
-    fclose(f);
-    fail_if(h[H_MAGIC] != CKPT_MAGIC, "'%s' is not a train_gpt_fp4 checkpoint (bad magic %d)", path, h[H_MAGIC]);
-    fail_if(h[H_VERSION] != CKPT_VERSION, "checkpoint '%s' has version %d; this program reads version %d",
-            path, h[H_VERSION], CKPT_VERSION);
-    c->num_layers = h[H_LAYERS]; c->num_heads = h[H_HEADS]; c->channels = h[H_CHANNELS];
-    c->vocab_size = h[H_VOCAB]; c->padded_vocab_size = h[H_PADDED_VOCAB]; c->max_seq_len = h[H_MAX_T];
-    config_check(c);
+// Opens a checkpoint after checking its header section (magic, version, checksum, length) and the
+// model shape it records; every message names the file. CPU only.
+static GPTConfig open_checkpoint(CheckpointReader* r, const char* path) {
+    ckpt_must(ckpt_open(r, path), r);
+    GPTConfig c = config_from_header(r->header);
+    char where[4300];
+    snprintf(where, sizeof(where), "checkpoint '%s'", path);
+    config_require(&c, where);
+    return c;
 }
 
-// Opens a checkpoint file after checking its header and its size (so a truncated file is refused
-// before anything is overwritten); leaves the file positioned after the recipe text.
-static FILE* open_checkpoint(const GPT* m, const char* path, int32_t h[CKPT_HEADER_INTS], char* recipe, size_t cap) {
-    GPTConfig c;
-    read_checkpoint_header(path, h, &c);
-    fail_if(c.num_layers != m->config.num_layers || c.channels != m->config.channels ||
-            c.num_heads != m->config.num_heads || c.padded_vocab_size != m->config.padded_vocab_size ||
-            c.max_seq_len != m->config.max_seq_len, "checkpoint '%s' holds a different model shape", path);
-    fail_if(h[H_LOADER_BYTES] != (int)sizeof(DataLoaderState) || h[H_SPIKE_BYTES] != (int)sizeof(SpikeState),
-            "checkpoint '%s' was written by an incompatible build", path);
-    fail_if(h[H_RECIPE_BYTES] < 0 || (size_t)h[H_RECIPE_BYTES] >= cap, "checkpoint '%s': bad recipe length", path);
-    size_t expect = checkpoint_file_bytes(h, m->num_parameters);
-    struct stat st;
-    fail_if(stat(path, &st) != 0, "cannot stat checkpoint '%s'", path);
-    fail_if((size_t)st.st_size != expect, "checkpoint '%s' is %lld bytes, expected %zu: truncated or corrupt",
-            path, (long long)st.st_size, expect);
-    FILE* f = fopen_check(path, "rb");
-    fseek(f, sizeof(int32_t) * CKPT_HEADER_INTS, SEEK_SET);
-    memset(recipe, 0, cap);
-    fread_check(recipe, 1, h[H_RECIPE_BYTES], f, path);
-    return f;
+// The sections must be as long as a model of num_parameters parameters makes them. CPU only.
+static void check_checkpoint_sizes(const CheckpointReader* r, size_t num_parameters) {
+    const int32_t* h = r->header;
+    uint64_t count = header_u64(h, H_OPT_COUNT_LO);
+    uint64_t want[CKPT_NUM_SECTIONS] = {0};
+    want[CKPT_WEIGHTS] = h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0;
+    want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? 3 : 2) * count * sizeof(float);
+    want[CKPT_DATA] = sizeof(DataLoaderState);
+    want[CKPT_RNG] = sizeof(RngState);
+    want[CKPT_SPIKE] = sizeof(SpikeState);
+    for (int s = 1; s < CKPT_NUM_SECTIONS; s++)
+        fail_if(r->bytes[s] != want[s], "checkpoint '%s': the %s section holds %llu bytes where its model needs %llu "
+                "(written by an incompatible build?)", r->path, CKPT_SECTION_NAMES[s], (unsigned long long)r->bytes[s],
+                (unsigned long long)want[s]);
 }
 
-// Loads the parameters from the main file (always) and, when rs is given, this rank's optimizer
-// state and the run state. recipe_out receives the recipe the checkpoint was trained with.
-static void load_checkpoint(GPT* m, const char* path, RunState* rs, char* recipe_out, size_t recipe_cap) {
-    int32_t h[CKPT_HEADER_INTS];
-    char recipe[1024];
-    FILE* f = open_checkpoint(m, path, h, recipe, sizeof(recipe));
-    fail_if(!h[H_HAS_PARAMS], "'%s' is an optimizer shard; give the main checkpoint file", path);
-    if (recipe_out) snprintf(recipe_out, recipe_cap, "%s", recipe);
-    char* staging = (char*)xmalloc(CKPT_CHUNK);
-    read_device(f, m->params_memory, m->num_parameters * sizeof(floatX), staging, path);
-    if (!rs) {  // weights only (--init-from): a fresh optimizer
-        fclose(f);
-        free(staging);
-        gpt_init_master_from_params(m);
-        return;
-    }
-    int rank = m->dist ? m->dist->rank : 0, world = m->dist ? m->dist->world : 1;
-    fail_if(h[H_WORLD] != world || h[H_ZERO] != m->zero,
-            "cannot resume '%s' on %d process(es) with ZeRO %s: it was written by %d process(es) with ZeRO %s. "
-            "Resume with the same number of processes and --zero setting (or use --init-from for the weights only)",
-            path, world, m->zero ? "on" : "off", h[H_WORLD], h[H_ZERO] ? "on" : "off");
-    char shard_path[4200];
-    if (rank != 0 && m->zero) {
-        fclose(f);
-        const char* slash = strrchr(path, '/');
-        char dir[4096];
-        snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-        checkpoint_path(shard_path, sizeof(shard_path), dir, h[H_STEP], rank);
-        char shard_recipe[1024];
-        f = open_checkpoint(m, shard_path, h, shard_recipe, sizeof(shard_recipe));
-        path = shard_path;
-    } else if (rank != 0) {
-        // without ZeRO every rank holds the same optimizer state: read rank 0's
-        fseek(f, (long)(sizeof(int32_t) * CKPT_HEADER_INTS + h[H_RECIPE_BYTES] + m->num_parameters * sizeof(floatX)), SEEK_SET);
-    }
-    size_t begin = ((size_t)(uint32_t)h[H_OPT_BEGIN_HI] << 32) | (uint32_t)h[H_OPT_BEGIN_LO];
-    size_t count = ((size_t)(uint32_t)h[H_OPT_COUNT_HI] << 32) | (uint32_t)h[H_OPT_COUNT_LO];
-    fail_if(begin != m->opt_begin || count != m->opt_count, "checkpoint '%s' holds optimizer state for "
-            "parameters [%zu, %zu), this process needs [%zu, %zu)", path, begin, begin + count, m->opt_begin,
-            m->opt_begin + m->opt_count);
-    if (h[H_HAS_MASTER] && m->master) read_device(f, m->master, count * sizeof(float), staging, path);
-    else if (h[H_HAS_MASTER]) fseek(f, (long)(count * sizeof(float)), SEEK_CUR);  // BF16 params suffice
-    else gpt_init_master_from_params(m);  // no masters saved: start them from the BF16 params (exact)
-    read_device(f, m->adam_m, count * sizeof(float), staging, path);
-    read_device(f, m->adam_v, count * sizeof(float), staging, path);
-    fread_check(&rs->loader, sizeof(rs->loader), 1, f, path);
-    fread_check(&rs->spike, sizeof(rs->spike), 1, f, path);
+// The run state a resume continues from (the data position, rng and spike detector sections, each
+// checksummed, and the header's run settings) and the recipe text. CPU only.
+static void read_run_state(CheckpointReader* r, RunState* rs, char* recipe, size_t cap) {
+    const int32_t* h = r->header;
+    RngState rng;
+    ckpt_must(ckpt_read_section(r, CKPT_DATA, &rs->loader, sizeof(rs->loader)), r);
+    ckpt_must(ckpt_read_section(r, CKPT_RNG, &rng, sizeof(rng)), r);
+    ckpt_must(ckpt_read_section(r, CKPT_SPIKE, &rs->spike, sizeof(rs->spike)), r);
+    fail_if(rng.step != h[H_STEP], "checkpoint '%s': its rng section is at step %lld, its header at step %d "
+            "(written by an incompatible build?)", r->path, (long long)rng.step, h[H_STEP]);
+    fail_if(strlen(r->text) >= cap, "checkpoint '%s': its recipe text is %zu bytes, more than this program writes",
+            r->path, strlen(r->text));
+    snprintf(recipe, cap, "%s", r->text);
     rs->step = h[H_STEP];
     rs->grad_accum = h[H_GRAD_ACCUM];
     rs->world = h[H_WORLD];
     rs->zero = h[H_ZERO];
-    rs->seed = ((uint64_t)(uint32_t)h[H_SEED_HI] << 32) | (uint32_t)h[H_SEED_LO];
-    m->adam_t = h[H_ADAM_T];
+    rs->seed = rng.seed;
+}
+
+// Before the GPU: rank `rank`'s optimizer shard file of the checkpoint main_path (ZeRO-1) exists and
+// belongs to it.
+static void check_shard_file(const char* main_path, const CheckpointReader* main, int rank) {
+    char path[4200];
+    checkpoint_shard_path(path, sizeof(path), main_path, main->header[H_STEP], rank);
+    CheckpointReader r;
+    GPTConfig c = open_checkpoint(&r, path), mc = config_from_header(main->header);
+    fail_if(!config_same_shape(&c, &mc) || r.header[H_STEP] != main->header[H_STEP] || r.header[H_RANK] != rank,
+            "checkpoint shard '%s' does not belong to '%s' (another model, step or rank)", path, main_path);
+    check_checkpoint_sizes(&r, config_num_parameters(&c));
+    ckpt_close(&r);
+}
+
+// Loads the parameters from the main file and, with_optimizer, this rank's optimizer state (from the
+// main file, or with ZeRO-1 from this rank's shard file); each section's checksum is checked as it
+// streams to the GPU, so a damaged file stops the run before it trains.
+static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
+    CheckpointReader r;
+    GPTConfig c = open_checkpoint(&r, path);
+    fail_if(!config_same_shape(&c, &m->config), "checkpoint '%s' holds a different model shape", path);
+    fail_if(!r.header[H_HAS_PARAMS], "'%s' is an optimizer shard; give the main checkpoint file", path);
+    check_checkpoint_sizes(&r, m->num_parameters);
+    char* staging = (char*)xmalloc(CKPT_CHUNK);
+    ckpt_must(ckpt_section_begin(&r, CKPT_WEIGHTS), &r);
+    read_device(&r, m->params_memory, m->num_parameters * sizeof(floatX), staging);
+    ckpt_must(ckpt_section_end(&r), &r);
+    if (!with_optimizer) {  // weights only (--init-from): a fresh optimizer
+        ckpt_close(&r);
+        free(staging);
+        gpt_init_master_from_params(m);
+        return;
+    }
+    int rank = m->dist ? m->dist->rank : 0;
+    if (rank != 0 && m->zero) {
+        char shard_path[4200];
+        checkpoint_shard_path(shard_path, sizeof(shard_path), path, r.header[H_STEP], rank);
+        ckpt_close(&r);
+        open_checkpoint(&r, shard_path);
+        check_checkpoint_sizes(&r, m->num_parameters);
+    }
+    // without ZeRO every rank holds the same optimizer state: rank 0's, in the main file
+    uint64_t begin = header_u64(r.header, H_OPT_BEGIN_LO), count = header_u64(r.header, H_OPT_COUNT_LO);
+    fail_if(begin != m->opt_begin || count != m->opt_count, "checkpoint '%s' holds optimizer state for "
+            "parameters [%llu, %llu), this process needs [%zu, %zu)", r.path, (unsigned long long)begin,
+            (unsigned long long)(begin + count), m->opt_begin, m->opt_begin + m->opt_count);
+    ckpt_must(ckpt_section_begin(&r, CKPT_OPTIMIZER), &r);
+    // saved FP32 masters without --master-weights fp32 are checksummed and dropped (the BF16 params suffice);
+    // no saved masters with it: they start from the BF16 params (exact)
+    if (r.header[H_HAS_MASTER]) read_device(&r, m->master, count * sizeof(float), staging);
+    else gpt_init_master_from_params(m);
+    read_device(&r, m->adam_m, count * sizeof(float), staging);
+    read_device(&r, m->adam_v, count * sizeof(float), staging);
+    ckpt_must(ckpt_section_end(&r), &r);
+    m->adam_t = r.header[H_ADAM_T];
+    ckpt_close(&r);
     free(staging);
-    fclose(f);
+}
+
+// NaN and Inf values in the weights: the BF16 parameters and this rank's FP32 master shard, summed over
+// ranks (every rank calls it). A checkpoint is never written from weights that hold any.
+__device__ __forceinline__ float as_float(float x) { return x; }
+__device__ __forceinline__ float as_float(floatX x) { return __bfloat162float(x); }
+
+template <typename T>
+__global__ void count_nonfinite_kernel(const T* p, size_t n, unsigned long long* count) {
+    unsigned long long c = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        c += !isfinite(as_float(p[i]));
+    if (c) atomicAdd(count, c);
+}
+
+static double gpt_count_nonfinite_weights(GPT* m) {
+    unsigned long long* d = device_alloc<unsigned long long>(1, NULL);
+    unsigned long long h = 0;
+    cuda_check(cudaMemset(d, 0, sizeof(*d)));
+    count_nonfinite_kernel<<<1024, 256, 0, m->stream>>>(m->params_memory, m->num_parameters, d);
+    if (m->master && m->opt_count) count_nonfinite_kernel<<<1024, 256, 0, m->stream>>>(m->master, m->opt_count, d);
+    cuda_check_last();
+    cuda_check(cudaMemcpyAsync(&h, d, sizeof(h), cudaMemcpyDeviceToHost, m->stream));
+    cuda_check(cudaStreamSynchronize(m->stream));
+    cudaFree(d);
+    return m->dist ? dist_sum_double(m->dist, (double)h) : (double)h;
+}
+
+// Stops a run whose loss (or weights) went NaN or Inf, naming the checkpoint to resume from: the
+// checkpoint written from the weights that diverged (if any) is set aside (CheckpointTrail).
+static void stop_diverged(CheckpointTrail* trail, int rank, const char* what) {
+    char where[9000];
+    ckpt_trail_diverged(trail, rank == 0, where, sizeof(where));
+    fail("%s: training diverged; %s", what, where);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1440,7 +1483,7 @@ static TrainConfig default_config(void) {
     t.val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
     t.tokenizer = "data/gpt2_tokenizer.bin";
     t.out_dir = "out";
-    t.model = "d12";
+    t.model = "";   // d12 for a new run; with --resume / --init-from the checkpoint's
     t.init_from = "";
     t.resume = "";
     t.batch_size = 8; t.seq_len = 1024; t.total_batch = 0; t.steps = 100;
@@ -1470,7 +1513,7 @@ int main(int argc, char** argv) {
         {"val-data", 'j', OPT_STRING, &tc.val_data, NULL, "validation shards (glob pattern); empty: no validation"},
         {"tokenizer", 0, OPT_STRING, &tc.tokenizer, NULL, "tokenizer file for decoding samples"},
         {"out-dir", 'o', OPT_STRING, &tc.out_dir, NULL, "directory for log.jsonl and checkpoints"},
-        {"model", 'e', OPT_CHOICE, &tc.model, "d6|d12|d24|d36|d48", "model size (GPT-2 shapes; d12 = 124M)"},
+        {"model", 'e', OPT_CHOICE, &tc.model, "d6|d12|d24|d36|d48", "model size (GPT-2 shapes; d12 = 124M); default d12, or with --resume/--init-from the checkpoint's (which must agree with --model if both are given)"},
         {"init-from", 0, OPT_STRING, &tc.init_from, NULL, "start from this checkpoint's weights (fresh optimizer)"},
         {"resume", 0, OPT_STRING, &tc.resume, NULL, "resume a run: a checkpoint path, or 'latest' in --out-dir"},
         {"batch-size", 'b', OPT_INT, &tc.batch_size, NULL, "micro-batch size (sequences per GPU per micro-step)"},
@@ -1520,6 +1563,9 @@ int main(int argc, char** argv) {
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
     if (parse_options(options, num_options, argc, argv)) return 0;
 
+    // ---- Everything that needs no GPU is checked first (options, batch arithmetic, the checkpoint's
+    // header and run state, the recipe and the shapes it can quantize, the data and tokenizer files),
+    // so that a mistake fails in milliseconds, and on machines without a GPU, where CI tests it.
     fail_if(tc.batch_size <= 0, "--batch-size must be positive (got %d)", tc.batch_size);
     fail_if(tc.seq_len <= 0, "--seq-len must be positive (got %d)", tc.seq_len);
     fail_if(tc.steps <= 0, "--steps must be positive (got %d)", tc.steps);
@@ -1533,24 +1579,28 @@ int main(int argc, char** argv) {
             "--val-every, --val-batches, --sample-every, --sample-tokens and --ckpt-every must be >= 0");
     fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
 
-    fail_if(device_count_or_zero() == 0, "no CUDA GPU found: train_gpt_fp4 needs an NVIDIA GPU (the tests' CPU part runs without one)");
-    Dist dist;
-    dist_init(&dist, tc.nccl_id_file[0] ? tc.nccl_id_file : NULL);
-    int world = dist.world, rank = dist.rank;
-    int B = tc.batch_size, T = tc.seq_len;
-    int tokens_per_micro = B * T * world;
-    if (tc.total_batch == 0) tc.total_batch = tokens_per_micro;
-    fail_if(tc.total_batch % tokens_per_micro != 0,
-            "--total-batch %d must be a multiple of batch-size * seq-len * processes = %d",
-            tc.total_batch, tokens_per_micro);
-    int grad_accum = tc.total_batch / tokens_per_micro;
+    // this process's place among those the launcher started (dist_init confirms it once CUDA is up)
+#ifdef ENABLE_MPI
+    const int mpi_build = 1;
+#else
+    const int mpi_build = 0;
+#endif
+    int world, rank;
+    const char* launcher = dist_host_place(mpi_build, &world, &rank);
+#ifndef ENABLE_NCCL
+    fail_if(world > 1, "started as rank %d of %d (%s), but this build has no NCCL, so it runs as one process only: "
+            "rebuild where nccl.h and libnccl.so are found (see the Makefile's build: lines)", rank, world, launcher);
+#endif
+    (void)launcher;
+    const int zero = strcmp(tc.zero, "on") == 0 || (strcmp(tc.zero, "auto") == 0 && world > 1);
+    const int B = tc.batch_size, T = tc.seq_len;
+    char err[2048];
+    BatchPlan plan;
+    fail_if(batch_plan(B, T, world, tc.total_batch, &plan, err, sizeof(err)), "%s", err);
+    const int grad_accum = plan.grad_accum;
+    const int64_t total_batch = plan.step_tokens;
 
-    cudaDeviceProp prop;
-    cuda_check(cudaGetDeviceProperties(&prop, dist.device));
-    dist_printf(&dist, "device: %s (compute capability %d.%d, %d SMs, %.0f GiB)\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount, prop.totalGlobalMem / (double)(1 << 30));
-
-    make_dirs(tc.out_dir);
+    // the model: a checkpoint's (its header and, for a resume, its run state), or --model's
     char resume_path[4096] = "";
     if (tc.resume[0]) {
         if (strcmp(tc.resume, "latest") == 0) {
@@ -1562,36 +1612,47 @@ int main(int argc, char** argv) {
     }
     const char* weights_from = resume_path[0] ? resume_path : tc.init_from;
     GPTConfig config;
+    RunState saved;
+    memset(&saved, 0, sizeof(saved));
+    char saved_recipe[1024] = "";
     if (weights_from[0]) {
-        int32_t h[CKPT_HEADER_INTS];
-        read_checkpoint_header(weights_from, h, &config);
+        CheckpointReader ckr;
+        config = open_checkpoint(&ckr, weights_from);
+        fail_if(!ckr.header[H_HAS_PARAMS], "'%s' is the optimizer shard of rank %d; give the main checkpoint file "
+                "(ckpt_%08d.bin)", weights_from, ckr.header[H_RANK], ckr.header[H_STEP]);
+        if (tc.model[0]) {
+            // a checkpoint's weights fix the shape: a --model that disagrees is a mistake, not a request
+            GPTConfig asked = config_from_descriptor(tc.model);
+            const char* name = config_descriptor_of(&config);
+            char shape[160];
+            fail_if(!config_same_shape(&asked, &config), "--model %s conflicts with checkpoint '%s', which holds a %s "
+                    "model (%s): leave --model out to continue with the checkpoint's model, or start a new run "
+                    "without --%s", tc.model, weights_from, name ? name : "custom",
+                    config_describe(&config, shape, sizeof(shape)), resume_path[0] ? "resume" : "init-from");
+        }
+        check_checkpoint_sizes(&ckr, config_num_parameters(&config));
+        if (resume_path[0]) {
+            read_run_state(&ckr, &saved, saved_recipe, sizeof(saved_recipe));
+            fail_if(saved.world != world || saved.zero != zero,
+                    "cannot resume '%s' on %d process(es) with ZeRO %s: it was written by %d process(es) with ZeRO %s. "
+                    "Resume with the same number of processes and --zero setting (or use --init-from for the weights "
+                    "only)", resume_path, world, zero ? "on" : "off", saved.world, saved.zero ? "on" : "off");
+            fail_if(saved.grad_accum != grad_accum,
+                    "cannot resume '%s' bit for bit: it was written with gradient accumulation %d; this run has %d "
+                    "(keep --batch-size, --seq-len and --total-batch)", resume_path, saved.grad_accum, grad_accum);
+            fail_if(saved.seed != (uint64_t)tc.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
+                    resume_path, (unsigned long long)saved.seed, tc.seed);
+            fail_if(saved.step >= tc.steps, "nothing to do: '%s' is already at step %d of --steps %d", resume_path,
+                    saved.step, tc.steps);
+            if (rank != 0 && zero) check_shard_file(resume_path, &ckr, rank);
+        }
+        ckpt_close(&ckr);
     } else {
-        config = config_from_descriptor(tc.model);
+        config = config_from_descriptor(tc.model[0] ? tc.model : GPT_DEFAULT_MODEL);
     }
+    fail_if(T > config.max_seq_len, "--seq-len %d exceeds the model's %d positions", T, config.max_seq_len);
 
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_data, B, T, rank, world, tc.shuffle, (uint64_t)tc.seed, config.vocab_size);
-    dataloader_print(&train_loader, "train");
-    int have_val = tc.val_data[0] != '\0' && tc.val_every > 0;
-    if (have_val) {
-        dataloader_init(&val_loader, tc.val_data, B, T, rank, world, 0, 0, config.vocab_size);
-        dataloader_print(&val_loader, "val");
-    }
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, tc.tokenizer);
-
-    matmul_init();
-    attention_init();
-    GPT model;
-    gpt_allocate(&model, &config, B, T, world);
-    model.dist = &dist;
-    model.zero = strcmp(tc.zero, "on") == 0 || (strcmp(tc.zero, "auto") == 0 && world > 1);
-    size_t opt_begin = 0, opt_count = model.num_parameters;
-    if (model.zero) dist_shard_range(&dist, model.num_parameters, &opt_begin, &opt_count);
-    gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
-    if (world > 1)
-        dist_printf(&dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", world, dist_launch_name(&dist),
-                    model.zero ? "on: optimizer state sharded" : "off");
+    // the recipe, resolved for this depth, and the token and channel counts it must quantize
     Recipe recipe;
     recipe_preset(&recipe, tc.recipe);
     for (int i = 0; i < NUM_SLOTS; i++)
@@ -1601,9 +1662,68 @@ int main(int argc, char** argv) {
     if (tc.bf16_first_layers >= 0) recipe.bf16_first = tc.bf16_first_layers;
     if (tc.bf16_last_layers >= 0) recipe.bf16_last = tc.bf16_last_layers;
     recipe.qk_fp8 = tc.qk_fp8;
-    gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
+    recipe_resolve_layers(&recipe, config.num_layers);
+    recipe_check(&recipe);
+    const int quantizes = recipe_quantizes(&recipe, config.num_layers);
+    if (quantizes) {
+        int rc = recipe_check_shapes(&recipe, plan.micro_tokens, config.channels, 1, err, sizeof(err));
+        fail_if(rc == 1, "recipe %s with --batch-size %d x --seq-len %d: %s. Change --batch-size or --seq-len",
+                tc.recipe, B, T, err);
+        fail_if(rc == 2, "recipe %s on a model of %d channels: %s", tc.recipe, config.channels, err);
+    }
     static char recipe_text[1024];
-    recipe_describe(&model.recipe, recipe_text, sizeof(recipe_text));
+    recipe_describe(&recipe, recipe_text, sizeof(recipe_text));
+    if (resume_path[0] && strcmp(saved_recipe, recipe_text) != 0)
+        fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
+                "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
+
+    // data and tokenizer files
+    DataLoader train_loader, val_loader;
+    dataloader_init(&train_loader, tc.train_data, B, T, rank, world, tc.shuffle, (uint64_t)tc.seed, config.vocab_size);
+    if (rank == 0) dataloader_print(&train_loader, "train");
+    if (resume_path[0]) dataloader_set_state(&train_loader, &saved.loader);
+    int have_val = tc.val_data[0] != '\0' && tc.val_every > 0;
+    if (have_val) {
+        dataloader_init(&val_loader, tc.val_data, B, T, rank, world, 0, 0, config.vocab_size);
+        if (rank == 0) dataloader_print(&val_loader, "val");
+    }
+    Tokenizer tokenizer;
+    tokenizer_init(&tokenizer, tc.tokenizer);
+    if (quantizes && tc.sample_every > 0 && tokenizer.init_ok) {
+        // text samples run the forward on one sequence of min(T, 256) tokens (sample_text)
+        int T_gen = T < 256 ? T : 256;
+        fail_if(recipe_check_shapes(&recipe, T_gen, config.channels, 0, err, sizeof(err)),
+                "recipe %s: text samples run the forward on %d tokens (one sequence of --seq-len, at most 256): %s. "
+                "Change --seq-len, or turn samples off with --sample-every 0", tc.recipe, T_gen, err);
+    }
+    make_dirs(tc.out_dir);
+
+    // ---- The GPU from here on.
+    fail_if(device_count_or_zero() == 0, "no CUDA GPU found: train_gpt_fp4 needs an NVIDIA GPU (the tests' CPU part runs without one)");
+    Dist dist;
+    dist_init(&dist, tc.nccl_id_file[0] ? tc.nccl_id_file : NULL);
+    fail_if(dist.world != world || dist.rank != rank, "the launcher's environment made this process rank %d of %d, "
+            "but %s says rank %d of %d: set one launcher's variables only", rank, world, dist_launch_name(&dist),
+            dist.rank, dist.world);
+
+    cudaDeviceProp prop;
+    cuda_check(cudaGetDeviceProperties(&prop, dist.device));
+    dist_printf(&dist, "device: %s (compute capability %d.%d, %d SMs, %.0f GiB)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount, prop.totalGlobalMem / (double)(1 << 30));
+
+    matmul_init();
+    attention_init();
+    GPT model;
+    gpt_allocate(&model, &config, B, T, world);
+    model.dist = &dist;
+    model.zero = zero;
+    size_t opt_begin = 0, opt_count = model.num_parameters;
+    if (model.zero) dist_shard_range(&dist, model.num_parameters, &opt_begin, &opt_count);
+    gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
+    if (world > 1)
+        dist_printf(&dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", world, dist_launch_name(&dist),
+                    model.zero ? "on: optimizer state sharded" : "off");
+    gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
     dist_printf(&dist, "recipe %s\n", recipe_text);
     if (model.fp4_any)
         dist_printf(&dist, "FP4 GEMMs: %s\n", model.fp4_native ? "native NVFP4 (cuBLASLt, Blackwell)"
@@ -1616,31 +1736,18 @@ int main(int argc, char** argv) {
     rs.seed = (uint64_t)tc.seed;
     rs.recipe = recipe_text;
     if (resume_path[0]) {
-        RunState saved;
-        memset(&saved, 0, sizeof(saved));
-        char saved_recipe[1024];
-        load_checkpoint(&model, resume_path, &saved, saved_recipe, sizeof(saved_recipe));
-        fail_if(saved.grad_accum != grad_accum,
-                "cannot resume '%s' bit for bit: it was written with gradient accumulation %d; this run has %d "
-                "(keep --batch-size, --seq-len and --total-batch)", resume_path, saved.grad_accum, grad_accum);
-        fail_if(saved.seed != rs.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
-                resume_path, (unsigned long long)saved.seed, tc.seed);
-        if (strcmp(saved_recipe, recipe_text) != 0) {
-            fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
-                    "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
+        load_checkpoint(&model, resume_path, 1);
+        if (strcmp(saved_recipe, recipe_text) != 0)
             dist_printf(&dist, "resuming under a different recipe (was: %s)\n", saved_recipe);
-        }
-        dataloader_set_state(&train_loader, &saved.loader);
         rs.step = saved.step;
         rs.spike = saved.spike;
         dist_printf(&dist, "resumed from %s at step %d\n", resume_path, rs.step);
     } else if (tc.init_from[0]) {
-        load_checkpoint(&model, tc.init_from, NULL, NULL, 0);
+        load_checkpoint(&model, tc.init_from, 0);
         dist_printf(&dist, "weights from %s\n", tc.init_from);
     } else {
         gpt_init_random(&model, (uint64_t)tc.seed);
     }
-    fail_if(rs.step >= tc.steps, "nothing to do: the run is already at step %d of --steps %d", rs.step, tc.steps);
 
     OptimizerConfig opt = {tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};
     LRSchedule sched = {tc.schedule, tc.lr, tc.warmup, tc.steps, tc.final_lr_frac, tc.wsd_decay_frac};
@@ -1648,24 +1755,34 @@ int main(int argc, char** argv) {
 
     Logger logger;
     memset(&logger, 0, sizeof(logger));
-    if (rank == 0) logger_open(&logger, tc.out_dir, resume_path[0] != '\0');
+    if (rank == 0 && resume_path[0]) {
+        long dropped = logger_resume(&logger, tc.out_dir, rs.step, resume_path);
+        if (dropped) printf("log: dropped %ld line%s the interrupted run wrote after step %d (this run writes them "
+                            "again)\n", dropped, dropped == 1 ? "" : "s", rs.step);
+    } else if (rank == 0) {
+        logger_open(&logger, tc.out_dir);
+    }
     char esc[4][1024];
     logger_line(&logger,
         "{\"type\":\"config\",\"model\":\"%s\",\"layers\":%d,\"heads\":%d,\"channels\":%d,\"vocab\":%d,"
-        "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%d,\"grad_accum\":%d,\"processes\":%d,"
+        "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%lld,\"grad_accum\":%d,\"processes\":%d,"
         "\"steps\":%d,\"lr\":%g,\"warmup\":%d,\"schedule\":\"%s\",\"final_lr_frac\":%g,\"beta1\":%g,\"beta2\":%g,"
         "\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"master_weights\":\"%s\",\"seed\":%d,\"recipe\":\"%s\","
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"resumed_at\":%d}",
-        weights_from[0] ? "checkpoint" : tc.model, config.num_layers, config.num_heads, config.channels,
-        config.vocab_size, model.num_parameters, B, T, tc.total_batch, grad_accum, world, tc.steps, tc.lr,
+        weights_from[0] ? "checkpoint" : tc.model[0] ? tc.model : GPT_DEFAULT_MODEL, config.num_layers, config.num_heads,
+        config.channels, config.vocab_size, model.num_parameters, B, T, (long long)total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
-    dist_printf(&dist, "training: %d steps of %d tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
-           "master weights %s, recipe %s, attention: %s\n", tc.steps, tc.total_batch, B, T, grad_accum,
+    dist_printf(&dist, "training: %d steps of %lld tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
+           "master weights %s, recipe %s, attention: %s\n", tc.steps, (long long)total_batch, B, T, grad_accum,
            grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, tc.recipe, attention_backend_name());
 
+    // which checkpoint a divergence names as the one to resume from (see CheckpointTrail)
+    CheckpointTrail trail;
+    ckpt_trail_init(&trail, resume_path[0] ? resume_path : NULL);
+    char what[256];
     double ema_ms = 0.0;
     char ckpt_path[4200];
     char sample[4096], sample_esc[8192];
@@ -1675,8 +1792,11 @@ int main(int argc, char** argv) {
             float val_loss = evaluate(&model, &val_loader, tc.val_batches);
             dist_printf(&dist, "step %d | val loss %.4f\n", step, val_loss);
             logger_line(&logger, "{\"type\":\"val\",\"step\":%d,\"tokens\":%lld,\"val_loss\":%.6f}", step,
-                        (long long)step * tc.total_batch, val_loss);
-            fail_if(!isfinite(val_loss), "validation loss is %f at step %d; stopping (last checkpoint kept)", val_loss, step);
+                        (long long)step * total_batch, val_loss);
+            if (!isfinite(val_loss)) {
+                snprintf(what, sizeof(what), "validation loss %f at step %d", val_loss, step);
+                stop_diverged(&trail, rank, what);
+            }
         }
         if (tc.sample_every > 0 && step > 0 && step % tc.sample_every == 0 && tokenizer.init_ok && rank == 0) {
             sample_text(&model, &tokenizer, tc.sample_tokens, (uint64_t)tc.seed, step, sample, sizeof(sample));
@@ -1703,9 +1823,12 @@ int main(int argc, char** argv) {
         }
         float loss = (float)((world > 1 ? dist_sum_double(&dist, loss_sum) : loss_sum) / ((double)grad_accum * world));
         float norm = gpt_grad_norm(&model);
-        fail_if(!isfinite(loss) || !isfinite(norm),
-                "loss %f, gradient norm %f at step %d: training diverged; stopping without an update "
-                "(the last checkpoint in '%s' is intact; try a lower --lr or --spike-z)", loss, norm, step, tc.out_dir);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            snprintf(what, sizeof(what), "loss %f, gradient norm %f at step %d (stopping without an update)", loss,
+                     norm, step);
+            stop_diverged(&trail, rank, what);
+        }
+        ckpt_trail_confirm(&trail);   // the weights of the newest checkpoint gave a finite loss
         float lr = lr_at_step(&sched, step);
         char why[256] = "";
         int skipped = spike_check(&rs.spike, tc.spike_z, loss, norm, why, sizeof(why));
@@ -1722,7 +1845,7 @@ int main(int argc, char** argv) {
         double comm_ms = dist_take_comm_ms(&dist);
         if (diag) diag_end(&model, &logger, step + 1);
         if (step > rs.step) ema_ms = ema_ms == 0.0 ? ms : 0.9 * ema_ms + 0.1 * ms;  // the first step builds plans
-        double tok_s = tc.total_batch / (ms * 1e-3);
+        double tok_s = total_batch / (ms * 1e-3);
         double mfu = tok_s * flops_per_token / (tc.peak_tflops * 1e12);
         double eta_s = (tc.steps - step - 1) * (ema_ms > 0 ? ema_ms : ms) * 1e-3;
         dist_printf(&dist, "step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %.1f ms | %.0f tok/s | MFU %.1f%% | ETA %dh%02dm%02ds%s\n",
@@ -1730,10 +1853,17 @@ int main(int argc, char** argv) {
                (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
         logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
                     "\"grad_norm\":%.6f,\"ms\":%.3f,\"compute_ms\":%.3f,\"quant_ms\":%.3f,\"comm_ms\":%.3f,"
-                    "\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1, (long long)(step + 1) * tc.total_batch,
+                    "\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1, (long long)(step + 1) * total_batch,
                     loss, lr, norm, ms, ms - quant_ms - comm_ms, quant_ms, comm_ms, tok_s, mfu, skipped);
 
         if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
+            // an update can leave NaN or Inf weights behind a finite loss: never checkpoint them
+            double nonfinite = gpt_count_nonfinite_weights(&model);
+            if (nonfinite > 0) {
+                snprintf(what, sizeof(what), "the update of step %d left %.0f NaN or Inf weights (no checkpoint "
+                         "written from them)", step, nonfinite);
+                stop_diverged(&trail, rank, what);
+            }
             rs.step = step + 1;
             rs.loader = dataloader_get_state(&train_loader);
             snprintf(ckpt_path, sizeof(ckpt_path), "%s/ckpt_%08d.bin", tc.out_dir, step + 1);
@@ -1741,12 +1871,13 @@ int main(int argc, char** argv) {
             dist_printf(&dist, "checkpoint: %s\n", ckpt_path);
             logger_line(&logger, "{\"type\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}", step + 1,
                         json_escape(ckpt_path, esc[0], sizeof(esc[0])));
+            ckpt_trail_written(&trail, ckpt_path);
         }
     }
     size_t free_b, total_b;
     cuda_check(cudaMemGetInfo(&free_b, &total_b));
-    logger_line(&logger, "{\"type\":\"event\",\"event\":\"done\",\"gpu_memory_used_gib\":%.3f}",
-                (total_b - free_b) / (double)(1 << 30));
+    logger_line(&logger, "{\"type\":\"event\",\"step\":%d,\"event\":\"done\",\"gpu_memory_used_gib\":%.3f}",
+                tc.steps, (total_b - free_b) / (double)(1 << 30));
     logger_close(&logger);
     gpt_free(&model);
     attention_destroy();

@@ -112,6 +112,10 @@ static inline void dataloader_compute_order_(DataLoader* dl) {
 static inline int64_t dataloader_read_header_(const char* path) {
     struct stat st;
     fail_if(stat(path, &st) != 0, "data shard '%s': cannot stat it", path);
+    // a directory opens and reads as 0 bytes: say what it is rather than "truncated"
+    fail_if(S_ISDIR(st.st_mode), "data shard '%s' is a directory, not a shard file: give a pattern of the shard files "
+            "in it, e.g. '%s/*_train_*.bin'", path, path);
+    fail_if(!S_ISREG(st.st_mode), "data shard '%s' is not a regular file", path);
     int64_t size = (int64_t)st.st_size;
     fail_if(size < (int64_t)(SHARD_HEADER_INTS * sizeof(int32_t)),
             "data shard '%s' is truncated: %lld bytes, shorter than the 1024-byte header; "

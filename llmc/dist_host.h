@@ -1,13 +1,58 @@
 // dist_host.h: the parts of distributed.cuh that need neither CUDA nor NCCL, so the CPU tests can
-// check them: how a flat buffer is cut into per-rank shards (ZeRO-1), and how rank 0 hands the
-// NCCL unique id to the other ranks through a file on a shared filesystem.
-// defines: DIST_SHARD_ALIGN, shard_padded_size(), shard_range(), id_file_write(), id_file_read()
+// check them: which rank of how many processes this one is (from the launcher's environment), how a
+// flat buffer is cut into per-rank shards (ZeRO-1), and how rank 0 hands the NCCL unique id to the
+// other ranks through a file on a shared filesystem.
+// defines: dist_host_place(), DIST_SHARD_ALIGN, shard_padded_size(), shard_range(), id_file_write(),
+//          id_file_read()
 #pragma once
 #include <errno.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
 #include "common.h"
+
+// ----------------------------------------------------------------------------------------------
+// Rank and world size from the launcher's environment variables, as distributed.cuh's dist_init finds
+// them (same variables, same order), but without touching the GPU or MPI: the trainer does its batch
+// arithmetic and opens its data before it starts CUDA, so that a bad command line fails fast, and on
+// machines without a GPU. mpi: the build has MPI, so an mpirun launch (OMPI_COMM_WORLD_SIZE) comes
+// first. Sets *world = 1, *rank = 0 when no launcher is found. Returns the variable the world size came
+// from ("" for none). dist_init later checks that MPI or NCCL agree.
+
+static inline int dist_host_env_int_(const char* name, int* out) {
+    const char* s = getenv(name);
+    if (!s || !*s) return 0;
+    char* end = NULL;
+    long v = strtol(s, &end, 10);
+    fail_if(*end != '\0' || v < 0 || v > (1L << 30), "environment variable %s='%s' is not a non-negative integer", name, s);
+    *out = (int)v;
+    return 1;
+}
+
+static inline const char* dist_host_place(int mpi, int* world, int* rank) {
+    static const char* const sources[][2] = {
+        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},   // mpirun, with an MPI build
+        {"WORLD_SIZE", "RANK"},
+        {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"},
+        {"SLURM_NTASKS", "SLURM_PROCID"},
+        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
+        {"PMI_SIZE", "PMI_RANK"},
+    };
+    *world = 1;
+    *rank = 0;
+    for (size_t i = mpi ? 0 : 1; i < sizeof(sources) / sizeof(sources[0]); i++) {
+        int w, r;
+        if (!dist_host_env_int_(sources[i][0], &w)) continue;
+        fail_if(w < 1, "%s=%d: the world size must be at least 1", sources[i][0], w);
+        fail_if(!dist_host_env_int_(sources[i][1], &r), "%s=%d is set but %s is not: set both", sources[i][0], w,
+                sources[i][1]);
+        fail_if(r >= w, "%s=%d is not below %s=%d", sources[i][1], r, sources[i][0], w);
+        *world = w;
+        *rank = r;
+        return sources[i][0];
+    }
+    return "";
+}
 
 // ----------------------------------------------------------------------------------------------
 // Shards. A flat buffer of n elements is padded to n_padded = a multiple of world * DIST_SHARD_ALIGN

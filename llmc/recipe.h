@@ -1,8 +1,8 @@
 // recipe.h: an FP4 training recipe as data: one quantization spec per GEMM operand slot, plus which
 // transformer blocks stay in BF16.
 // defines: Slot, SLOT_NAMES, Recipe, recipe_preset(), recipe_set_slot(), recipe_disable_gemm(),
-//          recipe_resolve_layers(), recipe_check(), recipe_describe(), recipe_layer_is_fp4(),
-//          RECIPE_PRESETS
+//          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(),
+//          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
 //
 // A linear layer y = x W^T runs three GEMMs, each with two operands (RECIPES.md):
 //   fprop: X (reduce over channels) and W            -> slots fprop.x, fprop.w
@@ -145,6 +145,100 @@ static inline void recipe_check(const Recipe* r) {
                 GEMM_NAMES[g], SLOT_NAMES[2 * g], ha, SLOT_NAMES[2 * g + 1], hb);
         fail_if(ha > 32, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32", ha, GEMM_NAMES[g]);
     }
+}
+
+// Whether an L-block model quantizes anything under this (resolved) recipe.
+static inline int recipe_quantizes(const Recipe* r, int L) {
+    return !recipe_is_bf16(r) && r->bf16_first + r->bf16_last < L;
+}
+
+// Shapes. A linear layer with K inputs and OC outputs over N tokens quantizes each operand along its
+// GEMM's reduction dimension: fprop.x (N x K) and fprop.w (OC x K) along K, dgrad.dy (N x OC) and
+// dgrad.w along OC, wgrad.dy and wgrad.x along the N tokens. That length must be a multiple of the block
+// length (16 or 32) and of the Hadamard size; a 2D block (16x16, 32x32) also spans its width along the
+// other dimension: N for fprop.x and dgrad.dy, OC for fprop.w and wgrad.dy, K for dgrad.w and wgrad.x.
+// The quantization kernels would find a mismatch only deep inside a step, after every allocation;
+// recipe_check_shapes finds it before anything starts.
+
+// The multiple the token count N must be of, over every quantized slot (all constraints are powers of
+// two, so their least common multiple is their maximum). backward = 0: the forward's slots only.
+static inline int64_t recipe_tokens_multiple(const Recipe* r, int backward) {
+    int64_t m = 1;
+    for (int part = 0; part < 1 + (r->qk_fp8 != 0); part++) {
+        for (int s = 0; s < (backward ? NUM_SLOTS : 2); s++) {
+            QuantSpec q = part ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
+            if (quant_spec_is_bf16(&q)) continue;
+            int64_t need = 1;
+            if (s == SLOT_WGRAD_DY || s == SLOT_WGRAD_X) need = q.block_l > q.hadamard ? q.block_l : q.hadamard;
+            if (s == SLOT_FPROP_X || s == SLOT_DGRAD_DY) need = q.block_w;
+            if (need > m) m = need;
+        }
+    }
+    return m;
+}
+
+// One slot's operand of one linear layer: 0, or 1 (the token count N does not fit) or 2 (a channel
+// count does not) with err saying which slot, which dimension and what would fit.
+static inline int recipe_check_operand_(const Recipe* r, const QuantSpec* q, int qk, Slot s, const char* linear,
+                                        int64_t N, int64_t K, int64_t OC, int backward, char* err, size_t n) {
+    if (quant_spec_is_bf16(q)) return 0;
+    static const int red_is_n[NUM_SLOTS] = {0, 0, 0, 0, 1, 1}, other_is_n[NUM_SLOTS] = {1, 0, 1, 0, 0, 0};
+    const int64_t red[NUM_SLOTS] = {K, K, OC, OC, N, N}, other[NUM_SLOTS] = {N, OC, N, K, OC, K};
+    static const char* const operand[NUM_SLOTS] = {"X", "W", "dY", "W", "dY", "X"};
+    int64_t R = red[s], O = other[s];
+    enum { BLOCK, HADAMARD, TILE } why;
+    if (R % q->block_l) why = BLOCK;
+    else if (q->hadamard && R % q->hadamard) why = HADAMARD;
+    else if (q->block_w > 1 && O % q->block_w) why = TILE;
+    else return 0;
+    const int bad_n = why == TILE ? other_is_n[s] : red_is_n[s];
+    const int unit = why == BLOCK ? q->block_l : why == HADAMARD ? q->hadamard : q->block_w;
+    if (why == TILE) R = O;
+    char dim[64], rule[128], spec[96], fix[48];
+    if (bad_n) snprintf(dim, sizeof(dim), "N = %lld tokens", (long long)R);
+    else snprintf(dim, sizeof(dim), "%lld channels", (long long)R);
+    if (why == BLOCK) snprintf(rule, sizeof(rule), "along its %s in blocks of %d", dim, unit);
+    else if (why == HADAMARD) snprintf(rule, sizeof(rule), "along its %s with a %d-point Hadamard", dim, unit);
+    else snprintf(rule, sizeof(rule), "in 2D tiles spanning %d of its %s", unit, dim);
+    // how to lift the constraint without changing shapes: this slot (or the q/k projections) in BF16
+    quant_spec_format(q, spec, sizeof(spec));
+    if (qk) snprintf(fix, sizeof(fix), "--qk-fp8 off");
+    else snprintf(fix, sizeof(fix), "--%s bf16", SLOT_NAMES[s]);
+    for (char* p = fix; *p; p++) if (*p == '.') *p = '-';
+    if (bad_n)
+        snprintf(err, n, "slot %s (%s%s) quantizes the %s layer's %s %s: N must be a multiple of %lld for this recipe "
+                 "(or keep the slot in BF16: %s)", SLOT_NAMES[s], spec, qk ? ", q/k projections" : "", linear,
+                 operand[s], rule, (long long)recipe_tokens_multiple(r, backward), fix);
+    else
+        snprintf(err, n, "slot %s (%s%s) quantizes the %s layer's %s %s, and %lld is not a multiple of %d (keep the "
+                 "slot in BF16: %s)", SLOT_NAMES[s], spec, qk ? ", q/k projections" : "", linear, operand[s], rule,
+                 (long long)R, unit, fix);
+    return bad_n ? 1 : 2;
+}
+
+// Whether every quantized slot can quantize the linear layers' operands of a model with C channels
+// for N tokens (backward = 0: the forward only, as evaluation and text samples run). Returns 0, or 1
+// when N is the problem and 2 when C is, with err saying which slot and what would fit. Call it for a
+// recipe that quantizes something (recipe_quantizes).
+static inline int recipe_check_shapes(const Recipe* r, int64_t N, int C, int backward, char* err, size_t n) {
+    static const char* const names[4] = {"qkv", "attproj", "fc", "fcproj"};
+    const int64_t shapes[4][2] = {{C, 3 * (int64_t)C}, {C, C}, {C, 4 * (int64_t)C}, {4 * (int64_t)C, C}};  // {K, OC}
+    for (int l = 0; l < 4; l++) {
+        for (int s = 0; s < (backward ? NUM_SLOTS : 2); s++) {
+            int64_t K = shapes[l][0], OC = shapes[l][1];
+            int rc;
+            if (l == 0 && r->qk_fp8) {
+                // the QKV layer splits into the Q/K part (2C outputs, recipe_qk_spec) and the V part (C, the recipe's)
+                QuantSpec qk = recipe_qk_spec(r, (Slot)s);
+                rc = recipe_check_operand_(r, &qk, 1, (Slot)s, "qkv (q/k part)", N, K, 2 * (int64_t)C, backward, err, n);
+                if (!rc) rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, "qkv (v part)", N, K, C, backward, err, n);
+            } else {
+                rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, names[l], N, K, OC, backward, err, n);
+            }
+            if (rc) return rc;
+        }
+    }
+    return 0;
 }
 
 static inline int recipe_layer_is_fp4(const Recipe* r, int l, int L) {

@@ -12,6 +12,7 @@
 // A missing file is not fatal: training does not need it. tokenizer_init() warns, and the decoding
 // calls then return NULL / print "<id>" instead of text. A file that exists but is malformed fails.
 #pragma once
+#include <sys/stat.h>
 #include "common.h"
 
 #define TOKENIZER_MAGIC 20240328
@@ -26,6 +27,9 @@ typedef struct {
 
 static inline void tokenizer_init(Tokenizer* tok, const char* path) {
     memset(tok, 0, sizeof(*tok));
+    struct stat st;
+    fail_if(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "tokenizer file '%s' is a directory; give the tokenizer "
+            "file itself (e.g. --tokenizer data/gpt2_tokenizer.bin)", path);
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "warning: tokenizer file '%s' not found; samples will print token ids instead of text "

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Resuming continues bit for bit: trains N steps in one go, and N/2 + N/2 with a checkpoint and a
-# resume in between, then compares the per-step losses of the two logs exactly.
+# resume in between, then compares the per-step losses of the two logs exactly. Then the same after a
+# kill -9 that lands while a checkpoint is being written: the resume (from the newest whole
+# checkpoint) must still give the uninterrupted run's losses. Both resumed logs must hold every step
+# exactly once (the trainer drops the interrupted run's lines after its checkpoint) and a resume line.
 # usage: scripts/check_resume.sh [extra trainer flags...]   (needs a GPU and ./train_gpt_fp4)
 # Ends with the test summary line scripts/run_tests.sh reads; skips (exit 0) without a GPU, as the GPU
 # test binaries do: an installed but unusable driver, or REQUIRE_GPU=1 without a GPU, is a failure.
@@ -33,29 +36,73 @@ OUT=${OUT_DIR:-/tmp/check_resume}
 rm -rf "$OUT"; mkdir -p "$OUT"
 common=(--model d6 --batch-size 4 --seq-len 256 --steps "$STEPS" --val-every 0 --sample-every 0 --seed 7 "$@")
 ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/full" > "$OUT/full.txt"
+
+# 1. stop after the checkpoint at HALF (as if killed right after it): the second half of the split run's
+# log and its last checkpoint go, then the run resumes from the middle and logs those steps again
 ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/split" --ckpt-every "$HALF" > "$OUT/split1.txt"
-# drop the second half of the split run's log and checkpoints, then resume from the middle
-python3 - "$OUT/split/log.jsonl" "$HALF" <<'PY'
-import json, sys
-path, half = sys.argv[1], int(sys.argv[2])
-lines = [l for l in open(path) if not (json.loads(l).get("type") == "train" and json.loads(l)["step"] > half)]
-open(path, "w").writelines(lines)
-PY
 rm -f "$OUT/split/ckpt_$(printf %08d "$STEPS").bin"
 ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/split" --resume latest > "$OUT/split2.txt"
-python3 - "$OUT/full/log.jsonl" "$OUT/split/log.jsonl" <<'PY'
+
+# 2. kill -9 while a checkpoint is being written (a NAME.tmp next to a finished checkpoint), then resume
+killed=0
+./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/kill" --ckpt-every 2 > "$OUT/kill1.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1 30000); do
+    if ls "$OUT"/kill/ckpt_*.bin > /dev/null 2>&1 && ls "$OUT"/kill/ckpt_*.bin.tmp > /dev/null 2>&1; then
+        kill -9 "$pid" 2> /dev/null && killed=1
+        break
+    fi
+    kill -0 "$pid" 2> /dev/null || break
+    sleep 0.005
+done
+wait "$pid" 2> /dev/null || true
+if [ "$killed" = 1 ]; then
+    echo "killed while writing $(ls "$OUT"/kill/*.tmp 2> /dev/null | tr '\n' ' '); resuming from" \
+         "$(ls "$OUT"/kill/ckpt_*.bin | tail -n 1)"
+    ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/kill" --ckpt-every 2 --resume latest > "$OUT/kill2.txt"
+fi
+
+python3 - "$OUT/full/log.jsonl" "$OUT/split/log.jsonl" "$OUT/kill/log.jsonl" "$killed" <<'PY'
 import json, sys
-def losses(p):
-    return {d["step"]: d["loss"] for d in map(json.loads, open(p)) if d.get("type") == "train"}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert sorted(a) == sorted(b), f"steps differ: {sorted(a)} vs {sorted(b)}"
-bad = [(s, a[s], b[s]) for s in sorted(a) if a[s] != b[s]]
-for s in sorted(a):
-    print(f"step {s:3d}  uninterrupted {a[s]:.6f}  resumed {b[s]:.6f}{'  DIFFERENT' if a[s] != b[s] else ''}")
-if bad:
-    print(f"FAIL check_resume: {len(bad)} of {len(a)} steps differ after resuming")
-    print(f"TESTS check_resume: passed={len(a) - len(bad)} failed={len(bad)} skipped=0")
-    sys.exit(1)
-print(f"check_resume: OK: all {len(a)} losses identical after resuming at step {len(a) // 2}")
-print(f"TESTS check_resume: passed={len(a)} failed=0 skipped=0")
+full, split, kill, killed = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+
+def read(p):
+    """Train losses by step, and the problems: a step logged twice, a missing resume line."""
+    rows = [json.loads(l) for l in open(p)]
+    steps = [d["step"] for d in rows if d.get("type") == "train"]
+    dup = sorted({s for s in steps if steps.count(s) > 1})
+    resumes = [d for d in rows if d.get("type") == "resume"]
+    return {d["step"]: d["loss"] for d in rows if d.get("type") == "train"}, dup, resumes
+
+a, _, _ = read(full)
+passed = failed = skipped = 0
+for name, path, run in (("resume after a checkpoint", split, True), ("resume after kill -9 mid-write", kill, killed)):
+    if not run:
+        print(f"SKIP check_resume: {name}: the run ended before a checkpoint write could be caught")
+        skipped += 1
+        continue
+    b, dup, resumes = read(path)
+    problems = 0
+    if dup:
+        print(f"FAIL check_resume: {name}: steps logged more than once: {dup}")
+        problems += 1
+    if not resumes:
+        print(f"FAIL check_resume: {name}: no resume line in {path}")
+        problems += 1
+    if sorted(a) != sorted(b):
+        print(f"FAIL check_resume: {name}: steps differ: {sorted(a)} vs {sorted(b)}")
+        failed += problems + 1
+        continue
+    bad = [s for s in sorted(a) if a[s] != b[s]]
+    for s in sorted(a):
+        print(f"{name}: step {s:3d}  uninterrupted {a[s]:.6f}  resumed {b[s]:.6f}{'  DIFFERENT' if a[s] != b[s] else ''}")
+    if bad:
+        print(f"FAIL check_resume: {name}: {len(bad)} of {len(a)} steps differ after resuming")
+    elif not problems:
+        print(f"check_resume: OK: {name}: all {len(a)} losses identical, each step logged once "
+              f"(resumed at step {resumes[-1]['step']}, {resumes[-1]['dropped_lines']} repeated lines dropped)")
+    passed += len(a) - len(bad)
+    failed += len(bad) + problems
+print(f"TESTS check_resume: passed={passed} failed={failed} skipped={skipped}")
+sys.exit(1 if failed else 0)
 PY

@@ -1,10 +1,11 @@
 // test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/args.h),
-// learning-rate schedules (llmc/schedule.h), atomic checkpoint files (llmc/checkpoint.h), the JSON
-// escaping of the log (llmc/logger.h) and BF16 rounding (llmc/stochastic_round.cuh).
+// learning-rate schedules (llmc/schedule.h), batch arithmetic (llmc/batch.h), the log (llmc/logger.h: JSON escaping, the resumed log
+// without repeated steps) and BF16 rounding (llmc/stochastic_round.cuh). Checkpoint files:
+// test_checkpoint.c.
 #include "llmc/args.h"
 #include "llmc/schedule.h"
-#include "llmc/checkpoint.h"
 #include "llmc/logger.h"
+#include "llmc/batch.h"
 #include "llmc/stochastic_round.cuh"
 #include "dev/test/testing.h"
 
@@ -82,35 +83,90 @@ static void test_schedules(void) {
     CHECK_CLOSE(lr_at_step(&s, 109), 0.1, 1e-6, 0, "wsd 0.25 x 110: end");
 }
 
-static void test_checkpoint_files(void) {
-    char dir[] = "/tmp/test_core_XXXXXX";
+
+// A run with a checkpoint at step 4, killed during step 7 (its last line cut short), resumed from step 4:
+// the log keeps everything up to the checkpoint, and each later step is logged once, by the resumed run.
+static void test_log_resume(void) {
+    char dir[] = "/tmp/test_core_log_XXXXXX";
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
-    char path[256], path2[256], latest[512];
-    snprintf(path, sizeof(path), "%s/ckpt_00000010.bin", dir);
-    snprintf(path2, sizeof(path2), "%s/ckpt_00000020.bin", dir);
-    CHECK(!find_latest_checkpoint(dir, latest, sizeof(latest)), "empty dir has no checkpoint");
-    CheckpointWriter w;
-    ckpt_begin(&w, path);
-    ckpt_write(&w, "good", 4);
-    ckpt_commit(&w);
-    // a crash while writing the next checkpoint: only the .tmp exists; the good one is untouched
-    ckpt_begin(&w, path2);
-    ckpt_write(&w, "half", 4);
-    fclose(w.f);
-    CHECK(find_latest_checkpoint(dir, latest, sizeof(latest)) && strcmp(latest, path) == 0,
-          "latest checkpoint should be %s, got %s", path, latest);
-    FILE* f = fopen(path, "rb");
-    char buf[8] = {0};
-    CHECK(f && fread(buf, 1, 8, f) == 4 && memcmp(buf, "good", 4) == 0, "committed checkpoint content");
+    char path[128];
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    const char* killed_run[] = {
+        "{\"type\":\"config\",\"model\":\"d6\",\"train_data\":\"a\\\"step\\\":1.bin\",\"resumed_at\":0}\n",
+        "{\"type\":\"val\",\"step\":0,\"tokens\":0,\"val_loss\":10.9}\n",
+        "{\"type\":\"train\",\"step\":1,\"loss\":10.9}\n",
+        "{\"type\":\"train\",\"step\":2,\"loss\":10.1}\n",
+        "{\"type\":\"event\",\"step\":2,\"event\":\"skip\",\"why\":\"spike\"}\n",
+        "{\"type\":\"train\",\"step\":3,\"loss\":9.5}\n",
+        "{\"type\":\"train\",\"step\":4,\"loss\":9.0}\n",
+        "{\"type\":\"diag\",\"step\":4,\"layer\":0}\n",
+        "{\"type\":\"checkpoint\",\"step\":4,\"path\":\"x/ckpt_00000004.bin\"}\n",
+        "{\"type\":\"val\",\"step\":4,\"tokens\":4,\"val_loss\":9.1}\n",           // repeated by the resumed run
+        "{\"type\":\"sample\",\"step\":4,\"text\":\"the \\\"step\\\":1 of it\"}\n",   // repeated
+        "{\"type\":\"train\",\"step\":5,\"loss\":8.7}\n",                        // repeated
+        "{\"type\":\"event\",\"step\":5,\"event\":\"skip\",\"why\":\"spike\"}\n", // repeated
+        "{\"type\":\"train\",\"step\":6,\"loss\":8.5}\n",                        // repeated
+        "{\"type\":\"diag\",\"step\":6,\"layer\":0}\n",                          // repeated
+        "{\"type\":\"checkpoint\",\"step\":6,\"path\":\"x/ckpt_00000006.bin\"}\n", // after the resumed-from one
+        "{\"type\":\"train\",\"step\":7,\"lo",                                  // cut short by kill -9
+    };
+    const int kept = 9, n = (int)(sizeof(killed_run) / sizeof(killed_run[0]));
+    FILE* f = fopen(path, "w");
+    for (int i = 0; i < n; i++) fputs(killed_run[i], f);
+    fclose(f);
+    Logger lg;
+    long dropped = logger_resume(&lg, dir, 4, "x/ckpt_00000004.bin");
+    logger_line(&lg, "{\"type\":\"train\",\"step\":5,\"loss\":8.7}");
+    logger_close(&lg);
+    CHECK(dropped == n - kept, "dropped %ld lines, want %d", dropped, n - kept);
+    f = fopen(path, "r");
+    char line[512];
+    int i = 0, ok = 1;
+    while (f && fgets(line, sizeof(line), f)) {
+        if (i < kept) ok &= strcmp(line, killed_run[i]) == 0;
+        else if (i == kept) ok &= strstr(line, "{\"type\":\"resume\",\"step\":4,\"checkpoint\":\"x/ckpt_00000004.bin\"") == line;
+        else ok &= strcmp(line, "{\"type\":\"train\",\"step\":5,\"loss\":8.7}\n") == 0;
+        i++;
+    }
     if (f) fclose(f);
-    ckpt_begin(&w, path2);
-    ckpt_write(&w, "new!", 4);
-    ckpt_commit(&w);
-    CHECK(find_latest_checkpoint(dir, latest, sizeof(latest)) && strcmp(latest, path2) == 0, "newest checkpoint wins");
-    char tmp[300];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path2);
-    CHECK(access(tmp, F_OK) != 0, "commit leaves no .tmp file behind");
-    remove(path); remove(path2); rmdir(dir);
+    CHECK(ok && i == kept + 2, "resumed log: %d lines, content %s", i, ok ? "ok" : "wrong");
+    // resuming again from the same checkpoint keeps the resume line and drops the new step 5
+    logger_resume(&lg, dir, 4, "x/ckpt_00000004.bin");
+    logger_close(&lg);
+    long long v = 0;
+    CHECK(log_int_field("{\"type\":\"sample\",\"step\":3,\"text\":\"\\\"step\\\":9\"}", "step", &v) && v == 3,
+          "step field %lld", v);
+    CHECK(!log_int_field("{\"type\":\"config\",\"path\":\"a\\\"step\\\":9\"}", "step", &v), "escaped key is no field");
+    // a fresh directory: nothing to keep, just the resume line
+    char dir2[128];
+    snprintf(dir2, sizeof(dir2), "%s/sub", dir);
+    make_dirs(dir2);
+    CHECK(logger_resume(&lg, dir2, 10, "elsewhere/ckpt_00000010.bin") == 0, "no log yet");
+    logger_close(&lg);
+    char p2[160];
+    snprintf(p2, sizeof(p2), "%s/log.jsonl", dir2);
+    remove(p2); rmdir(dir2); remove(path); rmdir(dir);
+}
+
+
+static void test_batch_plan(void) {
+    BatchPlan p;
+    char err[512];
+    CHECK(batch_plan(64, 1024, 1, 0, &p, err, sizeof(err)) == 0 && p.grad_accum == 1 && p.step_tokens == 65536,
+          "one micro-batch: %s", err);
+    CHECK(batch_plan(16, 1024, 8, 524288, &p, err, sizeof(err)) == 0 && p.grad_accum == 4 && p.micro_tokens == 16384,
+          "8 processes, 4 accumulation steps: %s", err);
+    // a negative total once passed the multiple check (-65536 % 65536 == 0) and trained on nothing
+    CHECK(batch_plan(64, 1024, 1, -65536, &p, err, sizeof(err)) != 0 && strstr(err, "--total-batch -65536 is negative"),
+          "negative total: %s", err);
+    // B*T = 2^32 wrapped to 0 in int arithmetic, and the modulo by it raised SIGFPE
+    CHECK(batch_plan(4194304, 1024, 1, 1048576, &p, err, sizeof(err)) != 0 &&
+          strstr(err, "4294967296 tokens per micro-batch"), "B*T overflow: %s", err);
+    CHECK(batch_plan(2048, 1024, 4, 1048576, &p, err, sizeof(err)) != 0 &&
+          strstr(err, "must be a multiple of --batch-size x --seq-len x processes = 2048 x 1024 x 4 = 8388608"),
+          "total below one step: %s", err);
+    CHECK(batch_plan(16, 1024, 1, 1000, &p, err, sizeof(err)) != 0 && strstr(err, "must be a multiple"), "not a multiple");
+    CHECK(batch_plan(0, 1024, 1, 0, &p, err, sizeof(err)) != 0, "B = 0");
 }
 
 static void test_json_escape(void) {
@@ -141,8 +197,9 @@ static void test_bf16_rounding(void) {
 int main(void) {
     test_args();
     test_schedules();
-    test_checkpoint_files();
+    test_batch_plan();
     test_json_escape();
+    test_log_resume();
     test_bf16_rounding();
     return test_summary("test_core");
 }

@@ -496,6 +496,14 @@ static void test_errors(void) {
     LoadArgs s = {path, 2, 8, 2, 0};
     expect_exit("too few tokens", load_one_batch, &s, 0, "has 20 tokens, too few for one batch", "= 33 tokens are needed");
 
+    // a directory where a shard should be (it reads as 0 bytes: once reported as "file truncated")
+    snprintf(path, sizeof(path), "%s/shards.bin", tmpdir);
+    mkdir(path, 0755);
+    a.pattern = path;
+    expect_exit("directory as a shard", load_one_batch, &a, 0, "is a directory, not a shard file", "shards.bin/*");
+    expect_exit("directory as a tokenizer", tokenizer_open, path, 0, "is a directory", "shards.bin");
+    rmdir(path);
+
     snprintf(path, sizeof(path), "%s/fine.bin", tmpdir);
     write_shard_raw(path, SHARD_MAGIC, 1, 100, toks, 100);
     expect_exit("resume with another seed", resume_mismatch, path, 0, "cannot resume the data loader", "seed=5");

@@ -1,6 +1,7 @@
-// test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/dist_host.h): ZeRO-1 shard
-// ranges cover [0, n) exactly once for many sizes and world sizes, and the NCCL id file handoff
-// (written to a temporary and renamed into place, polling read, timeout, refusal of a stale file).
+// test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/dist_host.h): rank and world
+// size from the launcher's environment, ZeRO-1 shard ranges cover [0, n) exactly once for many sizes
+// and world sizes, and the NCCL id file handoff (written to a temporary and renamed into place, polling
+// read, timeout, refusal of a stale file).
 #include <sys/inotify.h>
 #include <sys/wait.h>
 #include "llmc/dist_host.h"
@@ -148,7 +149,42 @@ static void test_id_file(void) {
     rmdir(dir);
 }
 
+
+static void clear_launch_env(void) {
+    const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "WORLD_SIZE", "RANK", "SLURM_STEP_NUM_TASKS",
+                          "SLURM_NTASKS", "SLURM_PROCID", "PMI_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
+}
+
+static void place_bad(const void* arg) {
+    int w, r;
+    (void)arg;
+    dist_host_place(0, &w, &r);
+}
+
+static void test_place(void) {
+    int w, r;
+    clear_launch_env();
+    CHECK(strcmp(dist_host_place(1, &w, &r), "") == 0 && w == 1 && r == 0, "no launcher: world 1");
+    setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_PROCID", "5", 1);
+    CHECK(strcmp(dist_host_place(0, &w, &r), "SLURM_NTASKS") == 0 && w == 8 && r == 5, "srun: %d of %d", r, w);
+    setenv("WORLD_SIZE", "4", 1); setenv("RANK", "3", 1);
+    CHECK(strcmp(dist_host_place(0, &w, &r), "WORLD_SIZE") == 0 && w == 4 && r == 3, "WORLD_SIZE first: %d of %d", r, w);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1); setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    CHECK(dist_host_place(0, &w, &r) && w == 4, "without MPI, WORLD_SIZE wins over mpirun's variables");
+    CHECK(strcmp(dist_host_place(1, &w, &r), "OMPI_COMM_WORLD_SIZE") == 0 && w == 2 && r == 1, "with MPI, mpirun first");
+    clear_launch_env();
+    setenv("WORLD_SIZE", "2", 1); setenv("RANK", "2", 1);
+    char err[512];
+    CHECK(test_run_child(place_bad, NULL, err, sizeof(err)) == 1 && strstr(err, "RANK=2 is not below WORLD_SIZE=2"),
+          "rank out of range: %s", err);
+    setenv("RANK", "x", 1);
+    CHECK(test_run_child(place_bad, NULL, err, sizeof(err)) == 1 && strstr(err, "RANK='x' is not"), "bad rank: %s", err);
+    clear_launch_env();
+}
+
 int main(void) {
+    test_place();
     test_shards();
     test_id_file();
     return test_summary("test_dist_host");

@@ -1,6 +1,7 @@
 // test_recipe.c: CPU tests of llmc/recipe.h: the presets resolve to the slot specs RECIPES.md
 // describes, overrides and GEMM switches act on the right slots, the BF16-block rule scales with
-// depth, the canonical description is stable, and invalid recipes fail with a clear message.
+// depth, the canonical description is stable, invalid recipes fail with a clear message, and
+// recipe_check_shapes finds token and channel counts a recipe cannot quantize.
 #include "llmc/recipe.h"
 #include "dev/test/testing.h"
 
@@ -20,6 +21,54 @@ static void bad_preset(const void*) { Recipe r; recipe_preset(&r, "fp3"); }
 static void bad_spec(const void*) { Recipe r; recipe_preset(&r, "bf16"); recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,7x7"); }
 static void qk_on_bf16(const void*) { Recipe r; recipe_preset(&r, "bf16"); r.qk_fp8 = 1; recipe_check(&r); }
 static void too_many_bf16(const void*) { Recipe r; recipe_preset(&r, "nvfp4"); r.bf16_first = 8; r.bf16_last = 8; recipe_resolve_layers(&r, 12); }
+
+
+// recipe_check_shapes: rc and the words its message must hold
+static void expect_shapes(const Recipe* r, int64_t N, int C, int backward, int want_rc, const char* w1, const char* w2,
+                          const char* what) {
+    char err[1024] = "";
+    int rc = recipe_check_shapes(r, N, C, backward, err, sizeof(err));
+    CHECK(rc == want_rc && (!w1 || strstr(err, w1)) && (!w2 || strstr(err, w2)), "%s: N=%lld C=%d: rc %d (want %d), '%s'",
+          what, (long long)N, C, rc, want_rc, err);
+}
+
+static void test_shapes(void) {
+    Recipe r;
+    recipe_preset(&r, "nvfp4");
+    recipe_resolve_layers(&r, 12);
+    CHECK(recipe_quantizes(&r, 12) && !recipe_quantizes(&r, 2), "nvfp4 quantizes d12, not a 2-block model (0 + 2 BF16)");
+    CHECK(recipe_tokens_multiple(&r, 1) == 16 && recipe_tokens_multiple(&r, 0) == 1, "nvfp4 token multiples %lld %lld",
+          (long long)recipe_tokens_multiple(&r, 1), (long long)recipe_tokens_multiple(&r, 0));
+    expect_shapes(&r, 64 * 1024, 768, 1, 0, NULL, NULL, "nvfp4 d12 B=64 T=1024");
+    expect_shapes(&r, 4 * 50, 768, 1, 1, "slot wgrad.dy", "multiple of 16", "nvfp4 N=200: wgrad along tokens");
+    expect_shapes(&r, 4 * 50, 768, 1, 1, "--wgrad-dy bf16", "N = 200 tokens", "nvfp4 N=200 names the fix");
+    expect_shapes(&r, 4 * 50, 768, 0, 0, NULL, NULL, "nvfp4 forward-only N=200 (1x16 X blocks run along C)");
+    expect_shapes(&r, 256, 200, 1, 2, "200 channels", "slot fprop.x", "nvfp4 C=200");
+    Recipe off = r;
+    recipe_disable_gemm(&off, 2);
+    expect_shapes(&off, 200, 768, 1, 0, NULL, NULL, "nvfp4 with --fp4-wgrad off: N free");
+
+    recipe_preset(&r, "mxfp4");
+    expect_shapes(&r, 48, 768, 1, 1, "blocks of 32", "multiple of 32", "mxfp4 N=48");
+    expect_shapes(&r, 1600 / 25 * 32, 1600, 1, 0, NULL, NULL, "mxfp4 d48 shapes");
+
+    recipe_preset(&r, "nvfp4");
+    r.qk_fp8 = 1;
+    CHECK(recipe_tokens_multiple(&r, 1) == 32, "--qk-fp8 needs N %% 32");
+    expect_shapes(&r, 48, 768, 1, 1, "--qk-fp8 off", "multiple of 32", "nvfp4 + qk-fp8 N=48");
+    expect_shapes(&r, 64, 768, 1, 0, NULL, NULL, "nvfp4 + qk-fp8 N=64");
+
+    // 2D tiles on fprop.x: the forward alone (text samples: B=1, T up to 256) needs N % 16
+    recipe_preset(&r, "nvfp4");
+    recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4-2d");
+    expect_shapes(&r, 200, 768, 0, 1, "2D tiles spanning 16", "slot fprop.x", "fprop.x 16x16, forward N=200");
+    CHECK(recipe_tokens_multiple(&r, 0) == 16, "forward multiple with 16x16 X");
+    // a Hadamard longer than the block
+    recipe_preset(&r, "nvfp4");
+    recipe_set_slot(&r, SLOT_WGRAD_DY, "nvfp4,sr,h32,fixed");
+    recipe_set_slot(&r, SLOT_WGRAD_X, "nvfp4,h32,fixed");
+    expect_shapes(&r, 16 * 3, 768, 1, 1, "32-point Hadamard", "multiple of 32", "h32 on wgrad, N=48");
+}
 
 int main(void) {
     Recipe r;
@@ -126,5 +175,6 @@ int main(void) {
         CHECK(rc == 1 && strstr(err, bad[i].msg) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'", i, rc, err,
               bad[i].msg);
     }
+    test_shapes();
     return test_summary("test_recipe");
 }

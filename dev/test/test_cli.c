@@ -1,0 +1,351 @@
+// test_cli.c: runs ./train_gpt_fp4 with bad command lines, data files and checkpoints, and checks that
+// each stops with exit status 1 and one "error:" line that names the problem, before the GPU is touched
+// (CPU only, for CI). The trainer runs with CUDA_VISIBLE_DEVICES="" so that on a machine with a GPU too,
+// anything that got past the CPU checks would stop with "no CUDA GPU found" instead of training: that
+// message is what the valid command lines here must reach, and what no bad one may.
+// Checkpoints are written with llmc/checkpoint.h and llmc/gpt_config.h for a tiny model (1 layer, 8
+// channels, vocabulary 128), so they take a few kilobytes.
+// usage: build/test_cli [path to train_gpt_fp4]   (default ./train_gpt_fp4; skips if it is not built)
+#include <signal.h>
+#include <time.h>
+#include "llmc/checkpoint.h"
+#include "llmc/gpt_config.h"
+#include "llmc/dataloader.h"
+#include "llmc/recipe.h"
+#include "dev/test/testing.h"
+
+static const char* trainer = "./train_gpt_fp4";
+static char tmpdir[64];
+static char train_shard[128], val_shard[128];
+
+// Runs the trainer with args (NULL-terminated) and extra environment assignments ("NAME=value", NULL-
+// terminated, may be NULL). Returns the exit status, or -signal when it was killed (a SIGFPE: -8); its
+// stderr goes to err. Kills it after 60 s: every case here must fail long before.
+static int run_trainer(const char* const* args, const char* const* env, char* err, size_t cap, double* seconds) {
+    int fds[2];
+    err[0] = '\0';
+    if (pipe(fds) != 0) return -100;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        setenv("CUDA_VISIBLE_DEVICES", "", 1);
+        const char* launch[] = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                                "SLURM_PROCID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"};
+        for (size_t i = 0; i < sizeof(launch) / sizeof(launch[0]); i++) unsetenv(launch[i]);
+        for (int i = 0; env && env[i]; i++) putenv((char*)env[i]);
+        const char* argv[64];
+        int n = 0;
+        argv[n++] = trainer;
+        for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+        argv[n] = NULL;
+        alarm(60);
+        execv(trainer, (char* const*)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < cap && (got = read(fds[0], err + len, cap - 1 - len)) > 0) len += (size_t)got;
+    err[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *seconds = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+// One case: the trainer must exit with status 1 and its last stderr line must be "error: ..." holding
+// both substrings (want2 may be NULL). want1 "no CUDA GPU found": a valid case that must pass every
+// CPU check; for every other case that message is a failure (the check came after the GPU, or not at all).
+static void expect_v(const char* what, const char* const* env, const char* want1, const char* want2, ...) {
+    const char* args[64];
+    int n = 0;
+    va_list ap;
+    va_start(ap, want2);
+    for (const char* a; n < 63 && (a = va_arg(ap, const char*)) != NULL;) args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    char err[16384];
+    double seconds = 0;
+    int rc = run_trainer(args, env, err, sizeof(err), &seconds);
+    const char* last = err;
+    for (const char* p = err; *p; p++)
+        if (*p == '\n' && p[1]) last = p + 1;
+    int gpu = strstr(last, "no CUDA GPU found") != NULL;
+    int wants_gpu = strstr(want1, "no CUDA GPU found") != NULL;
+    int ok = rc == 1 && strncmp(last, "error: ", 7) == 0 && strstr(last, want1) && (!want2 || strstr(last, want2)) &&
+             gpu == wants_gpu && seconds < 30;
+    CHECK(ok, "%s: exit %d after %.1f s (want 1, before the GPU), want \"%s\"%s%s%s, got: %s", what, rc, seconds, want1,
+          want2 ? " and \"" : "", want2 ? want2 : "", want2 ? "\"" : "", err);
+    int shown = (int)strcspn(last + 7, "\n");
+    if (ok) printf("ok   %-52s %.2f s  %.*s\n", what, seconds, shown < 90 ? shown : 90, last + 7);
+}
+
+// --- files ---------------------------------------------------------------------------------------
+
+static void write_shard(const char* path, int64_t ntok) {
+    int32_t header[SHARD_HEADER_INTS] = {0};
+    header[0] = SHARD_MAGIC; header[1] = SHARD_VERSION; header[2] = (int32_t)ntok;
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, f, path);
+    for (int64_t i = 0; i < ntok; i++) {
+        uint16_t t = (uint16_t)((i * 7 + 3) % 128);
+        fwrite_check(&t, sizeof(t), 1, f, path);
+    }
+    fclose_check(f, path);
+}
+
+// The tiny model the checkpoints hold, and its parameter count as the trainer's param_sizes gives it:
+// wte Vp*C, wpe maxT*C, per layer 12*C*C + 13*C (LayerNorms, QKV, projection, MLP), final LayerNorm 2*C.
+static GPTConfig tiny_config(void) {
+    GPTConfig c;
+    c.num_layers = 1; c.num_heads = 1; c.channels = 8; c.vocab_size = 128; c.padded_vocab_size = 128; c.max_seq_len = 16;
+    return c;
+}
+static size_t num_parameters(const GPTConfig* c) {
+    size_t C = c->channels, L = c->num_layers;
+    return (size_t)c->padded_vocab_size * C + (size_t)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
+}
+
+typedef struct {
+    GPTConfig config;
+    int step, B, T, world, seed;
+    const char* recipe;      // preset name, described as the trainer describes it
+    size_t weights_bytes;    // 0: the model's weights and optimizer state; else this many bytes of weights and no
+                             // optimizer state (a file whose header is all a case needs, kept small)
+} CkptSpec;
+
+// A checkpoint the trainer would have written after spec->step steps of a one-process run with this
+// data: every section the size the trainer expects, run state consistent with the shards.
+static void write_checkpoint(const char* path, const CkptSpec* spec) {
+    int32_t h[CKPT_HEADER_INTS] = {0};
+    config_to_header(&spec->config, h);
+    size_t np = num_parameters(&spec->config);
+    h[H_STEP] = spec->step; h[H_ADAM_T] = spec->step; h[H_HAS_MASTER] = 0;
+    h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = 0;
+    h[H_RANK] = 0; h[H_HAS_PARAMS] = 1;
+    header_set_u64(h, H_OPT_BEGIN_LO, 0);
+    size_t opt_count = spec->weights_bytes ? 0 : np;
+    header_set_u64(h, H_OPT_COUNT_LO, opt_count);
+    Recipe r;
+    recipe_preset(&r, spec->recipe);
+    recipe_resolve_layers(&r, spec->config.num_layers);
+    char text[1024];
+    recipe_describe(&r, text, sizeof(text));
+    DataLoader dl;
+    dataloader_init(&dl, train_shard, spec->B, spec->T, 0, spec->world, 1, (uint64_t)spec->seed, spec->config.vocab_size);
+    for (int i = 0; i < spec->step; i++) dataloader_next_batch(&dl);
+    DataLoaderState ds = dataloader_get_state(&dl);
+    dataloader_free(&dl);
+    struct { uint64_t seed; int64_t step; } rng = {(uint64_t)spec->seed, spec->step};   // the trainer's RngState
+    double spike[5] = {0};                                                               // and SpikeState
+    size_t wbytes = spec->weights_bytes ? spec->weights_bytes : np * 2;
+    uint8_t* zeros = (uint8_t*)calloc(1, 4 * opt_count > wbytes ? 4 * opt_count : wbytes);
+    CheckpointWriter w;
+    ckpt_begin(&w, path, h, text);
+    ckpt_section(&w, CKPT_WEIGHTS);
+    ckpt_write(&w, zeros, wbytes);
+    ckpt_section(&w, CKPT_OPTIMIZER);
+    ckpt_write(&w, zeros, 4 * opt_count);   // Adam m
+    ckpt_write(&w, zeros, 4 * opt_count);   // Adam v
+    ckpt_section(&w, CKPT_DATA);
+    ckpt_write(&w, &ds, sizeof(ds));
+    ckpt_section(&w, CKPT_RNG);
+    ckpt_write(&w, &rng, sizeof(rng));
+    ckpt_section(&w, CKPT_SPIKE);
+    ckpt_write(&w, spike, sizeof(spike));
+    ckpt_commit(&w);
+    free(zeros);
+}
+
+// Flips one byte of a file at offset (from the end when negative).
+static void damage(const char* path, long offset) {
+    FILE* f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, offset, offset < 0 ? SEEK_END : SEEK_SET);
+    long pos = ftell(f);
+    int c = fgetc(f);
+    fseek(f, pos, SEEK_SET);
+    fputc(c ^ 0x5A, f);
+    fclose(f);
+}
+
+static void copy_file(const char* from, const char* to) {
+    FILE* a = fopen(from, "rb");
+    FILE* b = fopen(to, "wb");
+    char buf[65536];
+    size_t n;
+    while (a && b && (n = fread(buf, 1, sizeof(buf), a)) > 0) fwrite(buf, 1, n, b);
+    if (a) fclose(a);
+    if (b) fclose(b);
+}
+
+// --- cases ---------------------------------------------------------------------------------------
+
+// EXPECT(what, env, want1, want2, trainer arguments...)
+#define EXPECT(what, env, want1, want2, ...) expect_v(what, env, want1, want2, __VA_ARGS__, (const char*)NULL)
+// the arguments of a resume of the tiny model, then the case's own
+#define RESUME_ARGS "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "4", "-t", "16", "--steps", "10"
+static const char* const WORLD2[] = {"WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0", NULL};
+static const char* const RANK5[] = {"WORLD_SIZE=2", "RANK=5", NULL};
+
+static void test_options_and_batch(void) {
+    EXPECT("valid command line reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", val_shard, "-o", tmpdir, "-b", "2", "-t", "16");
+    EXPECT("(a) negative --total-batch", NULL, "--total-batch -65536 is negative", "0 for one micro-batch",
+           "-i", train_shard, "--total-batch", "-65536");
+    EXPECT("(b) B*T beyond 32 bits (was SIGFPE)", NULL, "4294967296 tokens per micro-batch", "--total-batch",
+           "-b", "4194304", "-t", "1024", "--total-batch", "1048576");
+    EXPECT("--total-batch not a multiple", NULL, "multiple of --batch-size x --seq-len x processes = 4 x 16 x 1 = 64",
+           NULL, "-i", train_shard, "-b", "4", "-t", "16", "--total-batch", "100");
+    EXPECT("processes count in the batch arithmetic", WORLD2, "4 x 16 x 2 = 128", NULL,
+           "-i", train_shard, "-b", "4", "-t", "16", "--total-batch", "64");
+    EXPECT("rank outside the world size", RANK5, "RANK=5 is not below WORLD_SIZE=2", NULL, "-i", train_shard);
+    EXPECT("unknown option", NULL, "unknown option '--batchsize'", NULL, "--batchsize", "4");
+    EXPECT("sequence longer than the model's positions", NULL, "--seq-len 2048 exceeds the model's 1024 positions",
+           NULL, "-i", train_shard, "-t", "2048");
+}
+
+static void test_recipes(void) {
+    EXPECT("bad slot spec", NULL, "--fprop-x 'nvfp4,7x7'", NULL,
+           "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "nvfp4,7x7");
+    EXPECT("Hadamard conflict", NULL, "must use the same Hadamard transform", NULL,
+           "-i", train_shard, "--recipe", "nvfp4", "--wgrad-x", "nvfp4");
+    EXPECT("(f) B*T not a multiple of the block", NULL, "N = 200 tokens", "Change --batch-size or --seq-len",
+           "-i", train_shard, "--recipe", "nvfp4", "-b", "4", "-t", "50");
+    EXPECT("(f) --qk-fp8 needs N % 32", NULL, "multiple of 32", "--qk-fp8 off",
+           "-i", train_shard, "--recipe", "nvfp4", "--qk-fp8", "on", "-b", "1", "-t", "48");
+    EXPECT("(f) the same, valid with --fp4-wgrad off", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "nvfp4", "-b", "4", "-t", "50", "--fp4-wgrad", "off");
+    if (access("data/gpt2_tokenizer.bin", R_OK) == 0)
+        EXPECT("(f) text samples: 16x16 X tiles over T=200", NULL, "text samples run the forward on 200 tokens",
+               "--sample-every 0", "-i", train_shard, "-j", "", "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d",
+               "-b", "16", "-t", "200", "--tokenizer", "data/gpt2_tokenizer.bin");
+    else
+        test_skip("text-sample shape check", "data/gpt2_tokenizer.bin not found (run from the repository root)");
+}
+
+static void test_data_files(void) {
+    EXPECT("(h) a directory as a data shard", NULL, "is a directory, not a shard file", tmpdir, "-i", tmpdir);
+    char pattern[128];
+    snprintf(pattern, sizeof(pattern), "%s/none_*.bin", tmpdir);
+    EXPECT("no shard matches", NULL, "no data file matches", "none_*.bin", "-i", pattern);
+    char small[128];
+    snprintf(small, sizeof(small), "%s/small.bin", tmpdir);
+    write_shard(small, 20);
+    EXPECT("shard too small for a batch", NULL, "too few for one batch", small, "-i", small, "-b", "4", "-t", "16");
+    EXPECT("a directory as the tokenizer", NULL, "is a directory", NULL,
+           "-i", train_shard, "-j", "", "-b", "2", "-t", "16", "--tokenizer", tmpdir);
+    remove(small);
+}
+
+static void test_checkpoints(void) {
+    GPTConfig tiny = tiny_config();
+    char ckpt[128], path[160];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt_00000004.bin", tmpdir);
+    CkptSpec spec = {tiny, 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(ckpt, &spec);
+    EXPECT("valid resume reaches the GPU check", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--resume", "latest");
+    EXPECT("valid --init-from reaches the GPU check", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt);
+    EXPECT("resume with another --seed", NULL, "trained with --seed 1337, not 7", ckpt,
+           RESUME_ARGS, "--resume", ckpt, "--seed", "7");
+    EXPECT("resume with another recipe", NULL, "it was trained with recipe 'bf16:", "--allow-recipe-change",
+           RESUME_ARGS, "--resume", ckpt, "--bf16-last-layers", "1");
+    EXPECT("resume with another batch size", NULL, "cannot resume the data loader", "B=4",
+           "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "2", "-t", "16", "--resume", ckpt);
+    EXPECT("resume on 2 processes", WORLD2, "on 2 process(es)", "written by 1 process(es)", RESUME_ARGS, "--resume", ckpt);
+    EXPECT("resume a finished run", NULL, "nothing to do", "at step 4 of --steps 4",
+           "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "4", "-t", "16", "--steps", "4", "--resume", ckpt);
+    EXPECT("resume a directory", NULL, "is a directory, not a checkpoint file", NULL, RESUME_ARGS, "--resume", tmpdir);
+
+    // (c) --model that contradicts the checkpoint: a d6 checkpoint whose header is all that matters here
+    char d6[128];
+    snprintf(d6, sizeof(d6), "%s/d6.bin", tmpdir);
+    CkptSpec d6spec = {config_from_descriptor("d6"), 4, 4, 16, 1, 1337, "bf16", 64};
+    write_checkpoint(d6, &d6spec);
+    EXPECT("(c) --model d12 --resume of a d6 checkpoint", NULL, "--model d12 conflicts with checkpoint",
+           "holds a d6 model", RESUME_ARGS, "--model", "d12", "--resume", d6);
+    EXPECT("(c) --model d12 --init-from a d6 checkpoint", NULL, "--model d12 conflicts", "without --init-from",
+           RESUME_ARGS, "--model", "d12", "--init-from", d6);
+    EXPECT("--model that agrees; then the sizes are checked", NULL,
+           "the weights section holds 64 bytes where its model needs", d6, RESUME_ARGS, "--model", "d6", "--resume", d6);
+
+    // (d) a checkpoint whose header says 256 channels, 6 heads: the message names the file
+    GPTConfig odd = tiny;
+    odd.channels = 256; odd.num_heads = 6;
+    snprintf(path, sizeof(path), "%s/odd.bin", tmpdir);
+    CkptSpec oddspec = {odd, 4, 4, 16, 1, 1337, "bf16", 64};
+    write_checkpoint(path, &oddspec);
+    EXPECT("(d) impossible shape in a checkpoint names the file", NULL,
+           "model config: channels 256 not divisible by heads 6", path, RESUME_ARGS, "--resume", path);
+
+    // damaged checkpoints: any byte, any section, refused before the GPU with the file and section named
+    struct { const char* name; long offset; const char* section; } hits[] = {
+        {"channel count", 4 * H_CHANNELS, "the header section is corrupt"},
+        {"recipe text", 4 * CKPT_HEADER_INTS + 3, "the header section is corrupt"},
+        {"last byte (spike detector)", -1, "the spike detector section is corrupt"},
+        {"data position", -(long)(40 + 16 + 3), "the data position section is corrupt"},
+        {"rng", -(long)(40 + 5), "the rng section is corrupt"},
+    };
+    for (size_t i = 0; i < sizeof(hits) / sizeof(hits[0]); i++) {
+        char what[128];
+        snprintf(path, sizeof(path), "%s/damaged.bin", tmpdir);
+        copy_file(ckpt, path);
+        damage(path, hits[i].offset);
+        snprintf(what, sizeof(what), "damaged checkpoint: %s", hits[i].name);
+        EXPECT(what, NULL, hits[i].section, path, RESUME_ARGS, "--resume", path);
+    }
+    snprintf(path, sizeof(path), "%s/short.bin", tmpdir);
+    copy_file(ckpt, path);
+    if (truncate(path, 3000) != 0) CHECK(0, "truncate");
+    EXPECT("truncated checkpoint", NULL, "is truncated", "the weights section is incomplete",
+           RESUME_ARGS, "--resume", path);
+    // a version-1 checkpoint: the old header, no checksums
+    int32_t h1[CKPT_HEADER_INTS] = {0};
+    h1[0] = CKPT_MAGIC; h1[1] = 1; h1[2] = 1;
+    snprintf(path, sizeof(path), "%s/v1.bin", tmpdir);
+    FILE* f = fopen(path, "wb");
+    fwrite(h1, sizeof(h1), 1, f);
+    fclose(f);
+    EXPECT("old checkpoint version", NULL, "format version 1", path, RESUME_ARGS, "--resume", path);
+    EXPECT("a data shard as a checkpoint", NULL, "not a train_gpt_fp4 checkpoint", train_shard,
+           RESUME_ARGS, "--resume", train_shard);
+    remove(path);
+    snprintf(path, sizeof(path), "%s/damaged.bin", tmpdir); remove(path);
+    snprintf(path, sizeof(path), "%s/short.bin", tmpdir); remove(path);
+    snprintf(path, sizeof(path), "%s/odd.bin", tmpdir); remove(path);
+    remove(d6);
+    remove(ckpt);
+}
+
+int main(int argc, char** argv) {
+    if (argc > 1) trainer = argv[1];
+    if (access(trainer, X_OK) != 0) {
+        test_skip("test_cli", "the trainer is not built (make train_gpt_fp4), or give its path as the argument");
+        return test_summary("test_cli");
+    }
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_cli_XXXXXX");
+    if (!mkdtemp(tmpdir)) { printf("FAIL: mkdtemp\n"); return 1; }
+    snprintf(train_shard, sizeof(train_shard), "%s/tiny_train.bin", tmpdir);
+    snprintf(val_shard, sizeof(val_shard), "%s/tiny_val.bin", tmpdir);
+    write_shard(train_shard, 16 * 200 + 1);   // one batch of the largest case (B 16, T 200)
+    write_shard(val_shard, 4 * 16 * 2 + 1);
+    test_options_and_batch();
+    test_recipes();
+    test_data_files();
+    test_checkpoints();
+    char log[128];
+    snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
+    remove(log);
+    remove(train_shard);
+    remove(val_shard);
+    if (rmdir(tmpdir) != 0) printf("note: %s not empty, left in place\n", tmpdir);
+    return test_summary("test_cli");
+}

@@ -1,0 +1,112 @@
+// gpt_config.h: GPT-2 model shapes, their checks, and the checkpoint header fields that record a
+// model and a run. Plain C, so the CPU tests can write checkpoints the trainer reads (dev/test/test_cli.c).
+// defines: GPTConfig, config_from_descriptor(), config_check(), config_same_shape(), config_describe(),
+//          config_descriptor_of(),
+//          H_* (the trainer's checkpoint header fields), config_to_header(), config_from_header()
+#pragma once
+#include "common.h"
+#include "checkpoint.h"
+
+typedef struct {
+    int max_seq_len;        // positions in wpe
+    int vocab_size;         // real tokens
+    int padded_vocab_size;  // rows of wte: vocab rounded up to a multiple of 128 for fast GEMMs
+    int num_layers;
+    int num_heads;
+    int channels;
+} GPTConfig;
+
+#define GPT_DEFAULT_MODEL "d12"
+
+// GPT-2 shapes by depth: d12 is GPT-2 124M, d24 350M, d36 774M, d48 1.5B.
+static inline GPTConfig config_from_descriptor(const char* d) {
+    GPTConfig c;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    if (strcmp(d, "d6") == 0)       { c.num_layers = 6;  c.channels = 384;  c.num_heads = 6; }
+    else if (strcmp(d, "d12") == 0) { c.num_layers = 12; c.channels = 768;  c.num_heads = 12; }
+    else if (strcmp(d, "d24") == 0) { c.num_layers = 24; c.channels = 1024; c.num_heads = 16; }
+    else if (strcmp(d, "d36") == 0) { c.num_layers = 36; c.channels = 1280; c.num_heads = 20; }
+    else if (strcmp(d, "d48") == 0) { c.num_layers = 48; c.channels = 1600; c.num_heads = 25; }
+    else fail("unknown --model '%s': use d6, d12, d24, d36 or d48 (or --init-from a checkpoint)", d);
+    return c;
+}
+
+// 0 when the shape is one the program can build; else -1 with err saying what is wrong.
+static inline int config_check(const GPTConfig* c, char* err, size_t n) {
+    if (c->num_layers <= 0 || c->channels <= 0 || c->num_heads <= 0 || c->vocab_size <= 0 || c->max_seq_len <= 0) {
+        snprintf(err, n, "model config: every size must be positive (layers %d, heads %d, channels %d, vocab %d, "
+                 "positions %d)", c->num_layers, c->num_heads, c->channels, c->vocab_size, c->max_seq_len);
+        return -1;
+    }
+    if (c->channels % c->num_heads != 0) {
+        snprintf(err, n, "model config: channels %d not divisible by heads %d", c->channels, c->num_heads);
+        return -1;
+    }
+    if (c->channels % 8 != 0) {
+        snprintf(err, n, "model config: channels must be a multiple of 8 (got %d)", c->channels);
+        return -1;
+    }
+    if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0) {
+        snprintf(err, n, "model config: padded vocab %d must be >= vocab %d and a multiple of 128",
+                 c->padded_vocab_size, c->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+static inline int config_same_shape(const GPTConfig* a, const GPTConfig* b) {
+    return a->num_layers == b->num_layers && a->num_heads == b->num_heads && a->channels == b->channels &&
+           a->vocab_size == b->vocab_size && a->padded_vocab_size == b->padded_vocab_size &&
+           a->max_seq_len == b->max_seq_len;
+}
+
+// The --model name of a shape ("d6", ...), or NULL when it is none of them.
+static inline const char* config_descriptor_of(const GPTConfig* c) {
+    static const char* const names[] = {"d6", "d12", "d24", "d36", "d48"};
+    for (int i = 0; i < 5; i++) {
+        GPTConfig d = config_from_descriptor(names[i]);
+        if (config_same_shape(&d, c)) return names[i];
+    }
+    return NULL;
+}
+
+static inline const char* config_describe(const GPTConfig* c, char* buf, size_t n) {
+    snprintf(buf, n, "%d layers, %d heads, %d channels, vocab %d, %d positions", c->num_layers, c->num_heads,
+             c->channels, c->vocab_size, c->max_seq_len);
+    return buf;
+}
+
+// The trainer's fields of a checkpoint header (llmc/checkpoint.h owns the others). 64-bit values are
+// split into _LO and _HI halves.
+enum {
+    H_LAYERS = CKPT_H_USER, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T,
+    H_STEP,          // optimizer steps done
+    H_ADAM_T,        // AdamW updates applied (bias correction; skipped updates do not count)
+    H_HAS_MASTER,    // the optimizer section starts with FP32 master weights
+    H_B, H_T, H_GRAD_ACCUM, H_WORLD, H_ZERO,
+    H_RANK,          // the rank that wrote the file: 0 for the main file, r for ckpt_XXXXXXXX.rankRRR.bin
+    H_HAS_PARAMS,    // the weights section holds the BF16 parameters (main file only)
+    H_OPT_BEGIN_LO, H_OPT_BEGIN_HI, H_OPT_COUNT_LO, H_OPT_COUNT_HI   // the parameters the optimizer state covers
+};
+
+static inline void config_to_header(const GPTConfig* c, int32_t* h) {
+    h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
+    h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
+}
+
+static inline GPTConfig config_from_header(const int32_t* h) {
+    GPTConfig c;
+    c.num_layers = h[H_LAYERS]; c.num_heads = h[H_HEADS]; c.channels = h[H_CHANNELS];
+    c.vocab_size = h[H_VOCAB]; c.padded_vocab_size = h[H_PADDED_VOCAB]; c.max_seq_len = h[H_MAX_T];
+    return c;
+}
+
+static inline uint64_t header_u64(const int32_t* h, int lo) {
+    return ((uint64_t)(uint32_t)h[lo + 1] << 32) | (uint32_t)h[lo];
+}
+static inline void header_set_u64(int32_t* h, int lo, uint64_t v) {
+    h[lo] = (int32_t)(uint32_t)(v & 0xFFFFFFFFu);
+    h[lo + 1] = (int32_t)(uint32_t)(v >> 32);
+}
