@@ -42,7 +42,7 @@ static const char* const FORM_NAMES[NUM_FORMS] = {"bf16", "fake", "packed"};
 static const OperandSource SLOT_SOURCE[NUM_SLOTS] = {SRC_X, SRC_W, SRC_DY, SRC_W, SRC_DY, SRC_X};
 static const int SLOT_AXIS[NUM_SLOTS] = {1, 1, 1, 0, 0, 0};
 
-#define NO_SLOT ((Slot)-1)
+#define NO_SLOT (-1)   // an int, not a Slot: -1 is no value of the enum
 
 typedef struct {
     Slot slot;
@@ -59,7 +59,7 @@ typedef struct {
     OperandSource src;
     Slot target[2];
     int ntargets;
-    Slot ahead;           // NO_SLOT, or the slot whose amax the backward then need not take again
+    int ahead;            // NO_SLOT, or the slot whose amax the backward then need not take again
 } QuantPass;
 
 typedef struct {

@@ -35,6 +35,7 @@ static int run_trainer(const char* const* args, const char* const* env, char* er
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0) dup2(devnull, 1);
         setenv("CUDA_VISIBLE_DEVICES", "", 1);
+        unsetenv("REQUIRE_GPU");   // the trainer is meant to find no GPU here, also under REQUIRE_GPU=1 make test
         const char* launch[] = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
                                 "SLURM_PROCID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"};
         for (size_t i = 0; i < sizeof(launch) / sizeof(launch[0]); i++) unsetenv(launch[i]);

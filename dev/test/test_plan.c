@@ -51,9 +51,9 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, in
             }
             // the forward takes ahead the amax of the backward copy of its source, when the backward makes it
             // alone and both are fake-quant copies (X: wgrad.x, W: dgrad.w; never dY, which has no forward)
-            Slot want_ahead = NO_SLOT;
+            int want_ahead = NO_SLOT;
             if (!ph && q->ntargets == 1) {
-                const Slot b = q->src == SRC_X ? SLOT_WGRAD_X : SLOT_DGRAD_W;
+                const int b = q->src == SRC_X ? SLOT_WGRAD_X : SLOT_DGRAD_W;
                 if (p->op[q->target[0]].form == FORM_FAKE && p->op[b].form == FORM_FAKE) want_ahead = b;
             }
             CHECK(q->ahead == want_ahead, "%s: pass over %s takes ahead %s, want %s", what, SOURCE_NAMES[q->src],
