@@ -1775,6 +1775,14 @@ int main(int argc, char** argv) {
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
+    {   // the bytes each rank sends and receives per step (ring algorithms), as printed at start
+        const double grad_bytes = (double)model.num_parameters * sizeof(float);
+        const double gather_bytes = (double)model.params_padded * sizeof(floatX);
+        logger_line(&logger, "{\"type\":\"comm\",\"processes\":%d,\"zero\":%d,\"grad_reduce_bytes\":%.0f,"
+                    "\"weight_gather_bytes\":%.0f}", world, model.zero,
+                    model.zero ? dist_ring_share_bytes(&dist, grad_bytes) : dist_ring_allreduce_bytes(&dist, grad_bytes),
+                    model.zero ? dist_ring_share_bytes(&dist, gather_bytes) : 0.0);
+    }
     dist_printf(&dist, "training: %d steps of %lld tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
            "master weights %s, recipe %s, attention: %s\n", tc.steps, (long long)total_batch, B, T, grad_accum,
            grad_accum == 1 ? "" : "s", tc.lr, tc.schedule, tc.master_weights, tc.recipe, attention_backend_name());
