@@ -418,13 +418,18 @@ static void check_every_gemm(GPT* m, const RefDump* d, const char* label) {
     for (int g = 0; g < 3; g++) { free(ex.want[g]); free(ex.mag[g]); }
 }
 
+static GPTConfig dump_config(const RefDump* d) {
+    GPTConfig c;
+    c.num_layers = d->header[2]; c.num_heads = d->header[3]; c.channels = d->header[4];
+    c.vocab_size = d->header[5]; c.padded_vocab_size = d->header[6]; c.max_seq_len = d->header[7];
+    return c;
+}
+
 // Forward, gradients, determinism and 10 training steps against one reference dump.
 static void check_dump(const char* path) {
     RefDump d;
     read_dump(&d, path);
-    GPTConfig c;
-    c.num_layers = d.header[2]; c.num_heads = d.header[3]; c.channels = d.header[4];
-    c.vocab_size = d.header[5]; c.padded_vocab_size = d.header[6]; c.max_seq_len = d.header[7];
+    GPTConfig c = dump_config(&d);
     int B = d.header[8], T = d.header[9], V = c.vocab_size, Vp = c.padded_vocab_size;
     size_t N = (size_t)B * T;
     GPT m;
@@ -522,9 +527,7 @@ static const RecipeVariant EXACT_VARIANTS[] = {
 static void check_every_variant(const char* path) {
     RefDump d;
     read_dump(&d, path);
-    GPTConfig c;
-    c.num_layers = d.header[2]; c.num_heads = d.header[3]; c.channels = d.header[4];
-    c.vocab_size = d.header[5]; c.padded_vocab_size = d.header[6]; c.max_seq_len = d.header[7];
+    GPTConfig c = dump_config(&d);
     printf("== every GEMM of every linear, exactly, on %s's model and batch\n", path);
     for (size_t i = 0; i < sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]); i++) {
         const RecipeVariant* v = &EXACT_VARIANTS[i];
