@@ -18,48 +18,41 @@ static const char* trainer = "./train_gpt_fp4";
 static char tmpdir[64];
 static char train_shard[128], val_shard[128];
 
+// The child's side of run_trainer: the environment of a plain launch without a GPU, then the trainer.
+typedef struct {
+    const char* const* args;
+    const char* const* env;
+} TrainerRun;
+
+static void exec_trainer(const void* arg) {
+    const TrainerRun* r = (const TrainerRun*)arg;
+    setenv("CUDA_VISIBLE_DEVICES", "", 1);
+    unsetenv("REQUIRE_GPU");   // the trainer is meant to find no GPU here, also under REQUIRE_GPU=1 make test
+    const char* launch[] = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
+                            "SLURM_PROCID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof(launch) / sizeof(launch[0]); i++) unsetenv(launch[i]);
+    for (int i = 0; r->env && r->env[i]; i++) putenv((char*)r->env[i]);
+    const char* argv[64];
+    int n = 0;
+    argv[n++] = trainer;
+    for (int i = 0; r->args[i] && n < 63; i++) argv[n++] = r->args[i];
+    argv[n] = NULL;
+    alarm(60);
+    execv(trainer, (char* const*)argv);
+    _exit(127);
+}
+
 // Runs the trainer with args (NULL-terminated) and extra environment assignments ("NAME=value", NULL-
 // terminated, may be NULL). Returns the exit status, or -signal when it was killed (a SIGFPE: -8); its
 // stderr goes to err. Kills it after 60 s: every case here must fail long before.
 static int run_trainer(const char* const* args, const char* const* env, char* err, size_t cap, double* seconds) {
-    int fds[2];
-    err[0] = '\0';
-    if (pipe(fds) != 0) return -100;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 2);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, 1);
-        setenv("CUDA_VISIBLE_DEVICES", "", 1);
-        unsetenv("REQUIRE_GPU");   // the trainer is meant to find no GPU here, also under REQUIRE_GPU=1 make test
-        const char* launch[] = {"WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS",
-                                "SLURM_PROCID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_SIZE", "PMI_RANK"};
-        for (size_t i = 0; i < sizeof(launch) / sizeof(launch[0]); i++) unsetenv(launch[i]);
-        for (int i = 0; env && env[i]; i++) putenv((char*)env[i]);
-        const char* argv[64];
-        int n = 0;
-        argv[n++] = trainer;
-        for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-        argv[n] = NULL;
-        alarm(60);
-        execv(trainer, (char* const*)argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t len = 0;
-    ssize_t got;
-    while (len + 1 < cap && (got = read(fds[0], err + len, cap - 1 - len)) > 0) len += (size_t)got;
-    err[len] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const TrainerRun r = {args, env};
+    const int rc = test_run_child(exec_trainer, &r, err, cap);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     *seconds = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return rc;
 }
 
 // One case: the trainer must exit with status 1 and its last stderr line must be "error: ..." holding

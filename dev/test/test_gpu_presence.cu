@@ -12,33 +12,23 @@
 #include "llmc/cuda_common.cuh"
 #include "dev/test/testing.h"
 
+typedef struct {
+    const char *exe, *require_gpu, *lib_path;
+} CountRun;
+
+static void exec_count(const void* arg) {
+    const CountRun* r = (const CountRun*)arg;
+    if (r->require_gpu) setenv("REQUIRE_GPU", r->require_gpu, 1); else unsetenv("REQUIRE_GPU");
+    if (r->lib_path) setenv("LD_LIBRARY_PATH", r->lib_path, 1);
+    execl(r->exe, r->exe, "--count", (char*)NULL);
+    _exit(127);
+}
+
 // Runs `exe --count` with REQUIRE_GPU and LD_LIBRARY_PATH set as given (NULL: unset). Returns its exit
-// status (-1 if it did not exit normally), with what it wrote to stdout and stderr in out.
+// status (negative if it did not exit normally), with what it wrote to stdout and stderr in out.
 static int run_count(const char* exe, const char* require_gpu, const char* lib_path, char* out, size_t cap) {
-    int fds[2];
-    out[0] = '\0';
-    if (pipe(fds) != 0) return -1;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(fds[0]);
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        if (require_gpu) setenv("REQUIRE_GPU", require_gpu, 1); else unsetenv("REQUIRE_GPU");
-        if (lib_path) setenv("LD_LIBRARY_PATH", lib_path, 1);
-        execl(exe, exe, "--count", (char*)NULL);
-        _exit(127);
-    }
-    close(fds[1]);
-    size_t len = 0;
-    ssize_t got;
-    while (len + 1 < cap && (got = read(fds[0], out + len, cap - 1 - len)) > 0) len += (size_t)got;
-    out[len] = '\0';
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const CountRun r = {exe, require_gpu, lib_path};
+    return test_run_child_io(exec_count, &r, out, cap, 1);
 }
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 // testing.h: the tiny test harness every test binary uses.
-// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_summary(), test_run_child()
+// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_summary(), test_run_child(), test_run_child_io()
 // Each binary prints PASS/FAIL/SKIP lines and ends with one line
 //   TESTS <name>: passed=P failed=F skipped=S
 // which scripts/run_tests.sh sums into the closing "N passed, N failed, N skipped".
@@ -38,21 +38,22 @@ static inline int test_summary(const char* name) {
     return test_failed ? 1 : 0;
 }
 
-// Runs fn(arg) in a child process (for code that is meant to exit, like fail()). Returns the child's
-// exit status (-1 if it did not exit normally, e.g. a crash) and what it wrote to stderr in err;
-// its stdout is discarded.
-static inline int test_run_child(void (*fn)(const void*), const void* arg, char* err, size_t cap) {
+// Runs fn(arg) in a child process (for code that is meant to exit, like fail(), or to exec a program).
+// Returns the child's exit status, or minus the signal that ended it (a crash, a SIGFPE: -8), and what
+// it wrote to stderr in err; its stdout goes to err too with with_stdout, else it is discarded.
+static inline int test_run_child_io(void (*fn)(const void*), const void* arg, char* err, size_t cap,
+                                    int with_stdout) {
     int fds[2];
     err[0] = '\0';
-    if (pipe(fds) != 0) return -1;
+    if (pipe(fds) != 0) return -100;
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
         close(fds[0]);
         dup2(fds[1], 2);
-        int devnull = open("/dev/null", O_WRONLY);
-        if (devnull >= 0) dup2(devnull, 1);
+        int devnull = with_stdout ? -1 : open("/dev/null", O_WRONLY);
+        dup2(with_stdout ? fds[1] : devnull, 1);
         fn(arg);
         fflush(NULL);
         _exit(0);
@@ -65,5 +66,8 @@ static inline int test_run_child(void (*fn)(const void*), const void* arg, char*
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+static inline int test_run_child(void (*fn)(const void*), const void* arg, char* err, size_t cap) {
+    return test_run_child_io(fn, arg, err, cap, 0);
 }
