@@ -2,7 +2,7 @@
 // check them: which rank of how many processes this one is (from the launcher's environment), how a
 // flat buffer is cut into per-rank shards (ZeRO-1), and how rank 0 hands the NCCL unique id to the
 // other ranks through a file on a shared filesystem.
-// defines: dist_host_place(), DIST_SHARD_ALIGN, shard_padded_size(), shard_range(), id_file_write(),
+// defines: dist_host_place(), dist_host_env_source(), DIST_ENV_SOURCES, DIST_SHARD_ALIGN, shard_padded_size(), shard_range(), id_file_write(),
 //          id_file_read()
 #pragma once
 #include <errno.h>
@@ -29,29 +29,43 @@ static inline int dist_host_env_int_(const char* name, int* out) {
     return 1;
 }
 
-static inline const char* dist_host_place(int mpi, int* world, int* rank) {
-    static const char* const sources[][2] = {
-        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},   // mpirun, with an MPI build
-        {"WORLD_SIZE", "RANK"},
-        {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID"},
-        {"SLURM_NTASKS", "SLURM_PROCID"},
-        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"},
-        {"PMI_SIZE", "PMI_RANK"},
-    };
+// (world, rank, local rank) variable names, in order of preference; an MPI build takes mpirun's first.
+static const char* const DIST_ENV_SOURCES[][3] = {
+    {"WORLD_SIZE", "RANK", "LOCAL_RANK"},
+    {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID"},  // set by srun for its job step
+    {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"},
+    {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"},                // MPICH / Intel MPI's hydra
+};
+#define DIST_ENV_MPIRUN 3   // the row of mpirun's variables
+
+// The launcher's row of DIST_ENV_SOURCES (-1: none; then *world = 1, *rank = 0, *local = -1), with the
+// values it gives; local: the GPU index on this node (-1: not given; may be NULL).
+static inline int dist_host_env_source(int mpi, int* world, int* rank, int* local) {
+    const int n = (int)(sizeof(DIST_ENV_SOURCES) / sizeof(DIST_ENV_SOURCES[0]));
     *world = 1;
     *rank = 0;
-    for (size_t i = mpi ? 0 : 1; i < sizeof(sources) / sizeof(sources[0]); i++) {
+    if (local) *local = -1;
+    for (int k = mpi ? -1 : 0; k < n; k++) {
+        const int i = k < 0 ? DIST_ENV_MPIRUN : k;
+        const char* const* v = DIST_ENV_SOURCES[i];
         int w, r;
-        if (!dist_host_env_int_(sources[i][0], &w)) continue;
-        fail_if(w < 1, "%s=%d: the world size must be at least 1", sources[i][0], w);
-        fail_if(!dist_host_env_int_(sources[i][1], &r), "%s=%d is set but %s is not: set both", sources[i][0], w,
-                sources[i][1]);
-        fail_if(r >= w, "%s=%d is not below %s=%d", sources[i][1], r, sources[i][0], w);
+        if (!dist_host_env_int_(v[0], &w)) continue;
+        fail_if(w < 1, "%s=%d: the world size must be at least 1", v[0], w);
+        fail_if(!dist_host_env_int_(v[1], &r), "%s=%d is set but %s is not: set both (and %s, the GPU index on "
+                "this node)", v[0], w, v[1], v[2]);
+        fail_if(r >= w, "%s=%d is not below %s=%d", v[1], r, v[0], w);
         *world = w;
         *rank = r;
-        return sources[i][0];
+        if (local) dist_host_env_int_(v[2], local);
+        return i;
     }
-    return "";
+    return -1;
+}
+
+static inline const char* dist_host_place(int mpi, int* world, int* rank) {
+    const int i = dist_host_env_source(mpi, world, rank, NULL);
+    return i < 0 ? "" : DIST_ENV_SOURCES[i][0];
 }
 
 // ----------------------------------------------------------------------------------------------

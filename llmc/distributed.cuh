@@ -111,18 +111,8 @@ static inline const char* dist_launch_name(const Dist* d) {
 // ----------------------------------------------------------------------------------------------
 // launch detection
 
-// 1 and *out = the value when `name` is set; a set but malformed value is an error, not "unset".
-static inline int dist_env_int_(const char* name, int* out) {
-    const char* s = getenv(name);
-    if (!s || !*s) return 0;
-    char* end = NULL;
-    long v = strtol(s, &end, 10);
-    fail_if(*end != '\0' || v < 0 || v > (1L << 30), "environment variable %s='%s' is not a non-negative integer", name, s);
-    *out = (int)v;
-    return 1;
-}
-
-// Fills rank, world, local_rank (-1: not given) and launched_by from the environment.
+// Fills rank, world, local_rank (-1: not given) and launched_by from the environment (the variables of
+// dist_host.h's DIST_ENV_SOURCES, which the trainer also reads before it starts CUDA).
 static inline void dist_detect_env_(Dist* d) {
     d->launched_by = DIST_SINGLE;
     d->rank = 0; d->world = 1; d->local_rank = 0;
@@ -130,29 +120,12 @@ static inline void dist_detect_env_(Dist* d) {
 #ifdef ENABLE_MPI
     if (getenv("OMPI_COMM_WORLD_SIZE")) { d->launched_by = DIST_MPIRUN; return; }
 #endif
-    // (world, rank, local rank) variable names, in order of preference
-    static const char* const sources[][3] = {
-        {"WORLD_SIZE", "RANK", "LOCAL_RANK"},
-        {"SLURM_STEP_NUM_TASKS", "SLURM_PROCID", "SLURM_LOCALID"},  // set by srun for its job step
-        {"SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID"},
-        {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"},
-        {"PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID"},                // MPICH / Intel MPI's hydra
-    };
-    for (size_t i = 0; i < sizeof(sources) / sizeof(sources[0]); i++) {
-        int world;
-        if (!dist_env_int_(sources[i][0], &world)) continue;
-        fail_if(world < 1, "%s=%d: the world size must be at least 1", sources[i][0], world);
-        int rank;
-        fail_if(!dist_env_int_(sources[i][1], &rank), "%s=%d is set but %s is not: set both (and %s, the GPU "
-                "index on this node)", sources[i][0], world, sources[i][1], sources[i][2]);
-        fail_if(rank >= world, "%s=%d is not below %s=%d", sources[i][1], rank, sources[i][0], world);
-        int local = -1;
-        dist_env_int_(sources[i][2], &local);
-        d->launched_by = DIST_ENV;
-        d->world = world; d->rank = rank; d->local_rank = local;
-        d->env_source = sources[i][0];
-        return;
-    }
+    int world, rank, local;
+    const int i = dist_host_env_source(0, &world, &rank, &local);
+    if (i < 0) return;
+    d->launched_by = DIST_ENV;
+    d->world = world; d->rank = rank; d->local_rank = local;
+    d->env_source = DIST_ENV_SOURCES[i][0];
 }
 
 // cudaSetDevice(local_rank), with the one exception of launchers that bind one GPU per process
