@@ -25,7 +25,7 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, in
         CHECK(o->slot == s && o->src == WANT_SOURCE[s] && o->axis == WANT_AXIS[s], "%s: slot %s reads %s along axis %d",
               what, SLOT_NAMES[s], SOURCE_NAMES[o->src], o->axis);
         const int quantized = fp4 && !quant_spec_is_bf16(&r->slot[s]);
-        const int g = s / 2, other = s ^ 1;
+        const int other = s ^ 1;   // the other operand of the same GEMM
         const int gemm_native = native && !qk && quantized && !quant_spec_is_bf16(&r->slot[other]);
         const OperandForm want = !quantized ? FORM_BF16 : gemm_native ? FORM_PACKED : FORM_FAKE;
         CHECK(o->form == want, "%s: slot %s form %s, want %s", what, SLOT_NAMES[s], FORM_NAMES[o->form], FORM_NAMES[want]);
@@ -33,7 +33,6 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, in
             QuantSpec spec = qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
             CHECK(same_spec(&o->spec, &spec), "%s: slot %s has another spec than the recipe's", what, SLOT_NAMES[s]);
         }
-        (void)g;
     }
     // every quantized slot made exactly once, in its GEMM's phase, by a pass over its source
     int made[NUM_SLOTS] = {0};
