@@ -90,12 +90,14 @@ typedef struct {
 static const Tolerances TOL_BF16 = {1e-2, 1e-3, 2e-2, 2e-3, 2e-2, 0.08, 0.15};
 static const Tolerances TOL_FP4 = {8e-2, 2e-3, 0.30, 1e-3, 0.25, 0.30, 0.40};
 
+static const char* g_gemm_mode = "emulated";   // --fp4-gemm for the dumps' recipes
+
 static void set_recipe_from_dump(GPT* m, const RefDump* d) {
     char name[129] = {0};
     memcpy(name, &d->header[32], 128);
     Recipe r;
     recipe_preset(&r, name[0] ? name : "bf16");
-    gpt_set_recipe(m, &r, (uint64_t)(uint32_t)d->header[14], "emulated");
+    gpt_set_recipe(m, &r, (uint64_t)(uint32_t)d->header[14], g_gemm_mode);
 }
 
 static void load_params(GPT* m, const float* params) {
@@ -181,6 +183,8 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
 //      source through unchanged;
 //   2. each GEMM's output (forward output with bias, data gradient, weight gradient) equals the
 //      product of those CPU operands within FP32 accumulation-order noise and the output's rounding.
+// On the FP8 path an operand is E4M3 bytes with per-row scales: bytes and scales must equal what the CPU
+// twin's fold (llmc/fp8_fold.h) makes of the CPU twin's quantized copy, and the product is of those values.
 // The wiring it checks against is this file's own table (RECIPES.md), not the trainer's plan: which
 // tensor feeds which slot, along which axis, and which buffers hold each linear's input, gradient and
 // outputs. Every GEMM must be seen once per part (two parts for a split Q/K-V linear).
@@ -195,6 +199,7 @@ typedef struct {
     double* want[3];     // expected outputs of the current pass, accumulated over parts
     double* mag[3];      // sum of |a b| per output element (the accumulation error scale)
     int seen[3];         // parts seen per GEMM in the current pass
+    int fp8[3];          // the GEMM ran on the FP8 path (its accumulation tolerance is wider)
     double worst[3];     // worst error / tolerance per GEMM over the whole model
     size_t cap;          // elements of each want / mag array
     int operands, outputs, passes;
@@ -228,8 +233,9 @@ static uint16_t* ex_copy2d(const floatX* src, int64_t rows, int64_t cols, int64_
 }
 
 // Checks one operand as the GEMM read it; returns its dequantized values (rows x cols, double).
+// got_fp8 / got_rs: the FP8 path's operand instead of got.
 static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const floatX* got, int ld_got,
-                          const float* got_dec) {
+                          const float* got_dec, const uint8_t* got_fp8, const float* got_rs) {
     GPT* m = ex->m;
     const int N = ex->N, L = m->config.num_layers;
     int K, OC;
@@ -243,7 +249,7 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
     default:   src = ex_dout(m, p->kind) + p->o0; rows = N; cols = p->n; ld = OC; break;
     }
     uint16_t* source = ex_copy2d(src, rows, cols, ld);
-    uint16_t* operand = ex_copy2d(got, rows, cols, ld_got);
+    uint16_t* operand = got_fp8 ? NULL : ex_copy2d(got, rows, cols, ld_got);
     float dec_got = 1.0f;
     if (got_dec) cuda_check(cudaMemcpy(&dec_got, got_dec, sizeof(float), cudaMemcpyDeviceToHost));
     const int split = m->recipe.qk_fp8 && p->kind == LIN_QKV;
@@ -252,6 +258,8 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
     uint16_t* want = source;
     float dec_want = 1.0f;
     char spec_text[96] = "bf16";
+    size_t n = (size_t)(rows * cols);
+    double* out = (double*)xmalloc(n * sizeof(double));
     if (quantized) {
         QuantSpec spec = split && p->o0 == 0 ? recipe_qk_spec(&m->recipe, slot) : m->recipe.slot[slot];
         quant_spec_format(&spec, spec_text, sizeof(spec_text));
@@ -259,16 +267,44 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
         want = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
         QuantView v = {source, rows, cols, cols};
         float amax;
-        dec_want = quant_cpu(&qp, v, EX_SLOT_AXIS[slot], fp4_key(m, p->l, p->kind, slot), want, cols, NULL, NULL, &amax);
+        const int axis = EX_SLOT_AXIS[slot];
+        const int64_t M = axis ? rows : cols, Kr = axis ? cols : rows;
+        uint8_t* scales = (uint8_t*)xmalloc((size_t)(M * (Kr / qp.block_l)));
+        dec_want = quant_cpu(&qp, v, axis, fp4_key(m, p->l, p->kind, slot), want, cols, NULL, scales, &amax);
+        if (got_fp8) {   // the fold of the CPU copy: bytes and per-row scales bit for bit, values for the product
+            uint8_t* want8 = (uint8_t*)xmalloc(n);
+            uint8_t* got8 = (uint8_t*)xmalloc(n);
+            float* want_rs = (float*)xmalloc((size_t)M * sizeof(float));
+            float* rs = (float*)xmalloc((size_t)M * sizeof(float));
+            fp8_fold_cpu(&qp, axis, want, rows, cols, cols, scales, want8, want_rs);
+            cuda_check(cudaMemcpy(got8, got_fp8, n, cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(rs, got_rs, (size_t)M * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t bad = 0, bad_rs = 0, first = 0;
+            for (size_t i = 0; i < n; i++)
+                if (got8[i] != want8[i] && !bad++) first = i;
+            for (int64_t i = 0; i < M; i++) bad_rs += f32_bits(rs[i]) != f32_bits(want_rs[i]);
+            CHECK(bad == 0 && bad_rs == 0, "layer %d %s part %d: the %s FP8 operand (%s) differs from the CPU twin's fold "
+                  "in %zu of %zu bytes (first [%zu]: 0x%02x, want 0x%02x) and %zu of %lld row scales", p->l,
+                  LINEAR_NAMES[p->kind], p->o0, SLOT_NAMES[slot], spec_text, bad, n, first, got8[first], want8[first],
+                  bad_rs, (long long)M);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t k = 0; k < Kr; k++)
+                    out[axis ? i * cols + k : k * cols + i] = (double)e4m3_value(want8[i * Kr + k]) * want_rs[i];
+            free(want8); free(got8); free(want_rs); free(rs); free(scales);
+            ex->operands++;
+            free(want);
+            free(source);
+            return out;
+        }
+        free(scales);
     }
-    size_t differ = 0, first = 0, n = (size_t)(rows * cols);
+    size_t differ = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (operand[i] != want[i] && !differ++) first = i;
     CHECK(differ == 0 && f32_bits(dec_got) == f32_bits(dec_want),
           "layer %d %s part %d: the %s operand (%s) differs from the CPU twin in %zu of %zu elements (first "
           "[%zu]: 0x%04x, want 0x%04x), tensor scale %.9g, want %.9g", p->l, LINEAR_NAMES[p->kind], p->o0,
           SLOT_NAMES[slot], spec_text, differ, n, first, operand[first], want[first], dec_got, dec_want);
-    double* out = (double*)xmalloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++) out[i] = (double)bf16_to_float(want[i]) * dec_want;
     ex->operands++;
     if (want != source) free(want);
@@ -277,14 +313,16 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
     return out;
 }
 
-// |got - want| <= 2^-8 |want| (BF16 output rounding) + 1e-5 * sum |a||b| (FP32 accumulation);
-// returns the worst error / tolerance.
+// |got - want| <= 2^-8 |want| (BF16 output rounding) + 1e-5 * sum |a||b| (FP32 accumulation; on the FP8 path
+// 2^-10 sum |a||b|: Hopper's FP8 MMAs accumulate with fewer bits before cuBLASLt promotes the partial sums to
+// FP32, measured in dev/test/test_fp8_fold.cu); returns the worst error / tolerance.
 static double ex_compare(const char* what, int l, int kind, const float* got, const double* want, const double* mag,
-                         size_t n) {
+                         size_t n, int fp8) {
     size_t bad = 0, worst = 0;
     double worst_ratio = 0;
+    const double acc_tol = fp8 ? 0x1p-10 : 1e-5;
     for (size_t i = 0; i < n; i++) {
-        double tol = 0.0039 * fabs(want[i]) + 1e-5 * mag[i] + 1e-12;
+        double tol = 0.0039 * fabs(want[i]) + acc_tol * mag[i] + 1e-12;
         double r = fabs(got[i] - want[i]) / tol;
         if (!(r <= 1.0)) bad++;
         if (!(r <= worst_ratio)) { worst_ratio = r; worst = i; }
@@ -333,13 +371,14 @@ static void ex_pass_done(ExactCheck* ex, const GemmProbe* p) {
             got = (float*)xmalloc(n * sizeof(float));
             cuda_check(cudaMemcpy(got, m->grads.layer(EX_WEIGHT[kind], l, n), n * sizeof(float), cudaMemcpyDeviceToHost));
         }
-        double r = ex_compare(GEMM_NAMES[g], l, kind, got, ex->want[g], ex->mag[g], n);
+        double r = ex_compare(GEMM_NAMES[g], l, kind, got, ex->want[g], ex->mag[g], n, ex->fp8[g]);
         if (r > ex->worst[g]) ex->worst[g] = r;
         ex->outputs++;
         free(got);
     }
     for (int g = 0; g < 3; g++) {
         ex->seen[g] = 0;
+        ex->fp8[g] = 0;
         memset(ex->want[g], 0, ex->cap * sizeof(double));
         memset(ex->mag[g], 0, ex->cap * sizeof(double));
     }
@@ -356,8 +395,10 @@ static void exact_probe(void* ctx, const GemmProbe* p) {
     const int N = ex->N, g = p->gemm, n = p->n;
     int K, OC;
     linear_dims(m, p->kind, &K, &OC);
-    double* a = ex_operand(ex, p, (Slot)(2 * g), p->a, p->lda, p->a_dec);
-    double* b = ex_operand(ex, p, (Slot)(2 * g + 1), p->b, p->ldb, p->b_dec);
+    double* a = ex_operand(ex, p, (Slot)(2 * g), p->a, p->lda, p->a_dec, p->a_fp8, p->a_rs);
+    double* b = ex_operand(ex, p, (Slot)(2 * g + 1), p->b, p->ldb, p->b_dec, p->b_fp8, p->b_rs);
+    CHECK(!p->a_fp8 == !p->b_fp8, "GEMM %s: one FP8 operand and one other", GEMM_NAMES[g]);
+    if (p->a_fp8) ex->fp8[g] = 1;
     double* want = ex->want[g];
     double* mag = ex->mag[g];
     if (g == 0) {          // out[:, o0 + j] = X W_part^T: a = X (N x K), b = W part (n x K)
@@ -507,21 +548,27 @@ typedef struct {
     int bf16_gemm;                 // -1, or a GEMM kept in BF16
     int bf16_first, bf16_last;     // -1: the preset's rule
     int qk_fp8;
+    const char* gemm;              // --fp4-gemm
 } RecipeVariant;
 
 static const RecipeVariant EXACT_VARIANTS[] = {
-    {"bf16", {NULL}, -1, -1, -1, 0},
-    {"nvfp4", {NULL}, -1, -1, -1, 0},
-    {"nvfp4", {NULL}, -1, -1, -1, 1},
-    {"nvfp4", {NULL}, 1, 0, 1, 0},
-    {"nvfp4-naive", {NULL}, -1, -1, -1, 0},
-    {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0},
-    {"mxfp4", {NULL}, -1, -1, -1, 0},
-    {"mxfp4", {"int4", NULL, "mxfp4,sr", "e1m2,32x32", NULL, NULL}, -1, -1, -1, 1},
-    {"mxfp4-2d", {NULL}, -1, -1, -1, 0},
-    {"mxfp4-2d", {NULL}, -1, -1, -1, 1},
-    {"ufp4", {NULL}, -1, 1, -1, 0},
-    {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1},
+    {"bf16", {NULL}, -1, -1, -1, 0, "emulated"},
+    {"nvfp4", {NULL}, -1, -1, -1, 0, "emulated"},
+    {"nvfp4", {NULL}, -1, -1, -1, 1, "emulated"},
+    {"nvfp4", {NULL}, 1, 0, 1, 0, "emulated"},
+    {"nvfp4-naive", {NULL}, -1, -1, -1, 0, "emulated"},
+    {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0, "emulated"},
+    {"mxfp4", {NULL}, -1, -1, -1, 0, "emulated"},
+    {"mxfp4", {"int4", NULL, "mxfp4,sr", "e1m2,32x32", NULL, NULL}, -1, -1, -1, 1, "emulated"},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 0, "emulated"},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "emulated"},
+    {"ufp4", {NULL}, -1, 1, -1, 0, "emulated"},
+    {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1, "emulated"},
+    // the FP8 path (GEMMs whose two operands have E8M0 scales; the others stay emulated)
+    {"mxfp4", {NULL}, -1, -1, -1, 0, "fp8"},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "fp8"},
+    {"mxfp4", {"int4,e8m0", "mxfp4,h32,seed=2", "mxfp4-ceil,sr", "e1m2,e8m0,32x32", "mxfp4,16x16,sr", NULL}, 1, 0, 1, 0, "fp8"},
+    {"mxfp4", {"nvfp4", NULL, NULL, NULL, "mxfp4,sr,h16", "mxfp4,h16"}, -1, -1, -1, 0, "fp8"},
 };
 
 static void check_every_variant(const char* path) {
@@ -542,9 +589,15 @@ static void check_every_variant(const char* path) {
         if (v->bf16_first >= 0) r.bf16_first = v->bf16_first;
         if (v->bf16_last >= 0) r.bf16_last = v->bf16_last;
         r.qk_fp8 = v->qk_fp8;
-        gpt_set_recipe(&m, &r, 1337, "emulated");
+        if (!strcmp(v->gemm, "fp8") && !matmul_fp8_available()) {
+            test_skip("check_every_gemm on the FP8 path", matmul_fp8_reason());
+            gpt_free(&m);
+            continue;
+        }
+        gpt_set_recipe(&m, &r, 1337, v->gemm);
         char text[1024];
         recipe_describe(&m.recipe, text, sizeof(text));
+        if (m.gemm_path == GEMM_PATH_FP8) strncat(text, " [FP8 path]", sizeof(text) - strlen(text) - 1);
         load_params(&m, d.params);
         m.fp4_step = 3;
         m.fp4_micro = 1;
@@ -567,6 +620,13 @@ int main(int argc, char** argv) {
         for (int i = 1; i < argc; i++) check_dump(argv[i]);
     } else {
         for (size_t i = 0; i < sizeof(dumps) / sizeof(dumps[0]); i++) check_dump(dumps[i]);
+        if (matmul_fp8_available()) {   // the E8M0 dump again, its GEMMs on FP8 tensor cores
+            g_gemm_mode = "fp8";
+            check_dump("dev/ref/gpt_ref_mxfp4-2d.bin");
+            g_gemm_mode = "emulated";
+        } else {
+            test_skip("test_gpt_fp4 mxfp4-2d on the FP8 path", matmul_fp8_reason());
+        }
         check_every_variant(dumps[0]);
     }
     attention_destroy();

@@ -32,6 +32,7 @@
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
 #include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
 #include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
+#include "llmc/matmul_fp8.cuh"     // defines: matmul_fp8 (E8M0-scaled operands folded into E4M3, Hopper)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
 #include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch, dataloader_global_micro_index
 #include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
@@ -142,6 +143,8 @@ typedef struct {
     int o0, n;                     // the output channels [o0, o0 + n) of this part (a split QKV has two)
     const floatX* a; int lda; const float* a_dec;   // the operands as the GEMM read them, in the layout of
     const floatX* b; int ldb; const float* b_dec;   // their BF16 source; dec: tensor scale (NULL: 1)
+    const uint8_t* a_fp8; const float* a_rs;        // FP8 path (else NULL): the E4M3 operands, reduction axis
+    const uint8_t* b_fp8; const float* b_rs;        // contiguous, and their per-row scales (a, b unused)
 } GemmProbe;
 
 typedef struct {
@@ -177,7 +180,7 @@ typedef struct {
     Recipe recipe;
     LinearPlan* plans;              // per (layer, linear), built by gpt_set_recipe
     int fp4_any;                    // some slot of some block is quantized
-    int fp4_native;                 // 1: the GEMMs run on cuBLASLt's native NVFP4 path (compute capability 10.x)
+    GemmPath gemm_path;             // emulated, native NVFP4 (compute capability 10.x), or FP8 where operands fold
     uint8_t* fp4_scratch;           // quantized GEMM operands; aliases the logits buffer when that is big enough
     size_t fp4_scratch_bytes;
     int fp4_scratch_owned;
@@ -400,7 +403,10 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 //
 // FP4 on Hopper is exact emulation: a quantized operand is a BF16 copy holding code * block scale
 // (exact in BF16), the GEMM runs in BF16 with FP32 accumulation, and the operands' FP32 tensor scales
-// go into its alpha (a device pointer, so no host synchronisation). Every copy is quantized from the
+// go into its alpha (a device pointer, so no host synchronisation). A GEMM whose two operands have
+// power-of-two (E8M0) block scales runs on FP8 tensor cores instead (--fp4-gemm fp8, the default where it
+// applies): its operands are written as E4M3 with a power-of-two offset per GEMM row, exact within a
+// window of 14 binades below the row's largest block (llmc/fp8_fold.h). Every copy is quantized from the
 // BF16 source, never from another copy. The copies live in the logits buffer, which holds nothing
 // between the classifier's forward and backward uses, so an FP4 run needs no more activation memory
 // than a BF16 run.
@@ -427,6 +433,8 @@ typedef struct {
     int ld;
     const uint8_t* codes;     // FORM_PACKED: E2M1 codes and cuBLASLt-swizzled E4M3 scales
     const uint8_t* scales;
+    const uint8_t* fp8;       // FORM_FP8: E4M3 values, the reduction axis contiguous, and each GEMM row's 2^o
+    const float* row_scale;
     const float* dec;         // the tensor scale_dec on the device; NULL for a BF16 source (1)
 } GemmOperand;
 
@@ -448,11 +456,15 @@ typedef struct {
 
 static size_t scratch_round(size_t bytes) { return (size_t)ceil_div((int64_t)bytes, 256) * 256; }
 
-// Scratch bytes of one operand's copy: a BF16 fake copy, or packed codes + raw scales + swizzled scales.
+// Scratch bytes of one operand's copy: a BF16 fake copy; packed codes + raw scales + swizzled scales; or
+// E4M3 values + per-row scales + the amax pass's per-row maxima.
 static size_t operand_bytes(const OperandPlan* o, int64_t rows, int64_t cols) {
     if (o->form == FORM_BF16) return 0;
     if (o->form == FORM_FAKE) return scratch_round((size_t)(rows * cols) * sizeof(floatX));
     const int64_t R = o->axis ? rows : cols, K = o->axis ? cols : rows;
+    if (o->form == FORM_FP8)
+        return scratch_round((size_t)(R * K)) + scratch_round((size_t)R * sizeof(float)) +
+               scratch_round((size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t));
     return scratch_round((size_t)(R * K / 2)) + scratch_round((size_t)(R * K / 16)) +
            scratch_round(matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
 }
@@ -526,8 +538,22 @@ static const char* recipe_native_obstacle(const Recipe* r) {
     return NULL;
 }
 
+// The GEMMs whose two operands fold into E4M3 (E8M0-scaled 4-bit specs): the FP8 path's.
+static int recipe_fp8_gemms(const Recipe* r) {
+    int n = 0;
+    for (int g = 0; g < NUM_GEMMS; g++) {
+        const QuantSpec* a = &r->slot[2 * g];
+        const QuantSpec* b = &r->slot[2 * g + 1];
+        if (quant_spec_is_bf16(a) || quant_spec_is_bf16(b)) continue;
+        QuantParams pa = quant_params(a), pb = quant_params(b);
+        n += fp8_foldable(&pa) && fp8_foldable(&pb);
+    }
+    return n;
+}
+
 // Resolves the recipe for this model and builds every linear's plan (again whenever the recipe
-// changes). gemm_mode: "auto" (native where the GPU and the recipe allow), "native" (or fail), "emulated".
+// changes). gemm_mode: "native" (or fail), "fp8" (or fail), "emulated", or "auto": native where the GPU and
+// the recipe allow, else FP8 for the GEMMs whose operands fold where the GPU has FP8 tensor cores.
 static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* gemm_mode) {
     const int L = m->config.num_layers, C = m->config.channels, N = m->B * m->T;
     m->recipe = *r;
@@ -535,12 +561,20 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     recipe_check(&m->recipe);
     m->fp4_seed = seed;
     m->fp4_any = !recipe_is_bf16(&m->recipe) && m->recipe.bf16_first + m->recipe.bf16_last < L;
-    m->fp4_native = 0;
-    if (m->fp4_any && strcmp(gemm_mode, "emulated") != 0) {
+    m->gemm_path = GEMM_PATH_EMULATED;
+    const int is_auto = !strcmp(gemm_mode, "auto");
+    if (m->fp4_any && (is_auto || !strcmp(gemm_mode, "native"))) {
         const char* obstacle = matmul_fp4_native_available() ? recipe_native_obstacle(&m->recipe)
                                                              : matmul_fp4_native_reason();
-        fail_if(obstacle && strcmp(gemm_mode, "native") == 0, "--fp4-gemm native: %s", obstacle);
-        m->fp4_native = obstacle == NULL;
+        fail_if(obstacle && !is_auto, "--fp4-gemm native: %s", obstacle);
+        if (!obstacle) m->gemm_path = GEMM_PATH_NATIVE;
+    }
+    if (m->fp4_any && m->gemm_path == GEMM_PATH_EMULATED && (is_auto || !strcmp(gemm_mode, "fp8"))) {
+        const char* obstacle = matmul_fp8_reason();
+        if (!obstacle && !recipe_fp8_gemms(&m->recipe))
+            obstacle = "no GEMM of this recipe has two operands with power-of-two (E8M0) block scales on a 4-bit grid";
+        fail_if(obstacle && !is_auto, "--fp4-gemm fp8: %s", obstacle);
+        if (!obstacle) m->gemm_path = GEMM_PATH_FP8;
     }
     if (!m->plans) m->plans = (LinearPlan*)xmalloc((size_t)L * NUM_LINEARS * sizeof(LinearPlan));
     size_t need = 0;
@@ -549,7 +583,7 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
             int K, OC;
             linear_shape(kind, C, &K, &OC);
             LinearPlan* lp = &m->plans[(size_t)l * NUM_LINEARS + kind];
-            linear_plan_build(lp, &m->recipe, l, L, kind == LIN_QKV, OC, m->fp4_native);
+            linear_plan_build(lp, &m->recipe, l, L, kind == LIN_QKV, OC, m->gemm_path);
             size_t b = linear_scratch_bytes(lp, N, K, OC);
             need = need > b ? need : b;
         }
@@ -658,6 +692,18 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s) {
         return quant_target_fake(&o->q, o->axis, key, copy, v->cols, &sc->amax, &sc->scale_dec);
     }
     const int64_t R = o->axis ? v->rows : v->cols, K = o->axis ? v->cols : v->rows;
+    if (o->form == FORM_FP8) {
+        QuantTarget t = quant_target_fake(&o->q, o->axis, key, NULL, 0, &sc->amax, &sc->scale_dec);
+        t.fp8 = scratch_take(m, &r->scratch, (size_t)(R * K));
+        t.fold_scale = (float*)scratch_take(m, &r->scratch, (size_t)R * sizeof(float));
+        const size_t nmax = (size_t)ceil_div(R, o->q.block_w);
+        t.fold_max = (uint32_t*)scratch_take(m, &r->scratch, nmax * sizeof(uint32_t));
+        t.fold_below = &sc->fold_below;
+        cuda_check(cudaMemsetAsync(t.fold_max, 0, nmax * sizeof(uint32_t), m->stream));
+        g->fp8 = t.fp8;
+        g->row_scale = t.fold_scale;
+        return t;
+    }
     uint8_t* codes = scratch_take(m, &r->scratch, (size_t)(R * K / 2));
     uint8_t* raw_scales = scratch_take(m, &r->scratch, (size_t)(R * K / 16));
     g->codes = codes;
@@ -721,9 +767,12 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
         fp4_swizzle_scales_gpu((uint8_t*)r->op[pass->target[i]].scales, t[i].scales, (int)R, (int)(K / 16), m->stream);
     }
     if (m->diag_active && !r->plan->qk)   // the statistics describe the recipe's own formats
-        for (int i = 0; i < pass->ntargets; i++)
-            quant_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &t[i], 1, diag_stats_at(m, r->l, r->kind, pass->target[i]),
+        for (int i = 0; i < pass->ntargets; i++) {
+            QuantTarget st = t[i];   // the statistics need only the spec and the amax
+            st.fp8 = NULL;
+            quant_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &st, 1, diag_stats_at(m, r->l, r->kind, pass->target[i]),
                             m->stream);
+        }
 }
 
 __global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }
@@ -751,13 +800,14 @@ static void probe_gemm(GPT* m, const LinearRun* r, int g) {
     if (!m->probe) return;
     const GemmOperand* a = &r->op[2 * g];
     const GemmOperand* b = &r->op[2 * g + 1];
-    GemmProbe p = {r->l, r->kind, g, g != GEMM_FPROP, r->plan->o0, r->plan->n, a->ptr, a->ld, a->dec, b->ptr, b->ld, b->dec};
+    GemmProbe p = {r->l, r->kind, g, g != GEMM_FPROP, r->plan->o0, r->plan->n, a->ptr, a->ld, a->dec, b->ptr, b->ld, b->dec,
+                   a->fp8, a->row_scale, b->fp8, b->row_scale};
     m->probe(m->probe_ctx, &p);
 }
 
 static void probe_pass_done(GPT* m, int l, int kind, int backward) {
     if (!m->probe) return;
-    GemmProbe p = {l, kind, -1, backward, 0, 0, NULL, 0, NULL, NULL, 0, NULL};
+    GemmProbe p = {l, kind, -1, backward, 0, 0, NULL, 0, NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL};
     m->probe(m->probe_ctx, &p);
 }
 
@@ -769,7 +819,15 @@ static void gemm_run(GPT* m, LinearRun* r, int g, const GemmOut* out) {
     const int N = (int)r->src[SRC_X].rows, K = (int)r->src[SRC_X].cols, n = r->plan->n;
     const float* alpha = gemm_alpha(m, r, g);
     cudaStream_t s = m->stream;
-    if (a->form == FORM_PACKED) {
+    if (a->form == FORM_FP8) {   // both operands stored with the reduction axis contiguous (see fp8_fold.h)
+        switch (g) {
+        case GEMM_FPROP: matmul_fp8(out->ptr, out->ld, 0, a->fp8, a->row_scale, b->fp8, b->row_scale, N, n, K, out->bias,
+                                    0, alpha, s); break;
+        case GEMM_DGRAD: matmul_fp8(out->ptr, K, out->f32, a->fp8, a->row_scale, b->fp8, b->row_scale, N, K, n, NULL,
+                                    out->accumulate, alpha, s); break;
+        default:         matmul_fp8(out->ptr, K, 1, a->fp8, a->row_scale, b->fp8, b->row_scale, n, K, N, NULL, 1, alpha, s);
+        }
+    } else if (a->form == FORM_PACKED) {
         switch (g) {
         case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, out->bias,
                                             N, K, n, alpha, s); break;
@@ -1110,6 +1168,8 @@ static void diag_end(GPT* m, Logger* lg, int step) {
     QuantCompare* cmp = (QuantCompare*)xmalloc(n * sizeof(QuantCompare));
     cuda_check(cudaMemcpy(st, m->diag_stats, n * NUM_SLOTS * sizeof(QuantStats), cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(cmp, m->diag_compare, n * sizeof(QuantCompare), cudaMemcpyDeviceToHost));
+    LinearScalars* sc = (LinearScalars*)xmalloc(fp4_sites(m) * sizeof(LinearScalars));
+    cuda_check(cudaMemcpy(sc, m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars), cudaMemcpyDeviceToHost));
     for (int l = 0; l < L; l++) {
         if (!recipe_layer_is_fp4(&m->recipe, l, L)) continue;
         for (int k = 0; k < NUM_LINEARS; k++) {
@@ -1123,6 +1183,18 @@ static void diag_end(GPT* m, Logger* lg, int step) {
                               SLOT_NAMES[sl], q->src2 > 0 ? sqrt(q->err2 / q->src2) : 0.0,
                               (double)q->flushed / q->n, (double)q->clipped / q->n);
             }
+            // FP8 path: blocks below the exact window per slot (both parts of a split QKV), this micro-step
+            const LinearPlan* lp = linear_plan(m, l, k);
+            for (int sl = 0; sl < NUM_SLOTS; sl++) {
+                unsigned below = 0;
+                int fp8 = 0;
+                for (int p = 0; p < lp->nparts; p++)
+                    if (lp->part[p].op[sl].form == FORM_FP8) {
+                        fp8 = 1;
+                        below += sc[fp4_site(l, k, p)].op[sl].fold_below;
+                    }
+                if (fp8) o += snprintf(line + o, sizeof(line) - o, ",\"%s_fp8_below\":%u", SLOT_NAMES[sl], below);
+            }
             const QuantCompare* c = &cmp[(size_t)l * NUM_LINEARS + k];
             if (c->n > 0)
                 o += snprintf(line + o, sizeof(line) - o, ",\"w_fwd_bwd\":{\"differ\":%.5f,\"rel\":%.5f}",
@@ -1133,6 +1205,7 @@ static void diag_end(GPT* m, Logger* lg, int step) {
     }
     free(st);
     free(cmp);
+    free(sc);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1556,7 +1629,7 @@ int main(int argc, char** argv) {
         {"bf16-first-layers", 0, OPT_INT, &tc.bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc.bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
         {"qk-fp8", 0, OPT_BOOL, &tc.qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
-        {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x only), exact BF16 emulation, or auto"},
+        {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
     };
@@ -1725,9 +1798,13 @@ int main(int argc, char** argv) {
                     model.zero ? "on: optimizer state sharded" : "off");
     gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
     dist_printf(&dist, "recipe %s\n", recipe_text);
-    if (model.fp4_any)
-        dist_printf(&dist, "FP4 GEMMs: %s\n", model.fp4_native ? "native NVFP4 (cuBLASLt, Blackwell)"
-                                                                : "exact emulation (BF16 tensor cores, tensor scales in alpha)");
+    if (model.fp4_any) {
+        const char* path[] = {"exact emulation (BF16 tensor cores, tensor scales in alpha)",
+                              "native NVFP4 (cuBLASLt, Blackwell)",
+                              "FP8 tensor cores for the GEMMs whose operands have E8M0 block scales (exact within the "
+                              "window, llmc/fp8_fold.h), exact emulation for the others"};
+        dist_printf(&dist, "FP4 GEMMs: %s\n", path[model.gemm_path]);
+    }
     RunState rs;
     memset(&rs, 0, sizeof(rs));
     rs.grad_accum = grad_accum;
@@ -1890,6 +1967,7 @@ int main(int argc, char** argv) {
     gpt_free(&model);
     attention_destroy();
     matmul_fp4_destroy();
+    matmul_fp8_destroy();
     matmul_destroy();
     dist_finalize(&dist);
     dataloader_free(&train_loader);

@@ -14,15 +14,17 @@
 //   - its parts: one, or two for a QKV linear whose Q/K outputs use their own spec (--qk-fp8): output
 //     channels [0, 2C) and [2C, 3C), each part a linear of its own with its own quantized operands;
 //   - per part and slot: the spec and the form the GEMM reads the operand in (the source as it is, a
-//     BF16 fake-quantized copy for exact emulation, or packed NVFP4 for Blackwell's native GEMM);
+//     BF16 fake-quantized copy for exact emulation, packed NVFP4 for Blackwell's native GEMM, or E8M0-scaled
+//     values folded into E4M3 for FP8 tensor cores);
 //   - the quantization passes of the forward and of the backward: which copies one read of a source
 //     makes (dY's two copies share a pass), and which tensor amax a forward pass takes ahead for the
 //     backward (X's for wgrad.x, W's for dgrad.w), so that the backward reads that source once less.
 // The trainer (train_gpt_fp4.cu, "Linear layers") only executes plans: it never asks which recipe it
-// runs. A new operand form (FP8-folded MXFP4 for FP8 tensor cores) is one more OperandForm, chosen here,
-// and one more case in the trainer's gemm_run. Plans are plain data built on the CPU (dev/test/test_plan.c).
+// runs. A new operand form is one more OperandForm, chosen here, and one more case in the trainer's
+// gemm_run. Plans are plain data built on the CPU (dev/test/test_plan.c).
 #pragma once
 #include "recipe.h"
+#include "fp8_fold.h"
 
 typedef enum { GEMM_FPROP, GEMM_DGRAD, GEMM_WGRAD, NUM_GEMMS } Gemm;
 
@@ -34,9 +36,15 @@ typedef enum {
     FORM_FAKE,     // a BF16 copy holding code * block scale (exact in BF16): exact emulation on BF16 tensor
                    // cores, the tensor scale in the GEMM's alpha
     FORM_PACKED,   // E2M1 codes and swizzled E4M3 block scales for cuBLASLt's native NVFP4 GEMM (Blackwell)
+    FORM_FP8,      // E4M3 bytes c * 2^(e_b - o) with a power-of-two offset o per GEMM row, the reduction axis
+                   // contiguous (fp8_fold.h): an E8M0-scaled operand on FP8 tensor cores, exact within the window
     NUM_FORMS
 } OperandForm;
-static const char* const FORM_NAMES[NUM_FORMS] = {"bf16", "fake", "packed"};
+static const char* const FORM_NAMES[NUM_FORMS] = {"bf16", "fake", "packed", "fp8"};
+
+// Which GEMMs leave exact BF16 emulation: none; all (native NVFP4, every quantized GEMM qualifies, the
+// caller checked); or those whose two operands both fold into E4M3 (the rest stay emulated).
+typedef enum { GEMM_PATH_EMULATED, GEMM_PATH_NATIVE, GEMM_PATH_FP8 } GemmPath;
 
 // Slot -> the tensor it views and the axis its blocks run along. GEMM g reads slots 2g (its A) and 2g + 1.
 static const OperandSource SLOT_SOURCE[NUM_SLOTS] = {SRC_X, SRC_W, SRC_DY, SRC_W, SRC_DY, SRC_X};
@@ -81,6 +89,8 @@ typedef struct {
 // of these for the whole model is zeroed at the start of every forward, so no amax pass needs a memset.
 typedef struct {
     float amax, scale_dec;
+    unsigned fold_below;   // FORM_FP8: blocks below the exact window (fp8_fold.h), since the forward began
+    float pad;
 } OperandScalars;
 
 typedef struct {
@@ -123,10 +133,9 @@ static inline void linear_part_ahead(LinearPart* p) {
     }
 }
 
-// native: the recipe runs on native NVFP4 GEMMs (every quantized GEMM has two NVFP4 operands; the
-// caller checked). A split QKV always runs emulated.
+// A split QKV never runs native (its Q/K part is MXFP8); on the FP8 path each part folds where it can.
 static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer, int num_layers, int is_qkv, int OC,
-                                     int native) {
+                                     GemmPath path) {
     memset(lp, 0, sizeof(*lp));
     const int fp4 = !recipe_is_bf16(r) && recipe_layer_is_fp4(r, layer, num_layers);
     const int split = fp4 && r->qk_fp8 && is_qkv;
@@ -149,10 +158,12 @@ static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer,
             o->q = quant_params(&o->spec);
             o->form = FORM_FAKE;
         }
-        for (int g = 0; g < NUM_GEMMS && native && !split; g++) {
+        for (int g = 0; g < NUM_GEMMS; g++) {
             OperandPlan* a = &p->op[2 * g];
             OperandPlan* b = &p->op[2 * g + 1];
-            if (a->form == FORM_FAKE && b->form == FORM_FAKE) a->form = b->form = FORM_PACKED;
+            if (a->form != FORM_FAKE || b->form != FORM_FAKE) continue;
+            if (path == GEMM_PATH_NATIVE && !split) a->form = b->form = FORM_PACKED;
+            if (path == GEMM_PATH_FP8 && fp8_foldable(&a->q) && fp8_foldable(&b->q)) a->form = b->form = FORM_FP8;
         }
         linear_part_passes(p, 0);
         linear_part_passes(p, 1);

@@ -47,6 +47,13 @@ typedef struct {
     uint8_t* scales;      // optional (with codes)
     float* amax;          // required: device float
     float* scale_dec;     // required: device float
+    // optional, fast kernels only (quant_fast.cuh): the values folded into E4M3 for FP8 GEMMs (fp8_fold.h),
+    // the reduction axis contiguous (rows x cols for axis 1, cols x rows for axis 0)
+    uint8_t* fp8;
+    uint32_t* fold_max;   // with fp8: per GEMM row (per block_w of them) the amax bits; zeroed by the caller,
+                          // maximized into by the amax pass
+    float* fold_scale;    // with fp8: per GEMM row 2^o, written by the apply pass (the GEMM's outer-vector scale)
+    unsigned* fold_below; // with fp8: the apply pass adds the number of blocks below the exact window
 } QuantTarget;
 
 static inline QuantTarget quant_target_fake(const QuantParams* p, int axis, uint64_t key, floatX* fake,
@@ -345,6 +352,7 @@ static inline void qt_check_targets(const QuantTarget* t, int n, int64_t rows, i
         fail_if(t[k].codes && ((uintptr_t)t[k].codes % 8), "quantize_gpu: codes must be 8-byte aligned");
         fail_if(!t[k].codes != !t[k].scales, "quantize_gpu: packed output needs both codes and scales");
         fail_if(t[k].codes && t[k].p.grid.e4m3, "quantize_gpu: the e4m3 grid has no packed 4-bit form (fake output only)");
+        fail_if(t[k].fp8 != NULL, "quantize_gpu: FP8-folded output is made by the fast kernels only (quant_fast.cuh)");
     }
 }
 

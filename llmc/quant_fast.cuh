@@ -39,7 +39,9 @@
 // SR bits: sr_bits16(key, r, c, cols): one 64-bit draw per 2 x 2 square, 32 bits per column pair of a row.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include "nvfp4.cuh"
+#include "fp8_fold.h"
 
 #define QF_THREADS 128
 #define QF_MIN_CTAS 3
@@ -143,6 +145,13 @@ typedef struct {
     uint32_t hsigns;  // sign bits of positions 0..31
     int sr, bw, bl;
     int ref_elems;    // every block through the reference element path (the fp8 grid)
+    // FP8 fold (fp8_fold.h): instead of the fake copy, E4M3 bytes with the reduction axis contiguous
+    uint8_t* fp8;
+    int64_t ld_fp8;
+    uint32_t* fold_max;
+    float* fold_scale;
+    unsigned* fold_below;
+    int dmin, dmax;   // fp8_fold_window
 } QFTarget;
 
 typedef struct {
@@ -190,6 +199,35 @@ __device__ __forceinline__ uint32_t qf_cvt2_ref(float a, float b) {
 __device__ __forceinline__ uint64_t qf_rng64(uint64_t key, uint64_t idx_mul) { return rng_mix64(key ^ idx_mul); }
 // The 32 bits of a 2 x 2 square's draw that go to the column pair of row r: low half for an even row.
 __device__ __forceinline__ uint32_t qf_rng_row(uint64_t w, int r) { return (uint32_t)(w >> ((r & 1) * 32)); }
+
+// FP8 fold (fp8_fold.h). Offset of GEMM row i of a folding target, from the amax pass's maxima.
+__device__ __forceinline__ int qf_fold_offset(const QFTarget& T, int64_t i) {
+    return fp8_fold_offset(&T.p, T.dmax, __ldg(T.fold_max + i / T.bw));
+}
+// Two BF16 quantized values (a word) times 2^-o -> two E4M3 bytes (low byte: the low half), RNE, NaN -> 0x7F.
+__device__ __forceinline__ uint32_t qf_fold2(uint32_t w, float inv) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(QF_MUL(qf_lo(w), inv), QF_MUL(qf_hi(w), inv)), __NV_SATFINITE,
+                                              __NV_E4M3);
+}
+// One row of 16 lanes' values (each lane v[0..15], one per row) -> lane cg holds the maximum of row cg over
+// the 16 lanes: a transposing butterfly (15 shuffles instead of 16 x 4).
+__device__ __forceinline__ uint32_t qf_transpose_max16(uint32_t (&v)[16], int cg) {
+#pragma unroll
+    for (int s = 8; s >= 1; s >>= 1) {
+        const bool up = cg & s;
+#pragma unroll
+        for (int j = 0; j < s; j++) {
+            const uint32_t send = up ? v[j] : v[j + s], keep = up ? v[j + s] : v[j];
+            v[j] = qf_max(keep, __shfl_xor_sync(0xFFFFFFFFu, send, s));
+        }
+    }
+    return v[0];
+}
+__device__ __forceinline__ void qf_count_below(const QFTarget& T, unsigned n) {
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) n += __shfl_xor_sync(0xFFFFFFFFu, n, x);
+    if ((threadIdx.x & 31) == 0 && n) atomicAdd(T.fold_below, n);
+}
 
 // Reference element (exactly qt_process of nvfp4.cuh): any block, including inf / NaN ones.
 __device__ __forceinline__ uint32_t qf_slow_elem(const QuantParams& p, float v, const QuantBlockScale& bs, int sr,
@@ -381,7 +419,7 @@ __device__ __forceinline__ void qf_rotate_cols(uint32_t (&w)[QF_ROWS][4]) {   //
 // ---------------------------------------------------------------------------------------------------
 // Apply, row-wise target (axis 1)
 
-template <int H, bool SR>
+template <int H, bool SR, bool FOLD>
 __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
                                                int64_t r0, int64_t c0, int lane, float s_enc) {
     const int cg = lane & 15;
@@ -414,7 +452,10 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
     }
     const bool cv = c0 < A.cols;
     const int64_t nr = A.rows - r0;
-    uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
+    uint16_t* dst = FOLD ? NULL : T.fake + r0 * T.ld_fake + c0;
+    // the fold's block counting: each block once, by its first lane (and for 2D blocks its first row)
+    const bool leader = (cg & (l4 ? 3 : 1)) == 0;
+    unsigned below = 0;
     // SR: one draw per 2 x 2 square (sr_bits16): square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2,
     // the lane's 4 column pairs are consecutive draws, a row pair further on is cols / 2 draws on
     uint64_t pm = 0, pstep = 0, w64[4] = {0, 0, 0, 0};
@@ -477,16 +518,30 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
                 for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
             }
         }
-        if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
+        if (cv && r < nr) {
+            if constexpr (FOLD) {
+                const int64_t row = r0 + r;
+                const int off = qf_fold_offset(T, row);
+                const float inv = exp2_exact(-off);
+                const uint32_t b01 = qf_fold2(o[0], inv) | (qf_fold2(o[1], inv) << 16);
+                const uint32_t b23 = qf_fold2(o[2], inv) | (qf_fold2(o[3], inv) << 16);
+                *(uint2*)(T.fp8 + row * T.ld_fp8 + c0) = make_uint2(b01, b23);
+                if (c0 == 0) T.fold_scale[row] = fp8_fold_scale(off);
+                below += leader && row % T.bw == 0 && fp8_fold_counted(bs.bits, off, T.dmin);
+            } else {
+                *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+        }
     }
     qf_rotate_rows(w);
     }
+    if constexpr (FOLD) qf_count_below(T, below);
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Apply, column-wise target (axis 0). Consumes w (sign flips, then outputs in place).
 
-template <int H, bool SR>
+template <int H, bool SR, bool FOLD>
 __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
                                                int64_t r0, int64_t c0, int lane, float s_enc) {
     const int rg = lane >> 4;
@@ -519,6 +574,14 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
     // SR: as in qf_apply_axis1; the column pair p of the thread's 16 rows is 8 squares, cols / 2 draws apart
     const uint64_t pm0 = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c0 >> 1)) * QF_RNG_MUL : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
+    // the fold: each column's offset; blocks counted once, by their first lane (rg 0 for 32 rows; for 2D
+    // blocks also the first lane and column pair of the block's columns)
+    const bool fold = FOLD && c0 < A.cols;
+    int off[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) off[j] = fold ? qf_fold_offset(T, c0 + j) : 0;
+    const bool leader = fold && (!l32 || rg == 0) && (!twod || (lane & 15 & (l32 ? 3 : 1)) == 0);
+    unsigned below = 0;
 #pragma unroll 1
     for (int p = 0; p < 4; p++) {   // rolled (see qf_rotate_cols): column pair p is in w[.][0]
         uint32_t mlo, mhi;
@@ -542,6 +605,9 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), s_enc);
         const QuantBlockScale bhi = twod ? blo : quant_block_scale(&T.p, f32_from_bits(mhi), s_enc);
         const bool fast = qf_max(mlo, mhi) < 0x7F800000u && !T.ref_elems;
+        if (FOLD && leader && (!twod || p == 0))
+            below += fp8_fold_counted(blo.bits, qf_pick(off, 2 * p), T.dmin) +
+                     (!twod && fp8_fold_counted(bhi.bits, qf_pick(off, 2 * p + 1), T.dmin));
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) vw[r] = H ? qf_cvt2(lo[r], hi[r]) : w[r][0];   // fast path's rounding
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
@@ -566,6 +632,30 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         qf_rotate_cols(w);
     }
     const bool cv = c0 < A.cols;
+    if constexpr (FOLD) {   // column j of the patch -> 16 consecutive bytes of row c0 + j of the transposed operand
+        if (cv && r0 < A.rows) {   // (the fold needs rows % 16 == 0: whole patches)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float inv = exp2_exact(-off[j]);
+                uint32_t b[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    uint32_t pr[2];
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {   // rows 4q + 2h, 4q + 2h + 1: one word of BF16 halves j & 1
+                        const uint32_t a = w[4 * q + 2 * h][j >> 1], c = w[4 * q + 2 * h + 1][j >> 1];
+                        const uint32_t pair = (j & 1) ? __byte_perm(a, c, 0x7632) : __byte_perm(a, c, 0x5410);
+                        pr[h] = qf_fold2(pair, inv);
+                    }
+                    b[q] = pr[0] | (pr[1] << 16);
+                }
+                *(uint4*)(T.fp8 + (c0 + j) * T.ld_fp8 + r0) = make_uint4(b[0], b[1], b[2], b[3]);
+                if (r0 == 0) T.fold_scale[c0 + j] = fp8_fold_scale(off[j]);
+            }
+        }
+        qf_count_below(T, below);
+        return;
+    }
     const int64_t nr = A.rows - r0;
     uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
 #pragma unroll
@@ -584,7 +674,43 @@ __device__ __forceinline__ void qf_tile_origin(const QFArgs& A, int64_t t, int l
     *c0 = (int64_t)tc * QF_TILE_C + (lane & 15) * 8;
 }
 
-template <int HA, int HB>
+// The fold's maxima (fp8_fold.h), taken by the amax pass. Row-wise target: rm[r] the (rounded) maximum of
+// the thread's part of row r0 + r; one atomicMax per row of the tile (per band of block_w rows for 2D blocks).
+__device__ __forceinline__ void qf_fold_rows(const QFTarget& T, uint32_t (&rm)[QF_ROWS], int64_t r0, int lane,
+                                             int64_t rows) {
+    const int cg = lane & 15;
+    if (T.bw == 1) {
+        const uint32_t m = qf_transpose_max16(rm, cg);
+        if (r0 + cg < rows && m) atomicMax(T.fold_max + r0 + cg, m);
+        return;
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) m = qf_max(m, rm[r]);
+#pragma unroll
+    for (int x = 1; x < 16; x <<= 1) m = qf_shfl_max(m, x);
+    if (T.bw == 32) m = qf_shfl_max(m, 16);
+    if (cg == 0 && (T.bw == 16 || lane < 16) && r0 < rows && m) atomicMax(T.fold_max + r0 / T.bw, m);
+}
+// Column-wise target: cm[j] the maximum of column c0 + j over the rows the warp has seen (both row groups
+// combined); one atomicMax per column (per band of block_w columns).
+__device__ __forceinline__ void qf_fold_cols(const QFTarget& T, const uint32_t (&cm)[8], int64_t c0, int lane,
+                                             int64_t cols) {
+    if (T.bw == 1) {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (lane < 16 && c0 + j < cols && cm[j]) atomicMax(T.fold_max + c0 + j, cm[j]);
+        return;
+    }
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) m = qf_max(m, cm[j]);
+    m = qf_shfl_max(m, 1);
+    if (T.bw == 32) m = qf_shfl_max(m, 2);
+    if (lane < 16 && (lane & (T.bw == 32 ? 3 : 1)) == 0 && c0 < cols && m) atomicMax(T.fold_max + c0 / T.bw, m);
+}
+
+template <int HA, int HB, bool FOLD>
 __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const __grid_constant__ QFArgs A) {
     __shared__ uint32_t red[2][QF_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -592,11 +718,23 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
     uint32_t m2raw = 0, ma = 0, mb = 0, ma_nan = 0, mb_nan = 0;   // unrounded maxima; rounded maxima of NaN groups
     uint32_t smask[4] = {0, 0, 0, 0};
     if (HA > 0) qf_row_signs(A.t[0], HA, cg, smask);
+    // the fold's maxima: per row of each tile; per column, kept while the warp stays on one tile column (the
+    // launch makes that the whole run) and flushed when it moves
+    const bool fold_r = FOLD && HA >= 0 && A.t[0].fold_max, fold_c = FOLD && HB >= 0 && A.t[1].fold_max;
+    uint32_t cacc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t cacc_c0 = -1;
     for (int64_t t = (int64_t)blockIdx.x * QF_WARPS + warp; t < A.tiles; t += (int64_t)gridDim.x * QF_WARPS) {
         int64_t r0, c0;
         qf_tile_origin(A, t, lane, &r0, &c0);
         uint32_t w[QF_ROWS][4];
         qf_load(A, r0, c0, false, w);
+        uint32_t rm[QF_ROWS];
+        if (HA == 0 && fold_r) {
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++)
+                rm[r] = qf_hmax(qf_vmax(qf_vmax(w[r][0] & 0x7FFF7FFFu, w[r][1] & 0x7FFF7FFFu),
+                                        qf_vmax(w[r][2] & 0x7FFF7FFFu, w[r][3] & 0x7FFF7FFFu)));
+        }
         if (HA == 0 || HB == 0) {
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++)
@@ -613,6 +751,45 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
                 for (int j = 0; j < 8; j++) mr = qf_max(mr, qf_absbits(y[j]));
                 if (mr <= 0x7F800000u) ma = qf_max(ma, mr);
                 else ma_nan = qf_max(ma_nan, qf_rmax(mr, y));
+                if (fold_r) rm[r] = qf_rmax(mr, y);
+            }
+        }
+        if (fold_r) qf_fold_rows(A.t[0], rm, r0, lane, A.rows);
+        if (fold_c && c0 != cacc_c0) {
+            if (cacc_c0 >= 0) qf_fold_cols(A.t[1], cacc, cacc_c0, lane, A.cols);
+#pragma unroll
+            for (int j = 0; j < 8; j++) cacc[j] = 0;
+            cacc_c0 = c0;
+        }
+        if (HB == 0 && fold_c) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                uint32_t m2 = 0;
+#pragma unroll
+                for (int r = 0; r < QF_ROWS; r++) m2 = qf_vmax(m2, w[r][i] & 0x7FFF7FFFu);
+                m2 = qf_vmax(m2, __shfl_xor_sync(0xFFFFFFFFu, m2, 16));
+                cacc[2 * i] = qf_max(cacc[2 * i], m2 << 16);
+                cacc[2 * i + 1] = qf_max(cacc[2 * i + 1], m2 & 0xFFFF0000u);
+            }
+        }
+        if (HB > 0 && fold_c) {   // the rotated columns' maxima (before the pass below consumes w)
+            uint32_t wf[QF_ROWS][4];
+#pragma unroll
+            for (int r = 0; r < QF_ROWS; r++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) wf[r][i] = w[r][i];
+            qf_col_signs(A.t[1], HB, rg, wf);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                float lo[QF_ROWS], hi[QF_ROWS];
+                qf_rot_cols<HB>(wf, p, A.t[1].hscale, rg, lo, hi);
+                uint32_t ml = 0, mh = 0;
+#pragma unroll
+                for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
+                ml = qf_shfl_max(qf_rmax(ml, lo), 16);
+                mh = qf_shfl_max(qf_rmax(mh, hi), 16);
+                cacc[2 * p] = qf_max(cacc[2 * p], ml);
+                cacc[2 * p + 1] = qf_max(cacc[2 * p + 1], mh);
             }
         }
         if (HB == 16) {
@@ -639,6 +816,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
             }
         }
     }
+    if (fold_c && cacc_c0 >= 0) qf_fold_cols(A.t[1], cacc, cacc_c0, lane, A.cols);
     const uint32_t raw = qf_hmax(m2raw);
     uint32_t m[2] = {HA > 0 ? qf_max(qf_round_bits(ma), ma_nan) : raw, HB > 0 ? qf_max(qf_round_bits(mb), mb_nan) : raw};
 #pragma unroll
@@ -659,7 +837,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 
 // Registers: the thread's patch (64) plus one target's working set; 128-thread CTAs, at least 3 per SM
 // (at most 168 registers; a cap of 128 spilled ~320 bytes in the column-wise Hadamard kernel).
-template <int HA, int HB>
+template <int HA, int HB, bool FOLD>
 __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const __grid_constant__ QFArgs A) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float s_enc[2] = {1.0f, 1.0f};
@@ -678,13 +856,13 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const
     qf_load(A, r0, c0, true, w);
     if constexpr (HA >= 0) {
         constexpr int H = HA > 0 ? HA : 0;
-        if (A.t[0].sr) qf_apply_axis1<H, true>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
-        else qf_apply_axis1<H, false>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
+        if (A.t[0].sr) qf_apply_axis1<H, true, FOLD>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
+        else qf_apply_axis1<H, false, FOLD>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
     }
     if constexpr (HB >= 0) {
         constexpr int H = HB > 0 ? HB : 0;
-        if (A.t[1].sr) qf_apply_axis0<H, true>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
-        else qf_apply_axis0<H, false>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
+        if (A.t[1].sr) qf_apply_axis0<H, true, FOLD>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
+        else qf_apply_axis0<H, false, FOLD>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
     }
 }
 
@@ -719,8 +897,12 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols)
     if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
     if (!qf_h_ok(p->hadamard)) return 0;
-    if (!t->fake || t->codes || t->scales || !t->amax || !t->scale_dec) return 0;
-    if ((uintptr_t)t->fake % 16 || t->ld_fake % 8 || t->ld_fake < cols) return 0;
+    if (!t->fake == !t->fp8 || t->codes || t->scales || !t->amax || !t->scale_dec) return 0;
+    if (t->fake && ((uintptr_t)t->fake % 16 || t->ld_fake % 8 || t->ld_fake < cols)) return 0;
+    if (t->fp8) {   // the fold: E8M0 4-bit specs; axis 0 writes whole 16-row patches transposed
+        if (!fp8_foldable(p) || !t->fold_max || !t->fold_scale || !t->fold_below || (uintptr_t)t->fp8 % 16) return 0;
+        if (t->axis == 0 && rows % 16) return 0;
+    }
     return qf_shape_ok(p, rows, cols, t->axis);
 }
 
@@ -752,6 +934,13 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.bw = t->p.block_w;
     q.bl = t->p.block_l;
     q.ref_elems = t->p.grid.e4m3;
+    q.fp8 = t->fp8;
+    q.fold_max = t->fold_max;
+    q.fold_scale = t->fold_scale;
+    q.fold_below = t->fold_below;
+    const Fp8Window win = fp8_fold_window(&t->p.grid);
+    q.dmin = win.dmin;
+    q.dmax = win.dmax;
     return q;
 }
 
@@ -778,6 +967,8 @@ static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, 
     }
     L.a.in = (const uint16_t*)in;
     L.a.rows = rows; L.a.cols = cols; L.a.ld = ld;
+    L.a.t[0].ld_fp8 = cols;   // the fold's operand: the reduction axis contiguous
+    L.a.t[1].ld_fp8 = rows;
     L.a.tiles_c = ceil_div(cols, QF_TILE_C);
     L.a.tiles = L.a.tiles_c * ceil_div(rows, QF_TILE_R);
     fail_if(L.a.tiles >= ((int64_t)1 << 31), "quantize_fast_gpu: %lld x %lld is too large (tile indices are 32-bit)",
@@ -795,19 +986,22 @@ static inline int qf_num_sms(void) {
     return sms;
 }
 
-template <int HA, int HB>
+template <int HA, int HB, bool FOLD>
 static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
-    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_amax_kernel<HA, HB>, QF_THREADS, 0));
+    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_amax_kernel<HA, HB, FOLD>, QF_THREADS, 0));
     int64_t blocks = ceil_div(L.a.tiles, QF_WARPS), cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
     if (blocks > cap) blocks = cap;
-    qf_amax_kernel<HA, HB><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
+    // a column-wise fold keeps its column maxima while a warp stays on one tile column: with a grid stride
+    // (blocks x warps tiles) that is a multiple of the tile columns, it always does
+    if (L.a.t[1].fold_max && blocks > L.a.tiles_c) blocks -= blocks % L.a.tiles_c;
+    qf_amax_kernel<HA, HB, FOLD><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
     cuda_check_last();
 }
 
-template <int HA, int HB>
+template <int HA, int HB, bool FOLD>
 static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
-    qf_apply_kernel<HA, HB><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
+    qf_apply_kernel<HA, HB, FOLD><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
     cuda_check_last();
 }
 
@@ -815,21 +1009,33 @@ static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
 // a dual-target apply kernel needs 168 registers (12 warps per SM) and ran slower than the two
 // single-target kernels together (bench_quant_fast, nvfp4 dY pair at 65536 x 3072: 1323 us dual vs
 // 1113 us split), although it reads the input once instead of twice.
+// FOLD: kernels that also make the FP8 fold (fp8_fold.h), a separate instantiation so that the others keep
+// their registers.
 static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
-#define QF_CASE(A, B) if (L.ha == A && L.hb == B) { qf_launch_amax<A, B>(L, s); return; }
+    const bool fold = L.a.t[0].fp8 || L.a.t[1].fp8;
+#define QF_CASE(A, B) if (L.ha == A && L.hb == B) { \
+        if (fold) qf_launch_amax<A, B, true>(L, s); else qf_launch_amax<A, B, false>(L, s); return; }
     QF_CASE(0, -1) QF_CASE(16, -1) QF_CASE(32, -1) QF_CASE(-1, 0) QF_CASE(-1, 16) QF_CASE(-1, 32)
     QF_CASE(0, 0) QF_CASE(0, 16) QF_CASE(0, 32) QF_CASE(16, 16) QF_CASE(32, 32)
 #undef QF_CASE
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
 
+template <bool FA, bool FB>
+static inline void qf_dispatch_apply_(const QFLaunch& L, cudaStream_t s) {
+    if (L.ha == 0) qf_launch_apply<0, -1, FA>(L, s);
+    else if (L.ha == 16) qf_launch_apply<16, -1, FA>(L, s);
+    else if (L.ha == 32) qf_launch_apply<32, -1, FA>(L, s);
+    if (L.hb == 0) qf_launch_apply<-1, 0, FB>(L, s);
+    else if (L.hb == 16) qf_launch_apply<-1, 16, FB>(L, s);
+    else if (L.hb == 32) qf_launch_apply<-1, 32, FB>(L, s);
+}
 static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
-    if (L.ha == 0) qf_launch_apply<0, -1>(L, s);
-    else if (L.ha == 16) qf_launch_apply<16, -1>(L, s);
-    else if (L.ha == 32) qf_launch_apply<32, -1>(L, s);
-    if (L.hb == 0) qf_launch_apply<-1, 0>(L, s);
-    else if (L.hb == 16) qf_launch_apply<-1, 16>(L, s);
-    else if (L.hb == 32) qf_launch_apply<-1, 32>(L, s);
+    const bool fa = L.a.t[0].fp8 != NULL, fb = L.a.t[1].fp8 != NULL;
+    if (fa && fb) qf_dispatch_apply_<true, true>(L, s);
+    else if (fa) qf_dispatch_apply_<true, false>(L, s);
+    else if (fb) qf_dispatch_apply_<false, true>(L, s);
+    else qf_dispatch_apply_<false, false>(L, s);
 }
 
 // Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax (a maximum into it: zeroed here

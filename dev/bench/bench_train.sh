@@ -2,7 +2,8 @@
 # Training throughput of train_gpt_fp4: d12 (GPT-2 124M), B=64, T=1024, total batch 65536 on one GPU.
 # Prints tokens/s and MFU (median of the steps after warm-up) for each recipe given, and the ratio of
 # each recipe's step time to the first one's (the baseline, measured in the same run).
-# usage: dev/bench/bench_train.sh [recipe ...]      (default: bf16; recipes need the FP4 build)
+# usage: dev/bench/bench_train.sh [recipe[@gemm] ...]   (default: bf16); @gemm picks --fp4-gemm
+#        (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8
 # env: STEPS (default 30), MODEL (d12), B (64), T (1024), DATA (tinyshakespeare train shard),
 #      ROUNDS (1): run the recipe list this many times, interleaved, and keep each recipe's fastest
 #      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it)
@@ -15,7 +16,9 @@ mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; k++)); do
     for r in "${recipes[@]}"; do
         extra=()
-        [ "$r" = bf16 ] || extra=(--recipe "$r")
+        name=${r%%@*}
+        [ "$name" = bf16 ] || extra=(--recipe "$name")
+        [ "$name" = "$r" ] || extra+=(--fp4-gemm "${r#*@}")
         ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
             --train-data "$DATA" --val-every 0 --sample-every 0 --out-dir "$OUT/$r.$k" "${extra[@]}" > "$OUT/$r.$k.txt"
     done

@@ -1,5 +1,5 @@
 // test_plan.c: CPU tests of llmc/linear_plan.h: for every preset, with and without FP8 Q/K projections,
-// on BF16 and FP4 blocks, with a GEMM switched off and on the native path, each linear's plan reads each
+// on BF16 and FP4 blocks, with a GEMM switched off, on the native path and on the FP8 path, each linear's plan reads each
 // slot from the right tensor along the right axis, in the form the recipe asks, with the recipe's spec;
 // the passes make every quantized copy exactly once from one read of its source; the forward takes the
 // amax of exactly the backward copies that can share its read; a split QKV has the Q/K part [0, 2C) on
@@ -19,15 +19,23 @@ static int same_spec(const QuantSpec* a, const QuantSpec* b) {
     return strcmp(x, y) == 0;
 }
 
-static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, int native, const char* what) {
+// A spec the FP8 path takes: 4-bit elements (not the fp8 grid) with power-of-two block scales.
+static int want_foldable(const QuantSpec* s) {
+    return s->grid != QGRID_BF16 && s->grid != QGRID_E4M3 && (s->scale == QSCALE_E8M0_FLOOR || s->scale == QSCALE_E8M0_CEIL);
+}
+
+static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, GemmPath path, const char* what) {
     for (int s = 0; s < NUM_SLOTS; s++) {
         const OperandPlan* o = &p->op[s];
         CHECK(o->slot == s && o->src == WANT_SOURCE[s] && o->axis == WANT_AXIS[s], "%s: slot %s reads %s along axis %d",
               what, SLOT_NAMES[s], SOURCE_NAMES[o->src], o->axis);
         const int quantized = fp4 && !quant_spec_is_bf16(&r->slot[s]);
         const int other = s ^ 1;   // the other operand of the same GEMM
-        const int gemm_native = native && !qk && quantized && !quant_spec_is_bf16(&r->slot[other]);
-        const OperandForm want = !quantized ? FORM_BF16 : gemm_native ? FORM_PACKED : FORM_FAKE;
+        const int gemm_native = path == GEMM_PATH_NATIVE && !qk && quantized && !quant_spec_is_bf16(&r->slot[other]);
+        QuantSpec mine = qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s], theirs = qk ? recipe_qk_spec(r, (Slot)other) : r->slot[other];
+        const int gemm_fp8 = path == GEMM_PATH_FP8 && quantized && !quant_spec_is_bf16(&r->slot[other]) &&
+                             want_foldable(&mine) && want_foldable(&theirs);
+        const OperandForm want = !quantized ? FORM_BF16 : gemm_native ? FORM_PACKED : gemm_fp8 ? FORM_FP8 : FORM_FAKE;
         CHECK(o->form == want, "%s: slot %s form %s, want %s", what, SLOT_NAMES[s], FORM_NAMES[o->form], FORM_NAMES[want]);
         if (quantized) {
             QuantSpec spec = qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
@@ -68,7 +76,7 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, in
     }
 }
 
-static void check_recipe(const Recipe* r0, int L, int C, int native, const char* label) {
+static void check_recipe(const Recipe* r0, int L, int C, GemmPath path, const char* label) {
     Recipe r = *r0;
     recipe_resolve_layers(&r, L);
     recipe_check(&r);
@@ -77,7 +85,7 @@ static void check_recipe(const Recipe* r0, int L, int C, int native, const char*
         for (int kind = 0; kind < 4; kind++) {
             const int OC = kind == 0 ? 3 * C : kind == 2 ? 4 * C : C;
             LinearPlan lp;
-            linear_plan_build(&lp, &r, l, L, kind == 0, OC, native);
+            linear_plan_build(&lp, &r, l, L, kind == 0, OC, path);
             const int fp4 = !recipe_is_bf16(&r) && l >= r.bf16_first && l < L - r.bf16_last;
             const int split = fp4 && r.qk_fp8 && kind == 0;
             char what[160];
@@ -89,7 +97,7 @@ static void check_recipe(const Recipe* r0, int L, int C, int native, const char*
             } else {
                 CHECK(lp.part[0].o0 == 0 && lp.part[0].n == OC && !lp.part[0].qk, "%s: one part of all %d outputs", what, OC);
             }
-            for (int p = 0; p < lp.nparts; p++) check_part(&r, &lp.part[p], fp4, lp.part[p].qk, native, what);
+            for (int p = 0; p < lp.nparts; p++) check_part(&r, &lp.part[p], fp4, lp.part[p].qk, path, what);
             plans++;
         }
     printf("  %s: %d plans\n", label, plans);
@@ -101,39 +109,58 @@ int main(void) {
         Recipe r;
         char label[96];
         recipe_preset(&r, RECIPE_PRESETS[i].name);
-        check_recipe(&r, L, C, 0, RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, GEMM_PATH_EMULATED, RECIPE_PRESETS[i].name);
+        snprintf(label, sizeof(label), "%s, FP8 path", RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, GEMM_PATH_FP8, label);
         if (recipe_is_bf16(&r)) continue;
         r.qk_fp8 = 1;
         snprintf(label, sizeof(label), "%s --qk-fp8", RECIPE_PRESETS[i].name);
-        check_recipe(&r, L, C, 0, label);
+        check_recipe(&r, L, C, GEMM_PATH_EMULATED, label);
+        snprintf(label, sizeof(label), "%s --qk-fp8, FP8 path", RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, GEMM_PATH_FP8, label);
         r.qk_fp8 = 0;
         recipe_disable_gemm(&r, 1);
         r.bf16_first = 1;
         snprintf(label, sizeof(label), "%s --fp4-dgrad off --bf16-first-layers 1", RECIPE_PRESETS[i].name);
-        check_recipe(&r, L, C, 0, label);
+        check_recipe(&r, L, C, GEMM_PATH_EMULATED, label);
+        snprintf(label, sizeof(label), "%s --fp4-dgrad off --bf16-first-layers 1, FP8 path", RECIPE_PRESETS[i].name);
+        check_recipe(&r, L, C, GEMM_PATH_FP8, label);
     }
     Recipe r;
     recipe_preset(&r, "nvfp4-naive");
-    check_recipe(&r, L, C, 1, "nvfp4-naive, native GEMMs");
+    check_recipe(&r, L, C, GEMM_PATH_NATIVE, "nvfp4-naive, native GEMMs");
     recipe_preset(&r, "nvfp4");
     recipe_disable_gemm(&r, 2);
-    check_recipe(&r, L, C, 1, "nvfp4 --fp4-wgrad off, native GEMMs");
+    check_recipe(&r, L, C, GEMM_PATH_NATIVE, "nvfp4 --fp4-wgrad off, native GEMMs");
     recipe_preset(&r, "mxfp4");
     recipe_set_slot(&r, SLOT_DGRAD_DY, "bf16");   // one BF16 operand: the GEMM's other operand alone is quantized
-    check_recipe(&r, L, C, 0, "mxfp4 --dgrad-dy bf16");
+    check_recipe(&r, L, C, GEMM_PATH_EMULATED, "mxfp4 --dgrad-dy bf16");
+    check_recipe(&r, L, C, GEMM_PATH_FP8, "mxfp4 --dgrad-dy bf16, FP8 path");
+    recipe_preset(&r, "mxfp4");
+    recipe_set_slot(&r, SLOT_WGRAD_X, "nvfp4");   // E4M3 scales on one side: that GEMM stays emulated
+    recipe_set_slot(&r, SLOT_FPROP_X, "int4,e8m0");
+    check_recipe(&r, L, C, GEMM_PATH_FP8, "mxfp4 --wgrad-x nvfp4 --fprop-x int4,e8m0, FP8 path");
 
     // what a plan reads like (nvfp4's fc linear, and the split QKV)
     LinearPlan lp;
     char text[2048];
     recipe_preset(&r, "nvfp4");
     recipe_resolve_layers(&r, L);
-    linear_plan_build(&lp, &r, 5, L, 0, 4 * C, 0);
+    linear_plan_build(&lp, &r, 5, L, 0, 4 * C, GEMM_PATH_EMULATED);
     linear_plan_describe(&lp, text, sizeof(text));
     printf("  nvfp4 fc: %s\n", text);
     CHECK(strstr(text, "bwd pass dY->dgrad.dy+wgrad.dy") != NULL, "description: dY's shared pass");
     r.qk_fp8 = 1;
-    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, 0);
+    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, GEMM_PATH_EMULATED);
     linear_plan_describe(&lp, text, sizeof(text));
     printf("  nvfp4 --qk-fp8 qkv: %s\n", text);
+    recipe_preset(&r, "mxfp4-2d");
+    recipe_resolve_layers(&r, L);
+    r.qk_fp8 = 1;
+    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, GEMM_PATH_FP8);
+    linear_plan_describe(&lp, text, sizeof(text));
+    printf("  mxfp4-2d --qk-fp8 qkv, FP8 path: %s\n", text);
+    CHECK(lp.part[0].op[SLOT_FPROP_X].form == FORM_FAKE && lp.part[1].op[SLOT_FPROP_X].form == FORM_FP8,
+          "FP8 path: the Q/K part (MXFP8) stays emulated, the V part folds");
     return test_summary("test_plan");
 }

@@ -1,0 +1,128 @@
+// bench_fp8_fold.cu: the FP8 fold (quant_fast.cuh with FP8 targets, fp8_fold.h) against the fake-quant copy of
+// the same spec, at GPT-2 d12 training shapes, both passes and each alone, and the fold's extra memset.
+// Also times matmul_fp8 against the BF16 GEMM (matmul.cuh) at the d12 linear shapes, with and without a bias.
+// Usage: build/bench_fp8_fold [-n iters]
+#include <vector>
+#include "llmc/quant_fast.cuh"
+#include "llmc/matmul_fp8.cuh"
+#include "dev/bench/bench_common.cuh"
+
+template <typename F>
+static double us(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
+
+struct Cfg {
+    const char* name;
+    const char* spec[2];
+    int axis[2];
+    int n;
+};
+
+int main(int argc, char** argv) {
+    Bench b;
+    if (!bench_init(b, argc, argv, "bench_fp8_fold")) return 0;
+    const Cfg cfgs[] = {
+        {"mxfp4 row (fprop X)", {"mxfp4", NULL}, {1, 0}, 1},
+        {"mxfp4 col (wgrad X)", {"mxfp4", NULL}, {0, 0}, 1},
+        {"mxfp4 col SR", {"mxfp4,sr", NULL}, {0, 0}, 1},
+        {"DUAL mxfp4 dY SR", {"mxfp4,sr", "mxfp4,sr"}, {1, 0}, 2},
+        {"DUAL mxfp4-2d dY SR", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
+        {"mxfp4 col H16", {"mxfp4,h16", NULL}, {0, 0}, 1},
+    };
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}};
+    printf("%-22s %-12s %8s %8s %8s %8s %8s %8s %8s\n", "config", "shape", "fake", "f.amax", "f.apply", "fold", "o.amax",
+           "o.apply", "memset");
+    for (auto& sh : shapes) {
+        const int64_t R = sh[0], C = sh[1], n = R * C;
+        uint16_t *in, *f[2];
+        uint8_t* q[2];
+        float *sc, *rs[2];
+        uint32_t* mx[2];
+        unsigned* below;
+        cuda_check(cudaMalloc(&in, 2 * n));
+        cuda_check(cudaMemset(in, 0x3F, 2 * n));
+        for (int k = 0; k < 2; k++) {
+            cuda_check(cudaMalloc(&f[k], 2 * n));
+            cuda_check(cudaMalloc(&q[k], n));
+            cuda_check(cudaMalloc(&rs[k], 4 * (R > C ? R : C)));
+            cuda_check(cudaMalloc(&mx[k], 4 * (R > C ? R : C)));
+        }
+        cuda_check(cudaMalloc(&sc, 64));
+        cuda_check(cudaMalloc(&below, 8));
+        {
+            std::vector<uint16_t> h(n);
+            uint64_t s = 1;
+            for (int64_t i = 0; i < n; i++) {
+                s = s * 6364136223846793005ull + 1442695040888963407ull;
+                h[i] = bf16_bits_rne((float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23));
+            }
+            cuda_check(cudaMemcpy(in, h.data(), 2 * n, cudaMemcpyHostToDevice));
+        }
+        for (auto& c : cfgs) {
+            QuantParams p[2];
+            QuantTarget tf[2], to[2];
+            for (int k = 0; k < c.n; k++) {
+                p[k] = bench_params(c.spec[k]);
+                tf[k] = quant_target_fake(&p[k], c.axis[k], 5 + k, (floatX*)f[k], C, sc + 4 * k, sc + 4 * k + 1);
+                to[k] = quant_target_fake(&p[k], c.axis[k], 5 + k, NULL, 0, sc + 4 * k + 2, sc + 4 * k + 3);
+                to[k].fp8 = q[k]; to[k].fold_max = mx[k]; to[k].fold_scale = rs[k]; to[k].fold_below = below + k;
+            }
+            const floatX* x = (const floatX*)in;
+            const size_t nmax = 4 * (R > C ? R : C);
+            double fk = us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+            double fa = us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+            double fp = us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+            double ms = us(b, [&] { for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0)); });
+            double ok = us(b, [&] {
+                for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0));
+                quantize_fast_gpu(x, R, C, C, to, c.n, 0);
+            });
+            double oa = us(b, [&] { quant_fast_amax_gpu(x, R, C, C, to, c.n, 0); });
+            double op = us(b, [&] { quant_fast_apply_gpu(x, R, C, C, to, c.n, 0); });
+            char shape[32];
+            snprintf(shape, sizeof(shape), "%lldx%lld", (long long)R, (long long)C);
+            printf("%-22s %-12s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", c.name, shape, fk, fa, fp, ok, oa, op, ms);
+        }
+        cudaFree(in);
+        for (int k = 0; k < 2; k++) { cudaFree(f[k]); cudaFree(q[k]); cudaFree(rs[k]); cudaFree(mx[k]); }
+        cudaFree(sc);
+        cudaFree(below);
+    }
+    // GEMMs: D (M x N) = A (M x K) B (N x K)^T, the d12 linears' shapes
+    matmul_init();
+    const int BT = 65536, Cm = 768;
+    const int g[][4] = {{BT, 3 * Cm, Cm, 1}, {BT, Cm, Cm, 1}, {BT, 4 * Cm, Cm, 1}, {BT, Cm, 4 * Cm, 1},
+                        {BT, Cm, 4 * Cm, 0}, {BT, 4 * Cm, Cm, 0}, {4 * Cm, Cm, BT, 2}, {Cm, 4 * Cm, BT, 2}, {3 * Cm, Cm, BT, 2}};
+    uint8_t *a8, *b8;
+    uint16_t *a16, *b16, *bias;
+    float *d, *sa, *sb;
+    cuda_check(cudaMalloc(&a8, (size_t)BT * 4 * Cm)); cuda_check(cudaMalloc(&b8, (size_t)BT * 4 * Cm));
+    cuda_check(cudaMalloc(&a16, (size_t)BT * 4 * Cm * 2)); cuda_check(cudaMalloc(&b16, (size_t)BT * 4 * Cm * 2));
+    cuda_check(cudaMalloc(&d, (size_t)BT * 4 * Cm * 4)); cuda_check(cudaMalloc(&bias, 4 * Cm * 2));
+    cuda_check(cudaMalloc(&sa, BT * 4)); cuda_check(cudaMalloc(&sb, BT * 4));
+    cuda_check(cudaMemset(a8, 0x30, (size_t)BT * 4 * Cm)); cuda_check(cudaMemset(b8, 0x30, (size_t)BT * 4 * Cm));
+    cuda_check(cudaMemset(a16, 0x3C, (size_t)BT * 4 * Cm * 2)); cuda_check(cudaMemset(b16, 0x3C, (size_t)BT * 4 * Cm * 2));
+    cuda_check(cudaMemset(bias, 0, 4 * Cm * 2));
+    std::vector<float> ones(BT, 1.0f);
+    cuda_check(cudaMemcpy(sa, ones.data(), BT * 4, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(sb, ones.data(), BT * 4, cudaMemcpyHostToDevice));
+    printf("\n%-26s %9s %9s %7s\n", "GEMM M x N x K (kind)", "bf16 us", "fp8 us", "ratio");
+    const char* kinds[] = {"dgrad-like, BF16", "fprop, BF16 + bias", "wgrad, FP32 +="};
+    for (auto& s : g) {
+        const int M = s[0], N = s[1], K = s[2], kind = s[3];
+        double t16, t8;
+        if (kind == 2) {   // FP32 accumulate, as wgrad
+            t16 = us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
+            t8 = us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
+        } else {
+            const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
+            t16 = us(b, [&] { matmul_forward((floatX*)d, (floatX*)a16, (floatX*)b16, bb, M, K, N, NULL, 0); });
+            t8 = us(b, [&] { matmul_fp8(d, N, 0, a8, sa, b8, sb, M, N, K, bb, 0, NULL, 0); });
+        }
+        char name[64];
+        snprintf(name, sizeof(name), "%dx%dx%d", M, N, K);
+        printf("%-18s %-16s %9.1f %9.1f %7.3f\n", name, kinds[kind], t16, t8, t8 / t16);
+    }
+    matmul_fp8_destroy();
+    matmul_destroy();
+    return 0;
+}

@@ -1,0 +1,316 @@
+// test_fp8_fold.cu: the FP8 path for E8M0-scaled operands (llmc/fp8_fold.h, the fold in quant_fast.cuh,
+// llmc/matmul_fp8.cuh).
+// CPU part (runs everywhere):
+//   - the window: for every 4-bit grid, every level times 2^d is exactly an E4M3 number for d in
+//     [dmin, dmax], and the window is the widest such (one level fails just outside it);
+//   - fp8_fold_value equals CUDA's own float -> E4M3 conversion (__nv_cvt_float_to_fp8, RNE, satfinite) for
+//     every BF16 value and a range of offsets, and round-trips exactly inside the window.
+// GPU part (skips without a GPU):
+//   - quantize_fast_gpu with FP8 targets against the CPU twin (quant_cpu, then fp8_fold_cpu): E4M3 bytes,
+//     per-row scales and the count of blocks below the window, bit for bit, for every E8M0 spec shape
+//     (1x32, 32x32, 1x16, 16x16; floor and ceil; RNE and SR; Hadamard 0, 16, 32), both axes, the trainer's
+//     pairs, on normal, heavy-tailed, special and non-finite data, and on rows whose blocks spread over
+//     more than the window (crafted: a known number of blocks below it);
+//   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
+//     within FP32 accumulation noise (tolerance below).
+#include <math.h>
+#include <vector>
+#include <cuda_fp8.h>
+#include "llmc/quant_fast.cuh"
+#include "llmc/fp4_quant_cpu.h"
+#include "llmc/matmul_fp8.cuh"
+#include "dev/test/testing.h"
+
+static QuantParams parse(const char* s) {
+    QuantSpec spec;
+    char err[256];
+    fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s", err);
+    return quant_params(&spec);
+}
+
+static int e4m3_exact(float v) { return e4m3_value(e4m3_bits(e4m3_rne_satfinite(v))) == v && fabsf(v) <= 448.0f; }
+
+static void cpu_checks(void) {
+    const int grids[3] = {QGRID_E2M1, QGRID_INT4, QGRID_E1M2};
+    for (int gi = 0; gi < 3; gi++) {
+        const GridTraits* g = grid_traits((QuantGrid)grids[gi]);
+        const Fp8Window w = fp8_fold_window(g);
+        int inside = 1, below = 1, above = 1;
+        for (int d = w.dmin; d <= w.dmax; d++)
+            for (int c = 1; c < 8; c++) inside &= e4m3_exact(g->levels[c] * exp2_exact(d));
+        for (int c = 1; c < 8; c++) {
+            below &= e4m3_exact(g->levels[c] * exp2_exact(w.dmin - 1));
+            above &= e4m3_exact(g->levels[c] * exp2_exact(w.dmax + 1));
+        }
+        CHECK(inside && !below && !above, "grid %s: window [%d, %d] exact inside %d, exact below %d / above %d",
+              quant_grid_table[grids[gi]].name, w.dmin, w.dmax, inside, below, above);
+    }
+    const Fp8Window w = fp8_fold_window(grid_traits(QGRID_E2M1));
+    CHECK(w.dmin == -8 && w.dmax == 6, "E2M1 window [%d, %d], want [-8, 6] (FP4_NUMERICS: 2^-9 .. 448)", w.dmin, w.dmax);
+
+    // fp8_fold_value vs the CUDA conversion, every BF16 bit pattern, offsets -127 .. 127
+    long bad = 0, trips = 0, bad_trip = 0;
+    for (int o = -127; o <= 127; o += 3)
+        for (uint32_t b = 0; b < 65536; b++) {
+            const float v = bf16_bits_to_float((uint16_t)b);
+            const uint8_t got = fp8_fold_value(v, o);
+            const float y = v * exp2_exact(-o);
+            const uint8_t want = v != v ? 0x7F : (uint8_t)__nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
+            if (got != want && bad++ < 3) printf("  fold mismatch v %g o %d: 0x%02x, cuda 0x%02x\n", v, o, got, want);
+            if (v == v && y * exp2_exact(o) == v && fabsf(y) <= 448.0f && e4m3_exact(y)) {   // y exact, in range
+                trips++;
+                bad_trip += e4m3_value(got) * exp2_exact(o) != v;
+            }
+        }
+    CHECK(bad == 0, "fp8_fold_value differs from __nv_cvt_float_to_fp8 in %ld cases", bad);
+    CHECK(bad_trip == 0 && trips > 10000, "round trip: %ld of %ld exact values do not come back", bad_trip, trips);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPU: the fold against the CPU twin
+
+static uint64_t lcg = 777;
+static double urand(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(lcg >> 11) * (1.0 / 9007199254740992.0);
+}
+static double nrand(void) { return sqrt(-2 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+
+enum { D_NORMAL, D_HEAVY, D_SPECIAL, D_NONFINITE, D_SPREAD, D_COUNT };
+static const char* const DNAMES[D_COUNT] = {"normal", "heavy", "special", "nonfinite", "spread"};
+
+static std::vector<uint16_t> make_data(int64_t rows, int64_t cols, int kind) {
+    std::vector<uint16_t> h(rows * cols);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            double x = nrand();
+            if (kind == D_HEAVY) x *= exp(2.0 * nrand());
+            if (kind == D_SPECIAL) {
+                uint64_t t = rng_mix64((uint64_t)(r / 16) * 7919 + (uint64_t)(c / 16) * 104729) % 6;
+                if (t == 0) x = 0.0;
+                else if (t == 1) x *= 1e-40;
+                else if (t == 2) x *= 1e-36;
+                else if (t == 3) x *= 1e30;
+            }
+            // blocks 2^-12 .. 2^-24 below the rest of their row and column: some inside the window, some below
+            if (kind == D_SPREAD && rng_mix64((uint64_t)(r / 8) * 31 + (uint64_t)(c / 8) * 17) % 5 == 0)
+                x *= exp2(-12.0 - (double)(rng_mix64((uint64_t)(r / 8) * 7 + (uint64_t)(c / 8)) % 13));
+            uint16_t b = bf16_bits_rne((float)x);
+            if (kind == D_NONFINITE && urand() < 0.002) b = urand() < 0.5 ? 0x7F80 : 0xFFC3;
+            h[r * cols + c] = b;
+        }
+    return h;
+}
+
+static int n_cases = 0, n_fail = 0;
+static long long n_below = 0;
+
+// One pass of one or two targets (different axes) over a rows x cols view; each target against the twin.
+static void run_case(const char* const* specs, const int* axes, int n, int64_t rows, int64_t cols, int kind) {
+    QuantParams p[2];
+    for (int k = 0; k < n; k++) p[k] = parse(specs[k]);
+    std::vector<uint16_t> h = make_data(rows, cols, kind);
+    uint16_t* in;
+    uint8_t* fp8[2];
+    float *rs[2], *sc;
+    uint32_t* mx[2];
+    unsigned* below;
+    cuda_check(cudaMalloc(&in, h.size() * 2));
+    cuda_check(cudaMemcpy(in, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    cuda_check(cudaMalloc(&sc, 8 * sizeof(float)));
+    cuda_check(cudaMalloc(&below, 2 * sizeof(unsigned)));
+    cuda_check(cudaMemset(below, 0, 2 * sizeof(unsigned)));
+    QuantTarget t[2];
+    const int64_t n_el = rows * cols, most = rows > cols ? rows : cols;
+    for (int k = 0; k < n; k++) {
+        cuda_check(cudaMalloc(&fp8[k], n_el));
+        cuda_check(cudaMemset(fp8[k], 0x5A, n_el));
+        cuda_check(cudaMalloc(&rs[k], most * sizeof(float)));
+        cuda_check(cudaMalloc(&mx[k], most * sizeof(uint32_t)));
+        cuda_check(cudaMemset(mx[k], 0, most * sizeof(uint32_t)));
+        t[k] = quant_target_fake(&p[k], axes[k], rng_key(9, 4, 200 + k), NULL, 0, sc + 2 * k, sc + 2 * k + 1);
+        t[k].fp8 = fp8[k];
+        t[k].fold_max = mx[k];
+        t[k].fold_scale = rs[k];
+        t[k].fold_below = below + k;
+    }
+    char desc[300];
+    snprintf(desc, sizeof(desc), "[%s ax%d%s%s] %lldx%lld %s", specs[0], axes[0], n == 2 ? " + " : "", n == 2 ? specs[1] : "",
+             (long long)rows, (long long)cols, DNAMES[kind]);
+    if (!quant_fast_supported(t, n, rows, cols, cols)) {
+        n_fail++;
+        printf("FAIL %s: quant_fast_supported refuses an FP8 target\n", desc);
+        return;
+    }
+    quantize_fast_gpu((const floatX*)in, rows, cols, cols, t, n, 0);
+    cuda_check(cudaDeviceSynchronize());
+    unsigned got_below[2];
+    cuda_check(cudaMemcpy(got_below, below, sizeof(got_below), cudaMemcpyDeviceToHost));
+    for (int k = 0; k < n; k++) {
+        const int64_t M = axes[k] ? rows : cols, K = axes[k] ? cols : rows;
+        std::vector<uint16_t> fake(n_el);
+        std::vector<uint8_t> scales(M * (K / p[k].block_l)), want(n_el), got(n_el);
+        std::vector<float> want_rs(M), got_rs(M);
+        QuantView v = {h.data(), rows, cols, cols};
+        quant_cpu(&p[k], v, axes[k], t[k].key, fake.data(), cols, NULL, scales.data(), NULL);
+        const int64_t wb = fp8_fold_cpu(&p[k], axes[k], fake.data(), rows, cols, cols, scales.data(), want.data(),
+                                        want_rs.data());
+        cuda_check(cudaMemcpy(got.data(), fp8[k], n_el, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(got_rs.data(), rs[k], M * sizeof(float), cudaMemcpyDeviceToHost));
+        int64_t bad = 0, first = -1, bad_rs = 0;
+        for (int64_t i = 0; i < n_el; i++)
+            if (got[i] != want[i] && !bad++) first = i;
+        for (int64_t i = 0; i < M; i++) bad_rs += f32_bits(got_rs[i]) != f32_bits(want_rs[i]);
+        n_below += wb;
+        if (bad || bad_rs || (int64_t)got_below[k] != wb) {
+            n_fail++;
+            if (n_fail <= 10)
+                printf("FAIL %s t%d: %lld bytes differ (first [%lld] 0x%02x want 0x%02x), %lld row scales differ, "
+                       "%u blocks below the window, want %lld\n", desc, k, (long long)bad, (long long)first,
+                       first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0, (long long)bad_rs, got_below[k], (long long)wb);
+        }
+        cudaFree(fp8[k]); cudaFree(rs[k]); cudaFree(mx[k]);
+    }
+    n_cases++;
+    cudaFree(in); cudaFree(sc); cudaFree(below);
+}
+
+static void fold_checks(int quick) {
+    const char* specs[] = {"mxfp4", "mxfp4-ceil", "mxfp4-2d", "mxfp4,sr", "mxfp4-2d,sr", "mxfp4,h16", "mxfp4,sr,h32,seed=3",
+                           "mxfp4,16x16", "mxfp4,1x16,sr", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
+    const int64_t shapes[][2] = {{64, 96}, {96, 160}, {32, 256}, {160, 64}, {256, 384}};
+    const int nspec = sizeof(specs) / sizeof(specs[0]);
+    for (int i = 0; i < nspec; i++)
+        for (int ax = 0; ax < 2; ax++)
+            for (int si = 0; si < 5; si++)
+                for (int kind = 0; kind < D_COUNT; kind++) {
+                    if (quick && (si > 1 || kind == D_HEAVY)) continue;
+                    const QuantParams p = parse(specs[i]);
+                    const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                    const int64_t M = ax ? rows : cols, K = ax ? cols : rows;
+                    if (K % p.block_l || M % p.block_w || (p.hadamard && K % p.hadamard)) continue;
+                    run_case(&specs[i], &ax, 1, rows, cols, kind);
+                }
+    // the trainer's pairs: dY's two copies (rows + columns), as the recipes make them
+    const char* pairs[][2] = {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, {"mxfp4,sr", "mxfp4,sr,h32,seed=7"}, {"mxfp4", "mxfp4,h16"},
+                              {"mxfp4", "mxfp4"}};
+    const int axes[2] = {1, 0};
+    for (auto& pr : pairs)
+        for (int kind = 0; kind < D_COUNT; kind++) {
+            run_case(pr, axes, 2, 256, 384, kind);
+            if (!quick) run_case(pr, axes, 2, 1024, 768, kind);
+        }
+    printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
+    CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
+    CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// GPU: matmul_fp8 vs the BF16 GEMM of the same values (the emulated path)
+//
+// Tolerance. Both GEMMs multiply the same exact products (4-bit codes times powers of two) and accumulate in
+// different orders. The BF16 GEMM accumulates in FP32. Hopper's FP8 MMA does not: inside each chain of MMAs
+// it keeps fewer bits (DeepSeek-V3's report measured about 14) before cuBLASLt promotes the partial sum to
+// FP32 (fast accumulation off). Measured on the H200 (this test, 2026-12-01): the FP8 GEMM's FP32 output is
+// up to 2.9e-4 (normal data) and 4.8e-4 (spread data) of sum |a b| from the exact sum, where the BF16 GEMM
+// is within 1e-5. We allow 2^-10 sum |a b| (9.8e-4), plus the BF16 rounding of the output (2^-8 relative,
+// twice when the bias is added by a separate kernel) when the GEMM writes BF16.
+
+static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec_b, int spread) {
+    // A (M x K) folded row-wise, B (Nn x K) row-wise: exactly the fprop layout
+    QuantParams pa = parse(spec_a), pb = parse(spec_b);
+    std::vector<uint16_t> ha = make_data(M, K, spread ? D_SPREAD : D_NORMAL), hb = make_data(Nn, K, D_HEAVY);
+    uint16_t *a, *b, *fa, *fb;
+    uint8_t *qa, *qb;
+    float *ra, *rb, *sc, *d8, *d16;
+    uint32_t *ma, *mb;
+    unsigned* below;
+    cuda_check(cudaMalloc(&a, (size_t)M * K * 2)); cuda_check(cudaMalloc(&b, (size_t)Nn * K * 2));
+    cuda_check(cudaMalloc(&fa, (size_t)M * K * 2)); cuda_check(cudaMalloc(&fb, (size_t)Nn * K * 2));
+    cuda_check(cudaMalloc(&qa, (size_t)M * K)); cuda_check(cudaMalloc(&qb, (size_t)Nn * K));
+    cuda_check(cudaMalloc(&ra, M * 4)); cuda_check(cudaMalloc(&rb, Nn * 4));
+    cuda_check(cudaMalloc(&ma, M * 4)); cuda_check(cudaMalloc(&mb, Nn * 4));
+    cuda_check(cudaMemset(ma, 0, M * 4)); cuda_check(cudaMemset(mb, 0, Nn * 4));
+    cuda_check(cudaMalloc(&sc, 8 * 4)); cuda_check(cudaMalloc(&below, 8));
+    cuda_check(cudaMemset(below, 0, 8));
+    cuda_check(cudaMalloc(&d8, (size_t)M * Nn * 4)); cuda_check(cudaMalloc(&d16, (size_t)M * Nn * 4));
+    cuda_check(cudaMemcpy(a, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(b, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    QuantTarget t[4];
+    t[0] = quant_target_fake(&pa, 1, 11, (floatX*)fa, K, sc, sc + 1);
+    t[1] = quant_target_fake(&pb, 1, 12, (floatX*)fb, K, sc + 2, sc + 3);
+    t[2] = quant_target_fake(&pa, 1, 11, NULL, 0, sc + 4, sc + 5);
+    t[3] = quant_target_fake(&pb, 1, 12, NULL, 0, sc + 6, sc + 7);
+    t[2].fp8 = qa; t[2].fold_max = ma; t[2].fold_scale = ra; t[2].fold_below = below;
+    t[3].fp8 = qb; t[3].fold_max = mb; t[3].fold_scale = rb; t[3].fold_below = below + 1;
+    quantize_fast_gpu((floatX*)a, M, K, K, &t[0], 1, 0);
+    quantize_fast_gpu((floatX*)b, Nn, K, K, &t[1], 1, 0);
+    quantize_fast_gpu((floatX*)a, M, K, K, &t[2], 1, 0);
+    quantize_fast_gpu((floatX*)b, Nn, K, K, &t[3], 1, 0);
+    // BF16 outputs with a bias (the forward's form), the emulated GEMM and the FP8 one
+    std::vector<uint16_t> hbias = make_data(1, Nn, D_NORMAL);
+    uint16_t* bias;
+    cuda_check(cudaMalloc(&bias, Nn * 2));
+    cuda_check(cudaMemcpy(bias, hbias.data(), Nn * 2, cudaMemcpyHostToDevice));
+    matmul_forward((floatX*)d16, (floatX*)fa, (floatX*)fb, (floatX*)bias, M, K, Nn, NULL, 0);
+    matmul_fp8(d8, Nn, 0, qa, ra, qb, rb, M, Nn, K, (floatX*)bias, 0, NULL, 0);
+    float* f32o;   // and FP32 output (the form wgrad writes), against the exact sums
+    cuda_check(cudaMalloc(&f32o, (size_t)M * Nn * 4));
+    matmul_fp8(f32o, Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 0, NULL, 0);
+    cuda_check(cudaDeviceSynchronize());
+    std::vector<uint16_t> hfa((size_t)M * K), hfb((size_t)Nn * K), o8((size_t)M * Nn), o16((size_t)M * Nn);
+    std::vector<float> o32((size_t)M * Nn);
+    unsigned hb2[2];
+    cuda_check(cudaMemcpy(hfa.data(), fa, hfa.size() * 2, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(hfb.data(), fb, hfb.size() * 2, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(o8.data(), d8, o8.size() * 2, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(o16.data(), d16, o16.size() * 2, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(o32.data(), f32o, o32.size() * 4, cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(hb2, below, 8, cudaMemcpyDeviceToHost));
+    double worst8 = 0, worst32 = 0, worst_rel = 0;
+    for (int i = 0; i < M; i += (M > 256 ? 7 : 1))
+        for (int j = 0; j < Nn; j++) {
+            double acc = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                const double x = (double)bf16_bits_to_float(hfa[(size_t)i * K + k]) * bf16_bits_to_float(hfb[(size_t)j * K + k]);
+                acc += x;
+                mag += fabs(x);
+            }
+            const double g8 = bf16_bits_to_float(o8[(size_t)i * Nn + j]), g16 = bf16_bits_to_float(o16[(size_t)i * Nn + j]);
+            const double tol16 = 0.0079 * fabs(acc) + 0x1p-10 * mag + 1e-30, tol32 = 0x1p-10 * mag + 1e-30;
+            worst8 = fmax(worst8, fabs(g8 - g16) / (tol16 + 0.0079 * fabs(g16)));
+            worst32 = fmax(worst32, fabs(o32[(size_t)i * Nn + j] - acc) / tol32);
+            worst_rel = fmax(worst_rel, fabs(o32[(size_t)i * Nn + j] - acc) / (mag + 1e-30));
+        }
+    printf("  matmul_fp8 %dx%dx%d %s x %s%s: vs emulated (BF16 out) worst %.3f of tolerance; FP32 out vs exact sum "
+           "worst %.3f of tolerance, %.2e of sum|ab|; %u + %u blocks below the window\n", M, Nn, K, spec_a, spec_b,
+           spread ? " (spread)" : "", worst8, worst32, worst_rel, hb2[0], hb2[1]);
+    if (!spread || hb2[0] + hb2[1] == 0)
+        CHECK(worst8 <= 1.0 && worst32 <= 1.0, "matmul_fp8 %dx%dx%d: off the emulated GEMM (%.3f, %.3f of tolerance)", M,
+              Nn, K, worst8, worst32);
+    cudaFree(a); cudaFree(b); cudaFree(fa); cudaFree(fb); cudaFree(qa); cudaFree(qb); cudaFree(ra); cudaFree(rb);
+    cudaFree(ma); cudaFree(mb); cudaFree(sc); cudaFree(below); cudaFree(d8); cudaFree(d16); cudaFree(f32o); cudaFree(bias);
+}
+
+int main(int argc, char** argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    cpu_checks();
+    if (device_count_or_zero() == 0) {
+        test_skip("fp8 fold gpu", "no CUDA GPU on this machine");
+        return test_summary("fp8_fold");
+    }
+    fold_checks(quick);
+    const char* reason = matmul_fp8_reason();
+    if (reason) {
+        test_skip("matmul_fp8", reason);
+    } else {
+        matmul_init();
+        gemm_case(256, 384, 512, "mxfp4", "mxfp4", 0);
+        gemm_case(512, 256, 4096, "mxfp4-2d,sr", "mxfp4-2d", 0);
+        gemm_case(1024, 768, 768, "mxfp4,h32,seed=1", "mxfp4,h32,seed=1", 0);
+        gemm_case(256, 256, 1024, "mxfp4", "mxfp4-ceil", 1);
+        matmul_fp8_destroy();
+        matmul_destroy();
+    }
+    return test_summary("fp8_fold");
+}

@@ -1,0 +1,156 @@
+// matmul_fp8.cuh: GEMMs on FP8 (E4M3 x E4M3) tensor cores with one FP32 scale per row of each operand,
+// for MXFP4 operands folded into E4M3 (fp8_fold.h).
+// defines: matmul_fp8(), matmul_fp8_available(), matmul_fp8_reason()
+// D (M x Nn, row-major, rows ldd apart) [+]= alpha * diag(sa) A B^T diag(sb) [+ bias]: A is M x K and B is
+// Nn x K, both with K contiguous (cuBLASLt's FP8 GEMMs on Hopper take only this "TN" layout), sa and sb
+// their per-row scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLASLt 12.9+). Fast accumulation is
+// off: inside an MMA chain Hopper's FP8 tensor cores add with less than FP32 precision, and cuBLASLt
+// promotes the partial sums into FP32 only in this mode (dev/bench/bench_fp8_gemm.cu measures the
+// difference to a BF16 GEMM of the same values).
+#pragma once
+#include "matmul.cuh"
+
+typedef struct {
+    int M, Nn, K, ldd, out_fp32, bias, accumulate;
+} Fp8Key;
+
+typedef struct {
+    Fp8Key key;
+    int bias_after;     // cuBLASLt has no bias epilogue for this GEMM: bias_add_kernel adds it afterwards
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} Fp8Plan;
+
+#define MATMUL_FP8_MAX_PLANS 64
+static struct {
+    Fp8Plan plans[MATMUL_FP8_MAX_PLANS];
+    int num_plans;
+} g_fp8;
+
+// Returns NULL when this GPU and cuBLASLt run the FP8 path, else why not.
+static inline const char* matmul_fp8_reason(void) {
+    int dev = 0, major = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major < 9) return "FP8 GEMMs with per-row scales need compute capability 9.0 or newer";
+    if (cublasLtGetVersion() < 120900) return "FP8 GEMMs with per-row scales need cuBLASLt 12.9 or newer";
+    return NULL;
+}
+static inline int matmul_fp8_available(void) { return matmul_fp8_reason() == NULL; }
+
+// Builds the descriptor, layouts and algorithm of one GEMM; returns the heuristic's status (the plan is
+// usable when it is CUBLAS_STATUS_SUCCESS).
+static cublasStatus_t matmul_fp8_try_plan(Fp8Plan* p, const Fp8Key* key) {
+    // cuBLASLt is column-major: D^T (Nn x M) = B A^T, its "A" is our B (op T) and its "B" our A (op N)
+    cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    const cublasLtPointerMode_t pm = CUBLASLT_POINTER_MODE_DEVICE;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
+    const int8_t fast = 0;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+    // the heuristic wants the scale pointers set (to anything on the device); each call sets its own
+    const float* any = g_matmul.constants;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof(any)));
+    const cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    if (key->bias) {
+        const cudaDataType_t bt = CUDA_R_16BF;
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+        const void* any_bias = g_matmul.constants;
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &any_bias, sizeof(any_bias)));
+    }
+    cublas_check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, key->K, key->Nn, key->K));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, key->K, key->M, key->K));
+    cublas_check(cublasLtMatrixLayoutCreate(&p->d, key->out_fp32 ? CUDA_R_32F : CUDA_R_16BF, key->Nn, key->M, key->ldd));
+    cublasLtMatmulPreference_t pref;
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &g_matmul.workspace_bytes, sizeof(size_t)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, p->desc, p->a, p->b, p->d, p->d, pref, 1,
+                                                       &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && !found) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    p->algo = result.algo;
+    return st;
+}
+
+static void matmul_fp8_release(Fp8Plan* p) {
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d) cublasLtMatrixLayoutDestroy(p->d);
+    p->desc = NULL; p->a = p->b = p->d = NULL;
+}
+
+static Fp8Plan* matmul_fp8_plan(const Fp8Key* key) {
+    for (int i = 0; i < g_fp8.num_plans; i++)
+        if (!memcmp(&g_fp8.plans[i].key, key, sizeof(Fp8Key))) return &g_fp8.plans[i];
+    fail_if(g_fp8.num_plans == MATMUL_FP8_MAX_PLANS, "matmul_fp8: more than %d distinct GEMM shapes", MATMUL_FP8_MAX_PLANS);
+    Fp8Plan* p = &g_fp8.plans[g_fp8.num_plans++];
+    memset(p, 0, sizeof(*p));
+    p->key = *key;
+    cublasStatus_t st = matmul_fp8_try_plan(p, key);
+    if (st != CUBLAS_STATUS_SUCCESS && key->bias) {   // no bias epilogue with per-row scales: add it afterwards
+        matmul_fp8_release(p);
+        Fp8Key plain = *key;
+        plain.bias = 0;
+        st = matmul_fp8_try_plan(p, &plain);
+        p->bias_after = 1;
+        static int said = 0;
+        if (!said++) printf("note: cuBLASLt %zu has no bias epilogue for FP8 GEMMs with per-row scales; the bias is added by a separate kernel\n", cublasLtGetVersion());
+    }
+    fail_if(st != CUBLAS_STATUS_SUCCESS,
+            "cuBLASLt %zu has no FP8 GEMM with per-row scales for M=%d N=%d K=%d (out_fp32=%d, status %d); "
+            "use --fp4-gemm emulated", cublasLtGetVersion(), key->M, key->Nn, key->K, key->out_fp32, (int)st);
+    return p;
+}
+
+// out (M x Nn BF16, rows ldd apart) += bias (Nn), 8 columns per thread (Nn % 8 == 0, 16-byte aligned rows).
+__global__ void fp8_bias_add_kernel(floatX* out, int ldd, const floatX* bias, int M, int Nn) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = Nn / 8;
+    if (i >= (int64_t)M * per_row) return;
+    const int64_t r = i / per_row, c = (i % per_row) * 8;
+    uint4 o = *(uint4*)(out + r * ldd + c);
+    const uint4 b = *(const uint4*)(bias + c);
+    __nv_bfloat162* po = (__nv_bfloat162*)&o;
+    const __nv_bfloat162* pb = (const __nv_bfloat162*)&b;
+#pragma unroll
+    for (int k = 0; k < 4; k++) po[k] = __float22bfloat162_rn(make_float2(__low2float(po[k]) + __low2float(pb[k]),
+                                                                         __high2float(po[k]) + __high2float(pb[k])));
+    *(uint4*)(out + r * ldd + c) = o;
+}
+
+static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const float* sa, const uint8_t* b,
+                       const float* sb, int M, int Nn, int K, const floatX* bias, int accumulate, const float* alpha_dev,
+                       cudaStream_t stream) {
+    Fp8Key key = {M, Nn, K, ldd, out_fp32, bias != NULL, accumulate};
+    Fp8Plan* p = matmul_fp8_plan(&key);
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
+    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)));
+    if (bias && !p->bias_after)
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    const float* alpha = alpha_dev ? alpha_dev : g_matmul.constants + 1;
+    const float* beta = g_matmul.constants + (accumulate ? 1 : 0);
+    cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, b, p->a, a, p->b, beta, d, p->d, d, p->d, &p->algo,
+                                g_matmul.workspace, g_matmul.workspace_bytes, stream));
+    if (bias && p->bias_after) {
+        fail_if(out_fp32 || Nn % 8 || ldd % 8, "matmul_fp8: the separate bias add takes BF16 outputs, N and ld multiples of 8");
+        const int64_t n = (int64_t)M * (Nn / 8);
+        fp8_bias_add_kernel<<<(unsigned)ceil_div(n, (int64_t)256), 256, 0, stream>>>((floatX*)d, ldd, bias, M, Nn);
+        cuda_check_last();
+    }
+}
+
+static void matmul_fp8_destroy(void) {
+    for (int i = 0; i < g_fp8.num_plans; i++) matmul_fp8_release(&g_fp8.plans[i]);
+    g_fp8.num_plans = 0;
+}
