@@ -5,3 +5,7 @@
 CPU_TESTS += build/test_eval
 CPU_TESTS += dev/test/test_eval_files.sh
 build/test_eval: llmc/eval_tasks.h llmc/checkpoint.h
+#   build/test_export               scripts/export_hf.py: a checkpoint with known weights exported, read back value
+#                                   for value (CPU; skips without python3 and numpy)
+CPU_TESTS += build/test_export
+build/test_export: llmc/checkpoint.h llmc/gpt_config.h scripts/export_hf.py
