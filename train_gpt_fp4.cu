@@ -1511,7 +1511,7 @@ static void held_out_free(HeldOut* h) {
 }
 
 // --eval-dump: the first rows of a batch as the forward saw them, for comparing logits with another
-// implementation (dev/eval/check_export.py). logits.bin: int32 rows, seq, V; int32 tokens[rows][seq];
+// implementation (dev/eval/check_eval.py). logits.bin: int32 rows, seq, V; int32 tokens[rows][seq];
 // BF16 bits logits[rows][seq][V] (the real vocabulary's columns).
 static void held_out_dump_logits(const GPT* m, const HeldOut* h, const EvalShape* s) {
     const int rows = s->rows < 4 ? s->rows : 4, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
@@ -1544,7 +1544,8 @@ static void held_out_dump_rows(const HeldOut* h, const EvalRun* r, int rank, int
 }
 
 // Task k over this rank's items, then summed over ranks. step keys any stochastic rounding of the
-// forward, so the same checkpoint gives the same numbers in the training run and with --eval-only.
+// forward slots, so the same checkpoint gives the same numbers in the training run and with --eval-only
+// (with the same --seed, batch shape and number of processes).
 static EvalResult held_out_task(GPT* m, HeldOut* h, int k, int step) {
     const EvalTask* t = &h->task[k];
     const EvalShape* s = &h->shape[k];
@@ -1776,7 +1777,7 @@ int main(int argc, char** argv) {
         {"eval-items", 0, OPT_INT, &tc.eval_items, NULL, "evaluate the first N items of each task (0: all)"},
         {"eval-precision", 0, OPT_CHOICE, &tc.eval_precision, "recipe|bf16", "the evaluation forward: the recipe's (FP4 as trained) or BF16"},
         {"eval-only", 0, OPT_FLAG, &tc.eval_only, NULL, "evaluate the --init-from checkpoint (validation loss on --val-data, and --eval-tasks), append the results to --out-dir/eval.jsonl and exit"},
-        {"eval-dump", 0, OPT_STRING, &tc.eval_dump, NULL, "a directory for each evaluation's per-row scores and first batch's logits (dev/eval/check_export.py reads them)"},
+        {"eval-dump", 0, OPT_STRING, &tc.eval_dump, NULL, "a directory for each evaluation's per-row scores and first batch's logits (dev/eval/check_eval.py reads them)"},
     };
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
     if (parse_options(options, num_options, argc, argv)) return 0;
