@@ -97,7 +97,7 @@ TESTS += ./test_gpt_fp4
 TESTS += scripts/check_resume.sh
 
 # SANITIZE=1: the CPU tests once more, built with AddressSanitizer and UBSan (any report fails the test).
-SAN_TESTS := $(patsubst build/%,build-san/%,$(CPU_TESTS))
+SAN_TESTS := $(patsubst build/%,build-san/%,$(filter build/%,$(CPU_TESTS)))
 ifneq ($(SANITIZE),)
   TESTS += $(SAN_TESTS)
 endif

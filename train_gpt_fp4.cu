@@ -42,6 +42,8 @@
 #include "llmc/checkpoint.h"       // defines: CheckpointWriter, CheckpointReader, CheckpointTrail, find_latest_checkpoint
 #include "llmc/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check, H_* header fields
 #include "llmc/batch.h"            // defines: batch_plan
+#include "llmc/eval_tasks.h"       // defines: EvalTask, eval_task_load, eval_shape, EvalRun, eval_run_fill, eval_run_result
+#include "llmc/target_argmax.cuh"  // defines: target_is_argmax
 
 // ----------------------------------------------------------------------------------------------
 // Model configuration: GPTConfig and the GPT-2 shapes (d6 ... d48) live in llmc/gpt_config.h, with the
@@ -910,7 +912,9 @@ static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweigh
 // classifier writes dlogits in place, scaled by dloss); returns the mean loss (NAN without targets).
 
 static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, int backward, float dloss) {
-    fail_if(B > m->B || T > m->T, "internal: batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    // any B x T within the buffers: evaluation runs more, shorter rows than training (eval_shape)
+    fail_if(T > m->T || (int64_t)B * T > (int64_t)m->B * m->T, "internal: batch %dx%d exceeds the allocated %dx%d",
+            B, T, m->B, m->T);
     const GPTConfig* c = &m->config;
     int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
     int N = B * T;
@@ -1514,6 +1518,201 @@ static void sample_text(GPT* m, const Tokenizer* tok, int count, uint64_t seed, 
     free(ids); free(row); free(probs);
 }
 
+// ----------------------------------------------------------------------------------------------
+// Held-out tasks: HellaSwag and LAMBADA. llmc/eval_tasks.h reads their token files, lays out the rows
+// and scores them; here the rows run through gpt_forward, the forward that training runs, which gives
+// every position's loss, and for LAMBADA target_is_argmax says whether greedy decoding picks each
+// target. Precision: the recipe's forward (FP4 as trained: the fprop slots of every FP4 block), or the
+// BF16 forward with --eval-precision bf16. An FP4 forward takes its tensor scales over the whole batch
+// of rows, so an item's score depends slightly on the rows that share its batch (fixed: the same
+// items, ranks and batch shape give the same batches).
+
+#define MAX_EVAL_TASKS 2
+
+typedef struct {
+    EvalTask task[MAX_EVAL_TASKS];
+    EvalShape shape[MAX_EVAL_TASKS];
+    int n_tasks;
+    int max_items;           // the first max_items items of each task (0: all)
+    int bf16;                // 1: the forward under the BF16 recipe (--eval-precision bf16)
+    const char* gemm_mode;   // --fp4-gemm, to restore the recipe's plans after a BF16 evaluation
+    const char* dump_dir;    // --eval-dump: per-row scores and the first batch's logits ("": none)
+    int* inputs;             // one batch of rows (host), B*T each
+    int* targets;
+    int* hits_device;        // per position: its target is the argmax of its logits (last-word tasks)
+    int* hits_host;
+} HeldOut;
+
+typedef struct {
+    EvalResult res[MAX_EVAL_TASKS];
+    double seconds;
+} HeldOutScores;
+
+// CPU side, before the GPU: the tasks named in `names` (comma separated) from their files, each with its
+// batch shape within B x T; fails with the file and the problem named.
+static void held_out_load(HeldOut* h, const char* names, const char* hellaswag, const char* lambada, int vocab,
+                          int B, int T) {
+    char list[256], err[2048];
+    fail_if(strlen(names) >= sizeof(list), "--eval-tasks '%s' is too long", names);
+    snprintf(list, sizeof(list), "%s", names);
+    for (char* save = NULL, *name = strtok_r(list, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        const int is_hs = strcmp(name, "hellaswag") == 0, is_lb = strcmp(name, "lambada") == 0;
+        fail_if(!is_hs && !is_lb, "--eval-tasks: unknown task '%s' (the tasks are hellaswag and lambada)", name);
+        for (int k = 0; k < h->n_tasks; k++)
+            fail_if(strcmp(h->task[k].name, name) == 0, "--eval-tasks names '%s' twice", name);
+        EvalTask* t = &h->task[h->n_tasks];
+        fail_if(eval_task_load(t, name, is_hs ? hellaswag : lambada, is_hs ? EVAL_CHOICE : EVAL_LASTWORD, vocab, err,
+                               sizeof(err)), "%s", err);
+        fail_if(eval_shape(t, B, T, &h->shape[h->n_tasks], err, sizeof(err)), "%s", err);
+        h->n_tasks++;
+    }
+    fail_if(h->n_tasks == 0, "--eval-tasks is empty: name hellaswag, lambada or both");
+}
+
+static void held_out_alloc(HeldOut* h, int B, int T) {
+    const size_t N = (size_t)B * T;
+    h->inputs = (int*)xmalloc(N * sizeof(int));
+    h->targets = (int*)xmalloc(N * sizeof(int));
+    h->hits_host = (int*)xmalloc(N * sizeof(int));
+    cuda_check(cudaMalloc(&h->hits_device, N * sizeof(int)));
+}
+
+static void held_out_free(HeldOut* h) {
+    for (int k = 0; k < h->n_tasks; k++) eval_task_free(&h->task[k]);
+    free(h->inputs); free(h->targets); free(h->hits_host);
+    cudaFree(h->hits_device);
+}
+
+// --eval-dump: the first rows of a batch as the forward saw them, for comparing logits with another
+// implementation (dev/eval/check_eval.py). logits.bin: int32 rows, seq, V; int32 tokens[rows][seq];
+// BF16 bits logits[rows][seq][V] (the real vocabulary's columns).
+static void held_out_dump_logits(const GPT* m, const HeldOut* h, const EvalShape* s) {
+    const int rows = s->rows < 4 ? s->rows : 4, V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
+    const size_t n = (size_t)rows * s->seq;
+    uint16_t* logits = (uint16_t*)xmalloc(n * Vp * sizeof(uint16_t));
+    cuda_check(cudaMemcpy(logits, m->acts.logits, n * Vp * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/logits.bin", h->dump_dir);
+    FILE* f = fopen_check(path, "wb");
+    const int32_t head[3] = {rows, s->seq, V};
+    fwrite_check(head, sizeof(int32_t), 3, f, path);
+    fwrite_check(h->inputs, sizeof(int32_t), n, f, path);
+    for (size_t i = 0; i < n; i++) fwrite_check(logits + i * Vp, sizeof(uint16_t), (size_t)V, f, path);
+    fclose_check(f, path);
+    free(logits);
+}
+
+// --eval-dump: every row this rank scored (<task>_rows.tsv, or <task>_rows.rankRRR.tsv on rank RRR > 0).
+static void held_out_dump_rows(const HeldOut* h, const EvalRun* r, int rank, int step) {
+    char path[4200];
+    if (rank == 0) snprintf(path, sizeof(path), "%s/%s_rows.tsv", h->dump_dir, r->task->name);
+    else snprintf(path, sizeof(path), "%s/%s_rows.rank%03d.tsv", h->dump_dir, r->task->name, rank);
+    FILE* f = fopen_check(path, "w");
+    fprintf(f, "# %s step %d seq %d rows %d precision %s\nitem\tcandidate\tloss_sum\ttokens\thit\ttruncated\n",
+            r->task->name, step, r->shape.seq, r->shape.rows, h->bf16 ? "bf16" : "recipe");
+    for (int64_t k = 0; k < r->n_rows; k++)
+        fprintf(f, "%d\t%d\t%.9g\t%d\t%d\t%d\n", r->row_item[k], r->row_cand[k], r->row_loss[k], r->row_ntok[k],
+                r->row_hit[k], r->row_trunc[k]);
+    fclose_check(f, path);
+}
+
+// Task k over this rank's items, then summed over ranks. step keys any stochastic rounding of the
+// forward slots, so the same checkpoint gives the same numbers in the training run and with --eval-only
+// (with the same --seed, batch shape and number of processes).
+static EvalResult held_out_task(GPT* m, HeldOut* h, int k, int step) {
+    const EvalTask* t = &h->task[k];
+    const EvalShape* s = &h->shape[k];
+    const int rank = m->dist ? m->dist->rank : 0, world = m->dist ? m->dist->world : 1;
+    const int N = s->rows * s->seq, lastword = t->kind == EVAL_LASTWORD;
+    EvalRun run;
+    eval_run_init(&run, t, s, h->max_items, rank, world);
+    for (int batch = 0; !eval_run_done(&run); batch++) {
+        eval_run_fill(&run, h->inputs, h->targets);
+        m->fp4_step = step;
+        m->fp4_micro = batch;
+        gpt_forward(m, h->inputs, h->targets, s->rows, s->seq, 0, 0.0f);   // per-position losses in losses_host
+        if (lastword) {
+            target_is_argmax(m->acts.logits, m->targets_device, h->hits_device, N, m->config.vocab_size,
+                             m->config.padded_vocab_size, m->stream);
+            cuda_check(cudaMemcpyAsync(h->hits_host, h->hits_device, N * sizeof(int), cudaMemcpyDeviceToHost, m->stream));
+            cuda_check(cudaStreamSynchronize(m->stream));
+        }
+        if (h->dump_dir[0] && k == 0 && batch == 0 && rank == 0) held_out_dump_logits(m, h, s);
+        eval_run_take(&run, m->losses_host, lastword ? h->hits_host : NULL, h->targets);
+    }
+    if (h->dump_dir[0]) held_out_dump_rows(h, &run, rank, step);
+    EvalResult r = eval_run_result(&run);
+    eval_run_free(&run);
+    if (m->dist) {
+        r.items = dist_sum_double(m->dist, r.items);
+        r.correct = dist_sum_double(m->dist, r.correct);
+        r.loss_sum = dist_sum_double(m->dist, r.loss_sum);
+        r.tokens = dist_sum_double(m->dist, r.tokens);
+        r.truncated = dist_sum_double(m->dist, r.truncated);
+    }
+    return r;
+}
+
+// Every task, in the precision asked for (every rank calls this).
+static HeldOutScores held_out_evaluate(GPT* m, HeldOut* h, int step) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const Recipe trained = m->recipe;
+    const int to_bf16 = h->bf16 && m->fp4_any;
+    if (to_bf16) {
+        Recipe bf16;
+        recipe_preset(&bf16, "bf16");
+        gpt_set_recipe(m, &bf16, m->fp4_seed, "emulated");
+    }
+    HeldOutScores sc;
+    memset(&sc, 0, sizeof(sc));
+    for (int k = 0; k < h->n_tasks; k++) sc.res[k] = held_out_task(m, h, k, step);
+    if (to_bf16) gpt_set_recipe(m, &trained, m->fp4_seed, h->gemm_mode);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    sc.seconds = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    return sc;
+}
+
+// A number for a JSON line: non-finite values (an untrained model's perplexity can overflow) as null.
+static const char* json_num(double x, char* buf, size_t cap) {
+    if (isfinite(x)) snprintf(buf, cap, "%.6f", x);
+    else snprintf(buf, cap, "null");
+    return buf;
+}
+
+// The progress line (rank 0) and the log line {"type":"eval",...}; `fields` (may be "") go in after
+// the type, e.g. the checkpoint of an --eval-only run.
+static void held_out_report(const Dist* d, Logger* lg, const HeldOut* h, const HeldOutScores* sc, int step,
+                            long long tokens, const char* fields) {
+    char text[1024], json[2048], num[64];
+    int o = snprintf(text, sizeof(text), "step %d | eval (%s forward)", step, h->bf16 ? "bf16" : "recipe");
+    int j = snprintf(json, sizeof(json), "{\"type\":\"eval\"%s,\"step\":%d,\"tokens\":%lld,\"precision\":\"%s\","
+                     "\"seconds\":%.3f", fields, step, tokens, h->bf16 ? "bf16" : "recipe", sc->seconds);
+    for (int k = 0; k < h->n_tasks; k++) {
+        const EvalTask* t = &h->task[k];
+        const EvalResult* r = &sc->res[k];
+        const double acc = r->items > 0 ? r->correct / r->items : NAN;
+        o += snprintf(text + o, sizeof(text) - o, " | %s %.2f%%", t->name, 100.0 * acc);
+        j += snprintf(json + j, sizeof(json) - j, ",\"%s_acc\":%s,\"%s_items\":%.0f,\"%s_seq\":%d", t->name,
+                      json_num(acc, num, sizeof(num)), t->name, r->items, t->name, h->shape[k].seq);
+        if (t->kind == EVAL_LASTWORD) {
+            const double ppl = exp(r->loss_sum / r->items);
+            o += snprintf(text + o, sizeof(text) - o, " ppl %.2f", ppl);
+            j += snprintf(json + j, sizeof(json) - j, ",\"%s_ppl\":%s", t->name, json_num(ppl, num, sizeof(num)));
+        }
+        o += snprintf(text + o, sizeof(text) - o, " of %.0f", r->items);
+        if (r->truncated > 0) {
+            o += snprintf(text + o, sizeof(text) - o, " (%.0f with the context cut to %d tokens)", r->truncated,
+                          h->shape[k].seq);
+            j += snprintf(json + j, sizeof(json) - j, ",\"%s_truncated\":%.0f", t->name, r->truncated);
+        }
+    }
+    snprintf(text + o, sizeof(text) - o, " | %.1f s", sc->seconds);
+    snprintf(json + j, sizeof(json) - j, "}");
+    dist_printf(d, "%s\n", text);
+    logger_line(lg, "%s", json);
+}
+
 #ifndef TESTING
 // ----------------------------------------------------------------------------------------------
 // Command line
@@ -1547,6 +1746,12 @@ typedef struct {
     int bf16_first_layers, bf16_last_layers;
     int qk_fp8;
     int allow_recipe_change;
+    int eval_every, eval_items, eval_only;
+    const char* eval_tasks;
+    const char* hellaswag;
+    const char* lambada;
+    const char* eval_precision;
+    const char* eval_dump;
 } TrainConfig;
 
 static TrainConfig default_config(void) {
@@ -1576,6 +1781,12 @@ static TrainConfig default_config(void) {
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
     t.fp4_gemm[0] = t.fp4_gemm[1] = t.fp4_gemm[2] = 1;
     t.bf16_first_layers = t.bf16_last_layers = -1;
+    t.eval_every = 0; t.eval_items = 0; t.eval_only = 0;
+    t.eval_tasks = "hellaswag,lambada";
+    t.hellaswag = "data/eval/hellaswag_val.bin";
+    t.lambada = "data/eval/lambada_test.bin";
+    t.eval_precision = "recipe";
+    t.eval_dump = "";
     return t;
 }
 
@@ -1632,6 +1843,14 @@ int main(int argc, char** argv) {
         {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
+        {"eval-every", 0, OPT_INT, &tc.eval_every, NULL, "HellaSwag and LAMBADA accuracy every N steps and after the last (0: off)"},
+        {"eval-tasks", 0, OPT_STRING, &tc.eval_tasks, NULL, "held-out tasks to run, comma separated: hellaswag, lambada"},
+        {"hellaswag", 0, OPT_STRING, &tc.hellaswag, NULL, "HellaSwag token file (python3 dev/data/eval_prepro.py writes it)"},
+        {"lambada", 0, OPT_STRING, &tc.lambada, NULL, "LAMBADA token file (python3 dev/data/eval_prepro.py writes it)"},
+        {"eval-items", 0, OPT_INT, &tc.eval_items, NULL, "evaluate the first N items of each task (0: all)"},
+        {"eval-precision", 0, OPT_CHOICE, &tc.eval_precision, "recipe|bf16", "the evaluation forward: the recipe's (FP4 as trained) or BF16"},
+        {"eval-only", 0, OPT_FLAG, &tc.eval_only, NULL, "evaluate the --init-from checkpoint (validation loss on --val-data, and --eval-tasks), append the results to --out-dir/eval.jsonl and exit"},
+        {"eval-dump", 0, OPT_STRING, &tc.eval_dump, NULL, "a directory for each evaluation's per-row scores and first batch's logits (dev/eval/check_eval.py reads them)"},
     };
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
     if (parse_options(options, num_options, argc, argv)) return 0;
@@ -1651,6 +1870,9 @@ int main(int argc, char** argv) {
     fail_if(tc.val_every < 0 || tc.sample_every < 0 || tc.ckpt_every < 0 || tc.val_batches < 0 || tc.sample_tokens < 0,
             "--val-every, --val-batches, --sample-every, --sample-tokens and --ckpt-every must be >= 0");
     fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
+    fail_if(tc.eval_every < 0 || tc.eval_items < 0, "--eval-every and --eval-items must be >= 0");
+    fail_if(tc.eval_only && !tc.init_from[0], "--eval-only evaluates a checkpoint: give it with --init-from CKPT%s",
+            tc.resume[0] ? " (not --resume)" : "");
 
     // this process's place among those the launcher started (dist_init confirms it once CUDA is up)
 #ifdef ENABLE_MPI
@@ -1688,9 +1910,16 @@ int main(int argc, char** argv) {
     RunState saved;
     memset(&saved, 0, sizeof(saved));
     char saved_recipe[1024] = "";
+    char ckpt_recipe[1024] = "";   // the recipe the checkpoint was trained with (--eval-only compares)
+    int ckpt_step = 0;
+    long long ckpt_tokens = 0;     // tokens it was trained on
     if (weights_from[0]) {
         CheckpointReader ckr;
         config = open_checkpoint(&ckr, weights_from);
+        const int32_t* ch = ckr.header;
+        ckpt_step = ch[H_STEP];
+        ckpt_tokens = (long long)ch[H_STEP] * ch[H_B] * ch[H_T] * ch[H_GRAD_ACCUM] * ch[H_WORLD];
+        snprintf(ckpt_recipe, sizeof(ckpt_recipe), "%s", ckr.text);
         fail_if(!ckr.header[H_HAS_PARAMS], "'%s' is the optimizer shard of rank %d; give the main checkpoint file "
                 "(ckpt_%08d.bin)", weights_from, ckr.header[H_RANK], ckr.header[H_STEP]);
         if (tc.model[0]) {
@@ -1750,25 +1979,51 @@ int main(int argc, char** argv) {
         fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
                 "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
 
-    // data and tokenizer files
+    // data and tokenizer files (--eval-only reads no training data)
     DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, tc.train_data, B, T, rank, world, tc.shuffle, (uint64_t)tc.seed, config.vocab_size);
-    if (rank == 0) dataloader_print(&train_loader, "train");
-    if (resume_path[0]) dataloader_set_state(&train_loader, &saved.loader);
-    int have_val = tc.val_data[0] != '\0' && tc.val_every > 0;
+    memset(&train_loader, 0, sizeof(train_loader));
+    if (!tc.eval_only) {
+        dataloader_init(&train_loader, tc.train_data, B, T, rank, world, tc.shuffle, (uint64_t)tc.seed, config.vocab_size);
+        if (rank == 0) dataloader_print(&train_loader, "train");
+        if (resume_path[0]) dataloader_set_state(&train_loader, &saved.loader);
+    }
+    int have_val = tc.val_data[0] != '\0' && (tc.val_every > 0 || tc.eval_only);
     if (have_val) {
         dataloader_init(&val_loader, tc.val_data, B, T, rank, world, 0, 0, config.vocab_size);
         if (rank == 0) dataloader_print(&val_loader, "val");
     }
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, tc.tokenizer);
-    if (quantizes && tc.sample_every > 0 && tokenizer.init_ok) {
+    if (quantizes && tc.sample_every > 0 && tokenizer.init_ok && !tc.eval_only) {
         // text samples run the forward on one sequence of min(T, 256) tokens (sample_text)
         int T_gen = T < 256 ? T : 256;
         fail_if(recipe_check_shapes(&recipe, T_gen, config.channels, 0, err, sizeof(err)),
                 "recipe %s: text samples run the forward on %d tokens (one sequence of --seq-len, at most 256): %s. "
                 "Change --seq-len, or turn samples off with --sample-every 0", tc.recipe, T_gen, err);
     }
+    // held-out tasks: their token files, and the batch shape each runs in (in the recipe's precision, the
+    // token counts its forward slots need)
+    HeldOut held;
+    memset(&held, 0, sizeof(held));
+    const int have_tasks = tc.eval_only || tc.eval_every > 0;
+    if (have_tasks) {
+        held_out_load(&held, tc.eval_tasks, tc.hellaswag, tc.lambada, config.vocab_size, B, T);
+        held.max_items = tc.eval_items;
+        held.bf16 = strcmp(tc.eval_precision, "bf16") == 0;
+        held.gemm_mode = tc.fp4_gemm_mode;
+        held.dump_dir = tc.eval_dump;
+        for (int k = 0; k < held.n_tasks && quantizes && !held.bf16; k++) {
+            const EvalShape* es = &held.shape[k];
+            fail_if(recipe_check_shapes(&recipe, (int64_t)es->rows * es->seq, config.channels, 0, err, sizeof(err)),
+                    "recipe %s: the %s evaluation runs the forward on %d rows of %d tokens: %s. Change --batch-size or "
+                    "--seq-len, or evaluate with --eval-precision bf16", tc.recipe, held.task[k].name, es->rows,
+                    es->seq, err);
+        }
+        if (tc.eval_dump[0]) make_dirs(tc.eval_dump);
+    }
+    if (tc.eval_only && strcmp(ckpt_recipe, recipe_text) != 0)
+        printf("note: '%s' was trained with recipe '%s'; this evaluation uses '%s' (pass the training run's --recipe "
+               "flags to evaluate it as trained)\n", tc.init_from, ckpt_recipe, recipe_text);
     make_dirs(tc.out_dir);
 
     // ---- The GPU from here on.
@@ -1792,7 +2047,7 @@ int main(int argc, char** argv) {
     model.zero = zero;
     size_t opt_begin = 0, opt_count = model.num_parameters;
     if (model.zero) dist_shard_range(&dist, model.num_parameters, &opt_begin, &opt_count);
-    gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
+    if (!tc.eval_only) gpt_allocate_optimizer(&model, strcmp(tc.master_weights, "fp32") == 0, opt_begin, opt_count);
     if (world > 1)
         dist_printf(&dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", world, dist_launch_name(&dist),
                     model.zero ? "on: optimizer state sharded" : "off");
@@ -1824,6 +2079,32 @@ int main(int argc, char** argv) {
         dist_printf(&dist, "weights from %s\n", tc.init_from);
     } else {
         gpt_init_random(&model, (uint64_t)tc.seed);
+    }
+    if (have_tasks) held_out_alloc(&held, B, T);
+
+    if (tc.eval_only) {   // evaluate the checkpoint, append one line to out_dir/eval.jsonl, and stop
+        Logger elog;
+        memset(&elog, 0, sizeof(elog));
+        if (rank == 0) logger_append(&elog, tc.out_dir, "eval.jsonl");
+        char fields[9000], path_esc[4200], num[64];
+        int o = snprintf(fields, sizeof(fields), ",\"checkpoint\":\"%s\"", json_escape(tc.init_from, path_esc, sizeof(path_esc)));
+        if (have_val) {
+            float val_loss = evaluate(&model, &val_loader, tc.val_batches);
+            dist_printf(&dist, "step %d | val loss %.4f\n", ckpt_step, val_loss);
+            snprintf(fields + o, sizeof(fields) - o, ",\"val_loss\":%s", json_num(val_loss, num, sizeof(num)));
+        }
+        HeldOutScores sc = held_out_evaluate(&model, &held, ckpt_step);
+        held_out_report(&dist, &elog, &held, &sc, ckpt_step, ckpt_tokens, fields);
+        logger_close(&elog);
+        held_out_free(&held);
+        gpt_free(&model);
+        attention_destroy();
+        matmul_fp4_destroy();
+        matmul_destroy();
+        dist_finalize(&dist);
+        if (have_val) dataloader_free(&val_loader);
+        tokenizer_free(&tokenizer);
+        return 0;
     }
 
     OptimizerConfig opt = {tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip};
@@ -1882,6 +2163,10 @@ int main(int argc, char** argv) {
                 snprintf(what, sizeof(what), "validation loss %f at step %d", val_loss, step);
                 stop_diverged(&trail, rank, what);
             }
+        }
+        if (have_tasks && tc.eval_every > 0 && step % tc.eval_every == 0) {
+            HeldOutScores sc = held_out_evaluate(&model, &held, step);
+            held_out_report(&dist, &logger, &held, &sc, step, (long long)step * total_batch, "");
         }
         if (tc.sample_every > 0 && step > 0 && step % tc.sample_every == 0 && tokenizer.init_ok && rank == 0) {
             sample_text(&model, &tokenizer, tc.sample_tokens, (uint64_t)tc.seed, step, sample, sizeof(sample));
@@ -1959,11 +2244,16 @@ int main(int argc, char** argv) {
             ckpt_trail_written(&trail, ckpt_path);
         }
     }
+    if (have_tasks) {   // the final weights, the ones the last checkpoint holds
+        HeldOutScores sc = held_out_evaluate(&model, &held, tc.steps);
+        held_out_report(&dist, &logger, &held, &sc, tc.steps, (long long)tc.steps * total_batch, "");
+    }
     size_t free_b, total_b;
     cuda_check(cudaMemGetInfo(&free_b, &total_b));
     logger_line(&logger, "{\"type\":\"event\",\"step\":%d,\"event\":\"done\",\"gpu_memory_used_gib\":%.3f}",
                 tc.steps, (total_b - free_b) / (double)(1 << 30));
     logger_close(&logger);
+    if (have_tasks) held_out_free(&held);
     gpt_free(&model);
     attention_destroy();
     matmul_fp4_destroy();

@@ -8,13 +8,14 @@
 #include <math.h>
 #include "common.h"
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_BOOL, OPT_CHOICE } OptionType;
+// OPT_FLAG: a switch that takes no value (--eval-only turns it on; --eval-only=off also parses).
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_BOOL, OPT_CHOICE, OPT_FLAG } OptionType;
 
 typedef struct {
     const char* name;     // long name, without the leading dashes
     char alias;           // one-letter alias, or 0
     OptionType type;
-    void* value;          // int*, float*, const char**, int* (bool: 0/1), const char** (choice)
+    void* value;          // int*, float*, const char**, int* (bool, flag: 0/1), const char** (choice)
     const char* choices;  // OPT_CHOICE: allowed words separated by '|'
     const char* help;
 } Option;
@@ -65,7 +66,8 @@ static inline void option_set(const Option* o, const char* text) {
     case OPT_STRING:
         *(const char**)o->value = text;
         break;
-    case OPT_BOOL: {
+    case OPT_BOOL:
+    case OPT_FLAG: {
         int b = parse_bool_word(text);
         fail_if(b < 0, "--%s expects on or off, got '%s'", o->name, text);
         *(int*)o->value = b;
@@ -88,7 +90,8 @@ static inline void print_usage(const char* prog, const Option* opts, int n) {
         switch (o->type) {
         case OPT_INT: snprintf(def, sizeof(def), "%d", *(int*)o->value); break;
         case OPT_FLOAT: snprintf(def, sizeof(def), "%g", *(float*)o->value); break;
-        case OPT_BOOL: snprintf(def, sizeof(def), "%s", *(int*)o->value ? "on" : "off"); break;
+        case OPT_BOOL:
+        case OPT_FLAG: snprintf(def, sizeof(def), "%s", *(int*)o->value ? "on" : "off"); break;
         default: {
             const char* s = *(const char**)o->value;
             snprintf(def, sizeof(def), "%s", s && *s ? s : "(none)");
@@ -128,6 +131,7 @@ static inline int parse_options(const Option* opts, int n, int argc, char** argv
         } else {
             fail("unexpected argument '%s': options start with -- (see --help)", arg);
         }
+        if (!value && found->type == OPT_FLAG) value = "on";
         if (!value) {
             fail_if(i + 1 >= argc, "option %s needs a value (see --help)", arg);
             value = argv[++i];

@@ -1,7 +1,7 @@
 // logger.h: the run's machine-readable log, one JSON object per line (out_dir/log.jsonl).
-// defines: Logger, logger_open(), logger_line(), logger_close(), json_escape(), make_dirs(),
+// defines: Logger, logger_open(), logger_append(), logger_line(), logger_close(), json_escape(), make_dirs(),
 //          log_line_after_checkpoint(), logger_resume()
-// Line types: {"type":"config",...}, {"type":"train",...}, {"type":"val",...}, {"type":"sample",...},
+// Line types: {"type":"config",...}, {"type":"train",...}, {"type":"val",...}, {"type":"eval",...}, {"type":"sample",...},
 // {"type":"checkpoint",...}, {"type":"diag",...}, {"type":"event",...}, {"type":"resume",...}.
 // scripts/plot_loss.py reads them. Each line is flushed as written, so a crash loses at most the line
 // being written.
@@ -43,6 +43,14 @@ static inline void logger_open(Logger* lg, const char* out_dir) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/log.jsonl", out_dir);
     lg->f = fopen(path, "w");
+    fail_if(!lg->f, "cannot open log file '%s': %s", path, strerror(errno));
+}
+
+// Opens out_dir/name for appending (a log that collects lines from several runs, like eval.jsonl).
+static inline void logger_append(Logger* lg, const char* out_dir, const char* name) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", out_dir, name);
+    lg->f = fopen(path, "a");
     fail_if(!lg->f, "cannot open log file '%s': %s", path, strerror(errno));
 }
 
@@ -91,7 +99,7 @@ static inline int log_int_field(const char* line, const char* key, long long* ou
 // 1 when a log line records something that happened after the checkpoint of step `step` was written, so
 // that a run resumed from it writes the line again. Steps in the log count differently by type:
 // train, diag, checkpoint and resume lines carry the number of updates done (after the checkpoint when
-// above `step`); val, sample and event lines the step about to run (from `step` on, as the resumed run
+// above `step`); val, eval, sample and event lines the step about to run (from `step` on, as the resumed run
 // starts by evaluating and sampling at `step`). Lines without a step (config) are kept.
 static inline int log_line_after_checkpoint(const char* line, long long step) {
     long long s;

@@ -12,6 +12,7 @@
 #include "llmc/gpt_config.h"
 #include "llmc/dataloader.h"
 #include "llmc/recipe.h"
+#include "llmc/eval_tasks.h"
 #include "dev/test/testing.h"
 
 static const char* trainer = "./train_gpt_fp4";
@@ -319,6 +320,59 @@ static void test_checkpoints(void) {
     remove(ckpt);
 }
 
+// Held-out evaluation (--eval-every, --eval-only): missing, corrupt and mismatched token files, tasks the
+// rows cannot hold, and --eval-only without a checkpoint, all before the GPU. The token files are the
+// committed data/eval ones (the test runs from the repository root).
+#define EVAL_ARGS "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "2", "-t", "256", "--eval-every", "5"
+static void test_heldout(void) {
+    if (access("data/eval/hellaswag_val.bin", R_OK) != 0 || access("data/eval/lambada_test.bin", R_OK) != 0) {
+        test_skip("held-out evaluation cases", "data/eval/*.bin not found (run from the repository root)");
+        return;
+    }
+    // a one-layer model with GPT-2's vocabulary, so that the real token files fit it (800 KB)
+    GPTConfig gpt2_vocab = tiny_config();
+    gpt2_vocab.vocab_size = 50257; gpt2_vocab.padded_vocab_size = 50304; gpt2_vocab.max_seq_len = 256;
+    char ckpt[128], tiny[128], missing[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/eval_model.bin", tmpdir);
+    snprintf(tiny, sizeof(tiny), "%s/eval_tiny.bin", tmpdir);
+    snprintf(missing, sizeof(missing), "%s/none.bin", tmpdir);
+    CkptSpec spec = {gpt2_vocab, 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(ckpt, &spec);
+    CkptSpec tiny_spec = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(tiny, &tiny_spec);
+    EXPECT("--eval-only of a checkpoint reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "--eval-only", "--init-from", ckpt, "-j", "", "-o", tmpdir, "-b", "2", "-t", "256");
+    EXPECT("--eval-every in training reaches the GPU check", NULL, "no CUDA GPU found", NULL, EVAL_ARGS, "--eval-items", "10");
+    EXPECT("--eval-only without a checkpoint", NULL, "--eval-only evaluates a checkpoint", "--init-from CKPT", "--eval-only");
+    EXPECT("--eval-only with --resume", NULL, "--eval-only evaluates a checkpoint", "(not --resume)",
+           "--eval-only", "--resume", "latest", "-o", tmpdir);
+    EXPECT("missing HellaSwag file", NULL, "hellaswag file", "not found: make the eval token files with python3 "
+           "dev/data/eval_prepro.py", EVAL_ARGS, "--hellaswag", missing);
+    EXPECT("a data shard as the LAMBADA file", NULL, "bad magic 20240520", "rewrite it with python3 dev/data/eval_prepro.py",
+           EVAL_ARGS, "--lambada", train_shard);
+    EXPECT("the LAMBADA file as HellaSwag's", NULL, "it holds a last-word task, --hellaswag wants a multiple-choice task",
+           NULL, EVAL_ARGS, "--hellaswag", "data/eval/lambada_test.bin");
+    EXPECT("GPT-2 tokens for a 128-token vocabulary", NULL, "tokens are for a vocabulary of 50257, the model has 128",
+           NULL, "--eval-only", "--init-from", tiny, "-j", "", "-o", tmpdir, "-b", "4", "-t", "16");
+    EXPECT("unknown task", NULL, "--eval-tasks: unknown task 'piqa'", NULL, EVAL_ARGS,
+           "--eval-tasks", "hellaswag,piqa");
+    EXPECT("rows too short for HellaSwag's endings", NULL, "needs rows of at least", "--seq-len is 64",
+           "-i", train_shard, "-b", "4", "-t", "64", "--eval-every", "5");
+    EXPECT("--eval-items below 0", NULL, "--eval-every and --eval-items must be >= 0", NULL, "--eval-items", "-1");
+    char corrupt[128];   // one flipped byte in the item stream
+    snprintf(corrupt, sizeof(corrupt), "%s/lambada_damaged.bin", tmpdir);
+    copy_file("data/eval/lambada_test.bin", corrupt);
+    damage(corrupt, -100);
+    EXPECT("a damaged LAMBADA file", NULL, "the item stream is damaged (CRC32", corrupt,
+           EVAL_ARGS, "--lambada", corrupt);
+    remove(corrupt);
+    remove(ckpt);
+    remove(tiny);
+    char eval_log[128];
+    snprintf(eval_log, sizeof(eval_log), "%s/eval.jsonl", tmpdir);
+    remove(eval_log);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) trainer = argv[1];
     if (access(trainer, X_OK) != 0) {
@@ -335,6 +389,7 @@ int main(int argc, char** argv) {
     test_recipes();
     test_data_files();
     test_checkpoints();
+    test_heldout();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);

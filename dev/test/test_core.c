@@ -9,7 +9,7 @@
 #include "llmc/stochastic_round.cuh"
 #include "dev/test/testing.h"
 
-typedef struct { int b; float lr; const char* model; int shuffle; const char* out; } Cfg;
+typedef struct { int b; float lr; const char* model; int shuffle; const char* out; int only; } Cfg;
 
 static int parse(Cfg* c, int argc, const char** argv) {
     Option opts[] = {
@@ -18,25 +18,31 @@ static int parse(Cfg* c, int argc, const char** argv) {
         {"model", 'e', OPT_CHOICE, &c->model, "d6|d12", "model"},
         {"shuffle", 0, OPT_BOOL, &c->shuffle, NULL, "shuffle"},
         {"out-dir", 'o', OPT_STRING, &c->out, NULL, "out"},
+        {"eval-only", 0, OPT_FLAG, &c->only, NULL, "a switch"},
     };
-    return parse_options(opts, 5, argc, (char**)argv);
+    return parse_options(opts, 6, argc, (char**)argv);
 }
 
 typedef struct { int argc; const char* argv[4]; const char* message; } BadArgs;
 
 static void parse_bad(const void* arg) {
     const BadArgs* b = (const BadArgs*)arg;
-    Cfg c = {1, 0.1f, "d6", 1, "x"};
+    Cfg c = {1, 0.1f, "d6", 1, "x", 0};
     parse(&c, b->argc, (const char**)b->argv);
 }
 
 static void test_args(void) {
-    Cfg c = {1, 0.1f, "d6", 1, "x"};
+    Cfg c = {1, 0.1f, "d6", 1, "x", 0};
     const char* ok[] = {"prog", "--batch-size", "16", "-l", "3e-4", "--model=d12", "--shuffle", "off", "-o", "runs/a"};
     CHECK(parse(&c, 10, ok) == 0, "valid options rejected");
     CHECK(c.b == 16 && fabsf(c.lr - 3e-4f) < 1e-9f && strcmp(c.model, "d12") == 0 && c.shuffle == 0 &&
           strcmp(c.out, "runs/a") == 0, "parsed values wrong: b=%d lr=%g model=%s shuffle=%d out=%s",
           c.b, c.lr, c.model, c.shuffle, c.out);
+    // a flag takes no value: the next argument is an option of its own
+    const char* flag[] = {"prog", "--eval-only", "-b", "4"};
+    CHECK(parse(&c, 4, flag) == 0 && c.only == 1 && c.b == 4, "--eval-only -b 4: only=%d b=%d", c.only, c.b);
+    const char* flag_off[] = {"prog", "--eval-only=off"};
+    CHECK(parse(&c, 2, flag_off) == 0 && c.only == 0, "--eval-only=off: only=%d", c.only);
 
     BadArgs bad[] = {
         {2, {"prog", "--batchsize"}, "unknown option '--batchsize'"},
@@ -48,6 +54,7 @@ static void test_args(void) {
         {3, {"prog", "--model", "d7"}, "--model expects one of d6|d12, got 'd7'"},
         {3, {"prog", "--shuffle", "maybe"}, "--shuffle expects on or off"},
         {2, {"prog", "stray"}, "unexpected argument 'stray'"},
+        {2, {"prog", "--eval-only=maybe"}, "--eval-only expects on or off"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[1024];

@@ -1,5 +1,5 @@
 // test_kernels.cu: the elementwise, normalization and loss kernels against plain CPU references.
-// Covers encoder.cuh, layernorm.cuh, gelu.cuh, fused_classifier.cuh, reduce.cuh.
+// Covers encoder.cuh, layernorm.cuh, gelu.cuh, fused_classifier.cuh, target_argmax.cuh, reduce.cuh.
 // Every output is poisoned (all bits set: NaN in bf16 and fp32) before each run so an unwritten
 // element fails; accumulated gradients start from random nonzero values so "+=" is checked; guard
 // elements past the end of each pure output must stay poisoned; every kernel runs twice and the
@@ -15,6 +15,7 @@
 #include "llmc/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
 #include "llmc/gelu.cuh"              // gelu_forward, gelu_backward_inplace
 #include "llmc/fused_classifier.cuh"  // fused_classifier
+#include "llmc/target_argmax.cuh"     // target_is_argmax
 #include "llmc/reduce.cuh"            // bias_backward, sum_squares
 #include "dev/test/testing.h"
 
@@ -448,6 +449,41 @@ static void test_classifier(int N, int V, int Vp) {
     cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_losses)); cuda_check(cudaFree(d_targets));
 }
 
+// target_is_argmax: exact (a comparison), against torch.argmax's rule on the CPU, with ties on purpose:
+// BF16 logits on a coarse grid, so the target often shares the maximum with a lower or higher index.
+static void test_target_argmax(int N, int V, int Vp) {
+    printf("target_is_argmax N=%d V=%d Vp=%d\n", N, V, Vp);
+    std::vector<floatX> logits((size_t)N * Vp);
+    floatX big = tobf(1e4);
+    for (int i = 0; i < N; i++)
+        for (int v = 0; v < Vp; v++) logits[(size_t)i * Vp + v] = v < V ? tobf(floor(4.0 * uniform01())) : big;  // padding ignored
+    std::vector<int> targets(N), want(N);
+    int hits = 0;
+    for (int i = 0; i < N; i++) {
+        const floatX* row = &logits[(size_t)i * Vp];
+        int first_max = 0;
+        for (int v = 1; v < V; v++) if (bf(row[v]) > bf(row[first_max])) first_max = v;
+        // a third of the targets at the argmax, a third at another maximum (a tie it loses unless it is first), the rest random
+        int t = i % 3 == 0 ? first_max : (int)(uniform01() * V) % V;
+        if (i % 3 == 1) for (int v = V - 1; v >= 0; v--) if (bf(row[v]) == bf(row[first_max])) { t = v; break; }
+        targets[i] = i % 11 == 5 ? -1 : t;
+        want[i] = targets[i] >= 0 && targets[i] == first_max;
+        hits += want[i];
+    }
+    int* d_targets = dev_upload(targets);
+    floatX* d_logits = dev_upload(logits);
+    int* d_hits = dev_alloc<int>(N, GUARD);
+    poison(d_hits, N + GUARD);
+    target_is_argmax(d_logits, d_targets, d_hits, N, V, Vp, 0);
+    std::vector<int> got = dev_download(d_hits, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != want[i];
+    CHECK(bad == 0 && hits > 0 && hits < N, "target_is_argmax: %d of %d rows wrong (%d hits expected)", bad, N, hits);
+    if (bad == 0) printf("  ok target_is_argmax                                n=%-9d %d hits\n", N, hits);
+    check_guard("target_is_argmax hits", d_hits, N);
+    cuda_check(cudaFree(d_targets)); cuda_check(cudaFree(d_logits)); cuda_check(cudaFree(d_hits));
+}
+
 // ---------------------------------------------------------------------------------------------
 // reduce
 
@@ -565,6 +601,9 @@ int main(void) {
     test_classifier(16, 1001, 1008);            // V not a multiple of 8: the last chunk straddles V
     test_classifier(24, 50257, 50304);          // GPT-2
     test_classifier(4, 131000, 131072);         // row too large for shared memory: the re-read path
+
+    test_target_argmax(300, 50257, 50304);      // GPT-2's vocabulary, ties on purpose
+    test_target_argmax(64, 1001, 1008);
 
     test_bias_backward(515, 64);
     test_bias_backward(8192, 3072);
