@@ -507,12 +507,13 @@ typedef struct {
     int bf16_gemm;                 // -1, or a GEMM kept in BF16
     int bf16_first, bf16_last;     // -1: the preset's rule
     int qk_fp8;
+    int bf16_forward;              // then the same model switched to BF16 forward GEMMs (--bf16-forward-from), and back
 } RecipeVariant;
 
 static const RecipeVariant EXACT_VARIANTS[] = {
     {"bf16", {NULL}, -1, -1, -1, 0},
     {"nvfp4", {NULL}, -1, -1, -1, 0},
-    {"nvfp4", {NULL}, -1, -1, -1, 1},
+    {"nvfp4", {NULL}, -1, -1, -1, 1, 1},
     {"nvfp4", {NULL}, 1, 0, 1, 0},
     {"nvfp4-naive", {NULL}, -1, -1, -1, 0},
     {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0},
@@ -549,6 +550,15 @@ static void check_every_variant(const char* path) {
         m.fp4_step = 3;
         m.fp4_micro = 1;
         check_every_gemm(&m, &d, text);
+        for (int on = 1; v->bf16_forward && on >= 0; on--) {
+            // the switch re-plans the model in place: fprop reads the BF16 sources, dgrad and wgrad as before
+            gpt_set_bf16_forward(&m, &r, on, 1337, "emulated");
+            recipe_describe(&m.recipe, text, sizeof(text));
+            printf("  %s --bf16-forward-from's switch: %s\n", on ? "after" : "back from", text);
+            CHECK(quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_X]) == on && quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_W]) == on,
+                  "the switched recipe's fprop slots: %s", text);
+            check_every_gemm(&m, &d, text);
+        }
         gpt_free(&m);
     }
 }
