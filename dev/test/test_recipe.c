@@ -276,6 +276,15 @@ int main(void) {
         CHECK(rc == 1 && strstr(err, bad[i].msg) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'", i, rc, err,
               bad[i].msg);
     }
+    // specs the GPU does not run yet are named before the GPU starts
+    char gerr[512] = "";
+    recipe_preset(&r, "nvfp4");
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "nvfp4 runs on the GPU: %s", gerr);
+    recipe_set_slot(&r, SLOT_DGRAD_DY, "nvfp4,4o6,sr");
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 1 && strstr(gerr, "slot dgrad.dy") &&
+          strstr(gerr, "not yet on the GPU") && strstr(gerr, "--dgrad-dy"), "4o6 refused: %s", gerr);
+    recipe_disable_gemm(&r, 1);
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "a 4o6 slot switched to BF16 is no obstacle: %s", gerr);
     test_shapes();
     test_schedule();
     return test_summary("test_recipe");
