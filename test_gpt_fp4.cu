@@ -549,26 +549,27 @@ typedef struct {
     int bf16_first, bf16_last;     // -1: the preset's rule
     int qk_fp8;
     const char* gemm;              // --fp4-gemm
+    int bf16_forward;              // then the same model switched to BF16 forward GEMMs (--bf16-forward-from), and back
 } RecipeVariant;
 
 static const RecipeVariant EXACT_VARIANTS[] = {
-    {"bf16", {NULL}, -1, -1, -1, 0, "emulated"},
-    {"nvfp4", {NULL}, -1, -1, -1, 0, "emulated"},
-    {"nvfp4", {NULL}, -1, -1, -1, 1, "emulated"},
-    {"nvfp4", {NULL}, 1, 0, 1, 0, "emulated"},
-    {"nvfp4-naive", {NULL}, -1, -1, -1, 0, "emulated"},
-    {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0, "emulated"},
-    {"mxfp4", {NULL}, -1, -1, -1, 0, "emulated"},
-    {"mxfp4", {"int4", NULL, "mxfp4,sr", "e1m2,32x32", NULL, NULL}, -1, -1, -1, 1, "emulated"},
-    {"mxfp4-2d", {NULL}, -1, -1, -1, 0, "emulated"},
-    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "emulated"},
-    {"ufp4", {NULL}, -1, 1, -1, 0, "emulated"},
-    {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1, "emulated"},
+    {"bf16", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"nvfp4", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"nvfp4", {NULL}, -1, -1, -1, 1, "emulated", 1},
+    {"nvfp4", {NULL}, 1, 0, 1, 0, "emulated", 0},
+    {"nvfp4-naive", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"nvfp4-naive", {NULL, NULL, NULL, NULL, "nvfp4,16x16,sr,h32,seed=5", "nvfp4,h32,seed=5"}, -1, -1, -1, 0, "emulated", 0},
+    {"mxfp4", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"mxfp4", {"int4", NULL, "mxfp4,sr", "e1m2,32x32", NULL, NULL}, -1, -1, -1, 1, "emulated", 0},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "emulated", 0},
+    {"ufp4", {NULL}, -1, 1, -1, 0, "emulated", 0},
+    {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1, "emulated", 0},
     // the FP8 path (GEMMs whose two operands have E8M0 scales; the others stay emulated)
-    {"mxfp4", {NULL}, -1, -1, -1, 0, "fp8"},
-    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "fp8"},
-    {"mxfp4", {"int4,e8m0", "mxfp4,h32,seed=2", "mxfp4-ceil,sr", "e1m2,e8m0,32x32", "mxfp4,16x16,sr", NULL}, 1, 0, 1, 0, "fp8"},
-    {"mxfp4", {"nvfp4", NULL, NULL, NULL, "mxfp4,sr,h16", "mxfp4,h16"}, -1, -1, -1, 0, "fp8"},
+    {"mxfp4", {NULL}, -1, -1, -1, 0, "fp8", 0},
+    {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "fp8", 1},
+    {"mxfp4", {"int4,e8m0", "mxfp4,h32,seed=2", "mxfp4-ceil,sr", "e1m2,e8m0,32x32", "mxfp4,16x16,sr", NULL}, 1, 0, 1, 0, "fp8", 0},
+    {"mxfp4", {"nvfp4", NULL, NULL, NULL, "mxfp4,sr,h16", "mxfp4,h16"}, -1, -1, -1, 0, "fp8", 0},
 };
 
 static void check_every_variant(const char* path) {
@@ -602,6 +603,15 @@ static void check_every_variant(const char* path) {
         m.fp4_step = 3;
         m.fp4_micro = 1;
         check_every_gemm(&m, &d, text);
+        for (int on = 1; v->bf16_forward && on >= 0; on--) {
+            // the switch re-plans the model in place: fprop reads the BF16 sources, dgrad and wgrad as before
+            gpt_set_bf16_forward(&m, &r, on, 1337, v->gemm);
+            recipe_describe(&m.recipe, text, sizeof(text));
+            printf("  %s --bf16-forward-from's switch: %s\n", on ? "after" : "back from", text);
+            CHECK(quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_X]) == on && quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_W]) == on,
+                  "the switched recipe's fprop slots: %s", text);
+            check_every_gemm(&m, &d, text);
+        }
         gpt_free(&m);
     }
 }

@@ -31,6 +31,7 @@
 #include "llmc/quant_fast.cuh"     // defines: quantize_fast_gpu (bandwidth-bound twins of quantize_gpu)
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
 #include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
+#include "llmc/recipe_schedule.h"  // defines: RecipeSchedule, recipe_with_bf16_forward (--bf16-forward-from)
 #include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
 #include "llmc/matmul_fp8.cuh"     // defines: matmul_fp8 (E8M0-scaled operands folded into E4M3, Hopper)
 #include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
@@ -561,6 +562,8 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     m->recipe = *r;
     recipe_resolve_layers(&m->recipe, L);
     recipe_check(&m->recipe);
+    char obstacle_text[512];
+    fail_if(recipe_gpu_obstacle(&m->recipe, obstacle_text, sizeof(obstacle_text)), "%s", obstacle_text);
     m->fp4_seed = seed;
     m->fp4_any = !recipe_is_bf16(&m->recipe) && m->recipe.bf16_first + m->recipe.bf16_last < L;
     m->gemm_path = GEMM_PATH_EMULATED;
@@ -614,6 +617,14 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     m->qt_capacity = 2 * 12 * NUM_LINEARS * L;
     m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
     for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
+}
+
+// --bf16-forward-from: from its switch step on, the run's recipe with the forward GEMMs (fprop's two slots
+// of every linear) in BF16, dgrad and wgrad as they were (llmc/recipe_schedule.h says why fprop only). The
+// plans are rebuilt as for any recipe change; r is the run's own recipe, to return to with bf16_forward = 0.
+static void gpt_set_bf16_forward(GPT* m, const Recipe* r, int bf16_forward, uint64_t seed, const char* gemm_mode) {
+    Recipe now = bf16_forward ? recipe_with_bf16_forward(r) : *r;
+    gpt_set_recipe(m, &now, seed, gemm_mode);
 }
 
 // Event pairs around each quantization pass. The pool holds one micro-step's worth; gpt_forward harvests
@@ -1223,6 +1234,8 @@ static void diag_end(GPT* m, Logger* lg, int step) {
 //   data position    DataLoaderState
 //   rng              RngState: the generators are counter based, keyed on (seed, step): that is their state
 //   spike detector   SpikeState
+//   recipe schedule  RecipeSchedule (llmc/recipe_schedule.h): the --bf16-forward-from switch step and whether
+//                    the forward ran in BF16 when the file was written (empty in version-2 files: no switch)
 // With ZeRO-1 on N > 1 ranks, rank r > 0 writes its own optimizer shard to ckpt_XXXXXXXX.rankRRR.bin
 // (same layout, empty weights section) before rank 0 writes the main file, so a main file means a
 // complete checkpoint. Resuming needs the same number of ranks and the same ZeRO setting (the shards
@@ -1263,6 +1276,7 @@ typedef struct {
     uint64_t seed;
     DataLoaderState loader;
     SpikeState spike;
+    RecipeSchedule schedule;
     const char* recipe;
 } RunState;
 
@@ -1318,6 +1332,8 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         ckpt_write(&w, &rng, sizeof(rng));
         ckpt_section(&w, CKPT_SPIKE);
         ckpt_write(&w, &rs->spike, sizeof(rs->spike));
+        ckpt_section(&w, CKPT_SCHEDULE);
+        ckpt_write(&w, &rs->schedule, sizeof(rs->schedule));
         ckpt_commit(&w);
         free(staging);
     }
@@ -1345,20 +1361,27 @@ static void check_checkpoint_sizes(const CheckpointReader* r, size_t num_paramet
     want[CKPT_DATA] = sizeof(DataLoaderState);
     want[CKPT_RNG] = sizeof(RngState);
     want[CKPT_SPIKE] = sizeof(SpikeState);
+    want[CKPT_SCHEDULE] = ckpt_sections_in_version(h[CKPT_H_VERSION]) > CKPT_SCHEDULE ? sizeof(RecipeSchedule) : 0;
     for (int s = 1; s < CKPT_NUM_SECTIONS; s++)
         fail_if(r->bytes[s] != want[s], "checkpoint '%s': the %s section holds %llu bytes where its model needs %llu "
                 "(written by an incompatible build?)", r->path, CKPT_SECTION_NAMES[s], (unsigned long long)r->bytes[s],
                 (unsigned long long)want[s]);
 }
 
-// The run state a resume continues from (the data position, rng and spike detector sections, each
-// checksummed, and the header's run settings) and the recipe text. CPU only.
+// The run state a resume continues from (the data position, rng, spike detector and recipe schedule
+// sections, each checksummed, and the header's run settings) and the recipe text. CPU only.
 static void read_run_state(CheckpointReader* r, RunState* rs, char* recipe, size_t cap) {
     const int32_t* h = r->header;
     RngState rng;
     ckpt_must(ckpt_read_section(r, CKPT_DATA, &rs->loader, sizeof(rs->loader)), r);
     ckpt_must(ckpt_read_section(r, CKPT_RNG, &rng, sizeof(rng)), r);
     ckpt_must(ckpt_read_section(r, CKPT_SPIKE, &rs->spike, sizeof(rs->spike)), r);
+    recipe_schedule_init(&rs->schedule, 0.0f, 0);   // version 2: no schedule section, so no switch
+    if (r->bytes[CKPT_SCHEDULE]) {
+        ckpt_must(ckpt_read_section(r, CKPT_SCHEDULE, &rs->schedule, sizeof(rs->schedule)), r);
+        char why[512];
+        fail_if(recipe_schedule_check(&rs->schedule, h[H_STEP], why, sizeof(why)), "checkpoint '%s': %s", r->path, why);
+    }
     fail_if(rng.step != h[H_STEP], "checkpoint '%s': its rng section is at step %lld, its header at step %d "
             "(written by an incompatible build?)", r->path, (long long)rng.step, h[H_STEP]);
     fail_if(strlen(r->text) >= cap, "checkpoint '%s': its recipe text is %zu bytes, more than this program writes",
@@ -1745,6 +1768,7 @@ typedef struct {
     int fp4_gemm[3];
     int bf16_first_layers, bf16_last_layers;
     int qk_fp8;
+    const char* bf16_forward_from;
     int allow_recipe_change;
     int eval_every, eval_items, eval_only;
     const char* eval_tasks;
@@ -1787,6 +1811,7 @@ static TrainConfig default_config(void) {
     t.lambada = "data/eval/lambada_test.bin";
     t.eval_precision = "recipe";
     t.eval_dump = "";
+    t.bf16_forward_from = "";
     return t;
 }
 
@@ -1840,6 +1865,7 @@ int main(int argc, char** argv) {
         {"bf16-first-layers", 0, OPT_INT, &tc.bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc.bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
         {"qk-fp8", 0, OPT_BOOL, &tc.qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
+        {"bf16-forward-from", 0, OPT_STRING, &tc.bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
@@ -1966,6 +1992,7 @@ int main(int argc, char** argv) {
     recipe.qk_fp8 = tc.qk_fp8;
     recipe_resolve_layers(&recipe, config.num_layers);
     recipe_check(&recipe);
+    fail_if(recipe_gpu_obstacle(&recipe, err, sizeof(err)), "recipe %s: %s", tc.recipe, err);
     const int quantizes = recipe_quantizes(&recipe, config.num_layers);
     if (quantizes) {
         int rc = recipe_check_shapes(&recipe, plan.micro_tokens, config.channels, 1, err, sizeof(err));
@@ -1978,6 +2005,24 @@ int main(int argc, char** argv) {
     if (resume_path[0] && strcmp(saved_recipe, recipe_text) != 0)
         fail_if(!tc.allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
                 "(add --allow-recipe-change on to switch recipes on purpose)", resume_path, saved_recipe, recipe_text);
+
+    // --bf16-forward-from: the step from which the forward GEMMs run in BF16 (a resume keeps the checkpoint's)
+    float bf16_forward_from = 0.0f;
+    if (tc.bf16_forward_from[0]) {
+        fail_if(bf16_forward_parse(tc.bf16_forward_from, &bf16_forward_from, err, sizeof(err)), "%s", err);
+        fail_if(!recipe_forward_quantized(&recipe, config.num_layers), "--bf16-forward-from %s: recipe %s runs no forward "
+                "GEMM in FP4 (%s), so there is nothing to switch to BF16; leave the option out, or pick a recipe that "
+                "quantizes fprop", tc.bf16_forward_from, tc.recipe, recipe_is_bf16(&recipe) ? "a BF16 recipe"
+                : !tc.fp4_gemm[0] ? "--fp4-fprop off" : !recipe_quantizes(&recipe, config.num_layers)
+                ? "every block is kept in BF16" : "both fprop slots are BF16");
+    }
+    RecipeSchedule schedule;
+    recipe_schedule_init(&schedule, bf16_forward_from, tc.steps);
+    if (resume_path[0]) {
+        RecipeSchedule asked = schedule;
+        fail_if(recipe_schedule_resume(&saved.schedule, &asked, tc.allow_recipe_change, &schedule, err, sizeof(err)),
+                "cannot resume '%s': %s", resume_path, err);
+    }
 
     // data and tokenizer files (--eval-only reads no training data)
     DataLoader train_loader, val_loader;
@@ -2053,6 +2098,10 @@ int main(int argc, char** argv) {
                     model.zero ? "on: optimizer state sharded" : "off");
     gpt_set_recipe(&model, &recipe, (uint64_t)tc.seed, tc.fp4_gemm_mode);
     dist_printf(&dist, "recipe %s\n", recipe_text);
+    if (schedule.bf16_forward_step >= 0)
+        dist_printf(&dist, "bf16 forward: the forward GEMMs run in BF16 from step %d of %d (the last %d steps, "
+                    "--bf16-forward-from %g); dgrad and wgrad keep the recipe\n", schedule.bf16_forward_step, tc.steps,
+                    tc.steps - schedule.bf16_forward_step, schedule.bf16_forward_from);
     if (model.fp4_any) {
         const char* path[] = {"exact emulation (BF16 tensor cores, tensor scales in alpha)",
                               "native NVFP4 (cuBLASLt, Blackwell)",
@@ -2067,6 +2116,12 @@ int main(int argc, char** argv) {
     rs.zero = model.zero;
     rs.seed = (uint64_t)tc.seed;
     rs.recipe = recipe_text;
+    rs.schedule = schedule;
+    if (schedule.bf16_forward) {   // resumed after the switch: in the switched state from the first step
+        gpt_set_bf16_forward(&model, &recipe, 1, (uint64_t)tc.seed, tc.fp4_gemm_mode);
+        dist_printf(&dist, "bf16 forward: resumed with the forward GEMMs in BF16 (since step %d)\n",
+                    schedule.bf16_forward_step);
+    }
     if (resume_path[0]) {
         load_checkpoint(&model, resume_path, 1);
         if (strcmp(saved_recipe, recipe_text) != 0)
@@ -2126,11 +2181,13 @@ int main(int argc, char** argv) {
         "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%lld,\"grad_accum\":%d,\"processes\":%d,"
         "\"steps\":%d,\"lr\":%g,\"warmup\":%d,\"schedule\":\"%s\",\"final_lr_frac\":%g,\"beta1\":%g,\"beta2\":%g,"
         "\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"master_weights\":\"%s\",\"seed\":%d,\"recipe\":\"%s\","
+        "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"resumed_at\":%d}",
         weights_from[0] ? "checkpoint" : tc.model[0] ? tc.model : GPT_DEFAULT_MODEL, config.num_layers, config.num_heads,
         config.channels, config.vocab_size, model.num_parameters, B, T, (long long)total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
-        tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), json_escape(tc.train_data, esc[0], sizeof(esc[0])),
+        tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), schedule.bf16_forward_from,
+        schedule.bf16_forward_step, json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
     {   // the bytes each rank sends and receives per step (ring algorithms), as printed at start
@@ -2154,6 +2211,23 @@ int main(int argc, char** argv) {
     char sample[4096], sample_esc[8192];
     for (int step = rs.step; step < tc.steps; step++) {
         int last = step == tc.steps - 1;
+        // --bf16-forward-from: the switch comes before this step's validation and sample, so that everything
+        // from the switch step on runs the same forward
+        const int bf16_forward = recipe_schedule_bf16_forward_at(&schedule, step);
+        if (bf16_forward != schedule.bf16_forward) {
+            gpt_set_bf16_forward(&model, &recipe, bf16_forward, (uint64_t)tc.seed, tc.fp4_gemm_mode);
+            schedule.bf16_forward = bf16_forward;
+            if (bf16_forward)
+                dist_printf(&dist, "step %d | bf16 forward: the forward GEMMs switch to BF16 for the last %d steps "
+                            "(--bf16-forward-from %g); dgrad and wgrad keep the recipe\n", step, tc.steps - step,
+                            schedule.bf16_forward_from);
+            else
+                dist_printf(&dist, "step %d | bf16 forward: the forward GEMMs return to the recipe's (the resumed "
+                            "run has no switch here)\n", step);
+            logger_line(&logger, "{\"type\":\"event\",\"step\":%d,\"event\":\"bf16_forward\",\"on\":%d,"
+                        "\"switch_step\":%d,\"fraction\":%g}", step, bf16_forward, schedule.bf16_forward_step,
+                        schedule.bf16_forward_from);
+        }
         if (have_val && (step % tc.val_every == 0 || last)) {
             float val_loss = evaluate(&model, &val_loader, tc.val_batches);
             dist_printf(&dist, "step %d | val loss %.4f\n", step, val_loss);
@@ -2236,6 +2310,7 @@ int main(int argc, char** argv) {
             }
             rs.step = step + 1;
             rs.loader = dataloader_get_state(&train_loader);
+            rs.schedule = schedule;
             snprintf(ckpt_path, sizeof(ckpt_path), "%s/ckpt_%08d.bin", tc.out_dir, step + 1);
             save_checkpoint(&model, tc.out_dir, &rs);
             dist_printf(&dist, "checkpoint: %s\n", ckpt_path);

@@ -269,7 +269,7 @@ def parse_spec(text):
             s.update(PRESETS[tok])
         elif tok in GRIDS:
             s["grid"] = tok
-        elif tok in ("e4m3", "e8m0", "e8m0ceil"):
+        elif tok in ("e4m3", "e8m0", "e8m0ceil", "4o6"):
             s["scale"] = tok
         elif tok in ("rne", "sr"):
             s["rounding"] = tok
@@ -315,6 +315,29 @@ def e8m0_exp(bamax, maxval, ceil_rule):
     return int(min(max(e, -127), 127))
 
 
+F32_MAX = np.float32(3.4028235e38)
+
+
+def e4m3_scale_to(bamax, s_enc, s_dec_t, m):
+    """The E4M3 block scale mapping bamax to m: (sdec, bits, inv), FP4_NUMERICS.md NVFP4 steps 3-4."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        mult = np.float32(s_enc * np.float32(np.float32(1) / np.float32(m)))
+        sdec, sbits = e4m3_rne_satfinite(np.fmin(np.float32(bamax * mult), F32_MAX))
+        sdec = np.float32(sdec)
+        inv = np.fmin(np.float32(1) / np.float32(sdec * s_dec_t), F32_MAX)
+    return sdec, sbits, np.float32(inv)
+
+
+def err_4o6(grid, codes, sdec, blk, s_enc):
+    """Four Over Six's criterion (docs/NUMERICS_NEXT.md 1.3): sum of (value * sdec - x * S_enc)^2 over the
+    block in element order, every operation rounded to FP32 (add.accumulate adds left to right)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = (code_value(grid, codes) * np.float32(sdec)).astype(np.float32)
+        b = (f32(blk) * np.float32(s_enc)).astype(np.float32)
+        d = (a - b).astype(np.float32)
+        return np.add.accumulate((d * d).astype(np.float32).ravel(), dtype=np.float32)[-1]
+
+
 def quantize(spec, x_bits, rows, cols, axis, key):
     """x_bits: uint16 BF16 array (rows, cols). Returns dict with amax, scale_dec, fake, codes, scales, deq."""
     sp = parse_spec(spec)
@@ -329,9 +352,10 @@ def quantize(spec, x_bits, rows, cols, axis, key):
         mask = sign_mask(sp)
         T = round_bf16(hadamard_f32(T.reshape(M, K // n, n), n, mask).reshape(M, K))
     amax = amax_nan(T)
-    if sp["scale"] == "e4m3":
+    if sp["scale"] in ("e4m3", "4o6"):
+        top = np.float32(256 if sp["scale"] == "4o6" else 448)   # 4o6: its 4-candidate then stays <= 384
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            s_enc = np.fmin(np.float32(maxval * np.float32(448)) / amax, np.float32(np.finfo(np.float32).max))
+            s_enc = np.fmin(np.float32(maxval * top) / amax, np.float32(np.finfo(np.float32).max))
         if amax == 0 or s_enc == 0:
             s_enc = np.float32(1)
         s_enc = np.float32(s_enc)
@@ -351,12 +375,19 @@ def quantize(spec, x_bits, rows, cols, axis, key):
             blk = T[i0:i0 + W, k0:k0 + L]
             bamax = amax_nan(blk)
             nan_block = False
+            if sp["rounding"] == "sr":
+                bits = sr_bits16(key, vr[i0:i0 + W, k0:k0 + L], vc[i0:i0 + W, k0:k0 + L], cols)
+                rnd = lambda v: grid_sr(grid, v, bits)       # noqa: E731
+            else:
+                rnd = lambda v: grid_rne(grid, v)            # noqa: E731
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
                 if sp["scale"] == "e4m3":
-                    mult = np.float32(s_enc * np.float32(np.float32(1) / maxval))
-                    sdec, sbits = e4m3_rne_satfinite(np.fmin(np.float32(bamax * mult), np.float32(3.4028235e38)))
-                    sdec = np.float32(sdec)
-                    inv = np.fmin(np.float32(1) / np.float32(sdec * s_dec_t), np.float32(3.4028235e38))
+                    sdec, sbits, inv = e4m3_scale_to(bamax, s_enc, s_dec_t, maxval)
+                elif sp["scale"] == "4o6":
+                    # both candidates, rounded alike (SR: the same bits); 4 only on a strictly smaller error
+                    cands = [e4m3_scale_to(bamax, s_enc, s_dec_t, m) for m in (6, 4)]
+                    errs = [err_4o6(grid, rnd((blk * c[2]).astype(np.float32)), c[0], blk, s_enc) for c in cands]
+                    sdec, sbits, inv = cands[1] if errs[1] < errs[0] else cands[0]
                 elif not np.isfinite(bamax):
                     nan_block, sdec, sbits, inv = True, np.float32(np.nan), 0xFF, np.float32(0)
                 else:
@@ -367,10 +398,7 @@ def quantize(spec, x_bits, rows, cols, axis, key):
                 c = np.zeros(blk.shape, dtype=np.uint8)
                 fk = np.full(blk.shape, 0x7FC0, dtype=np.uint16)
             else:
-                if sp["rounding"] == "sr":
-                    c = grid_sr(grid, v, sr_bits16(key, vr[i0:i0 + W, k0:k0 + L], vc[i0:i0 + W, k0:k0 + L], cols))
-                else:
-                    c = grid_rne(grid, v)
+                c = rnd(v)
                 fk = bf16_rne_bits(code_value(grid, c) * np.float32(sdec))
             codes[i0:i0 + W, k0:k0 + L] = c
             fake[i0:i0 + W, k0:k0 + L] = fk
@@ -485,6 +513,22 @@ CASES = [
     ("e1m2_2d_sr", "e1m2,16x16,sr", 32, 48, 0, "normal"),
     ("int4_e8m0ceil", "int4,1x32,e8m0ceil", 16, 64, 1, "pow2"),
     ("e2m1_1x32_e4m3", "nvfp4,1x32", 32, 64, 1, "subnormal_scale"),
+    # Four Over Six (docs/NUMERICS_NEXT.md section 1): CPU twin only so far (the GPU test skips them)
+    ("nvfp4_4o6_normal_row", "nvfp4,4o6", 48, 80, 1, "normal"),
+    ("nvfp4_4o6_heavy_col", "nvfp4,4o6", 48, 80, 0, "heavy"),
+    ("nvfp4_4o6_outlier", "nvfp4,4o6", 32, 64, 1, "outlier"),
+    ("nvfp4_4o6_zeros", "nvfp4,4o6", 16, 32, 1, "zeros"),
+    ("nvfp4_4o6_allequal", "nvfp4,4o6", 16, 64, 1, "allequal"),
+    ("nvfp4_4o6_pow2", "nvfp4,4o6", 16, 64, 1, "pow2"),
+    ("nvfp4_4o6_subnormal_scale", "nvfp4,4o6", 32, 64, 1, "subnormal_scale"),
+    ("nvfp4_4o6_underflow", "nvfp4,4o6", 16, 64, 1, "underflow"),
+    ("nvfp4_4o6_inf", "nvfp4,4o6", 16, 48, 1, "inf"),
+    ("nvfp4_4o6_nan", "nvfp4,4o6", 16, 48, 1, "nan"),
+    ("nvfp4_4o6_sr_row", "nvfp4,4o6,sr", 48, 80, 1, "normal"),
+    ("nvfp4_4o6_sr_col", "nvfp4,4o6,sr", 48, 80, 0, "heavy"),
+    ("nvfp4_4o6_2d", "nvfp4-2d,4o6", 48, 80, 0, "heavy"),
+    ("nvfp4_4o6_2d_sr", "nvfp4-2d,4o6,sr", 32, 48, 1, "normal"),
+    ("nvfp4_4o6_h16_col", "nvfp4,4o6,h16,fixed", 48, 80, 0, "heavy"),
 ]
 
 

@@ -6,10 +6,14 @@
 // Plain C: the CPU tests write small checkpoint-like files with it, damage them byte by byte, and check
 // that every damaged byte is refused with the file and the section named (dev/test/test_checkpoint.c).
 //
-// Layout (version 2), little-endian:
+// Layout (version 3), little-endian:
 //   header section:  int32 header[256], then header[CKPT_H_TEXT_BYTES] bytes of text (the recipe)
-//   then the sections weights, optimizer state, data position, rng, spike detector, in that order,
-//   each as long as the header's section table says (a section may be empty).
+//   then the sections weights, optimizer state, data position, rng, spike detector, recipe schedule, in
+//   that order, each as long as the header's section table says (a section may be empty).
+// Versions: 1 had no sections and no checksums (refused with a message); 2 is version 3 without the
+// recipe schedule section (its table entry was written as zeros): a version-2 file is read as one whose
+// recipe schedule section is empty, so old checkpoints still load. A section added later goes at the
+// end in the same way, with the next version number.
 // The header holds the container's fields (magic, version, text length, the section table: bytes and
 // CRC32 of each section, and the CRC32 of the header section itself) at fixed indices; the program's
 // own fields (model shape, step, ...) use indices [CKPT_H_USER, CKPT_H_TABLE).
@@ -37,15 +41,21 @@
 #endif
 
 #define CKPT_MAGIC 20261129
-#define CKPT_VERSION 2               // 1: no sections, no checksums (refused with a message)
+#define CKPT_VERSION 3               // written; read: CKPT_VERSION_MIN to CKPT_VERSION
+#define CKPT_VERSION_MIN 2           // 1: no sections, no checksums (refused with a message)
 #define CKPT_HEADER_INTS 256
 #define CKPT_MAX_TEXT 65536
 
 typedef enum {
-    CKPT_HEADER, CKPT_WEIGHTS, CKPT_OPTIMIZER, CKPT_DATA, CKPT_RNG, CKPT_SPIKE, CKPT_NUM_SECTIONS
+    CKPT_HEADER, CKPT_WEIGHTS, CKPT_OPTIMIZER, CKPT_DATA, CKPT_RNG, CKPT_SPIKE,
+    CKPT_SCHEDULE,   // version 3 on
+    CKPT_NUM_SECTIONS
 } CkptSection;
 static const char* const CKPT_SECTION_NAMES[CKPT_NUM_SECTIONS] = {
-    "header", "weights", "optimizer state", "data position", "rng", "spike detector"};
+    "header", "weights", "optimizer state", "data position", "rng", "spike detector", "recipe schedule"};
+
+// The sections (the header included) a file of format version v has; later ones read as empty.
+static inline int ckpt_sections_in_version(int v) { return v >= 3 ? CKPT_NUM_SECTIONS : CKPT_SCHEDULE; }
 
 // Header indices the container owns. Section s >= 1 has bytes (lo, hi) and CRC32 at CKPT_H_TABLE + 3*(s-1).
 enum {
@@ -240,8 +250,8 @@ static inline int ckpt_open(CheckpointReader* r, const char* path) {
     // Version 1 had no checksums, so its header checksum entry is 0 (unused entries were written as 0).
     if (h[CKPT_H_VERSION] == 1 && h[CKPT_H_HEADER_CRC] == 0)
         return ckpt_error_(r, "checkpoint '%s' has format version 1 (no checksums), written by an older "
-                           "train_gpt_fp4; this program reads version %d only: resume it with the program that wrote "
-                           "it, or start a new run", path, CKPT_VERSION);
+                           "train_gpt_fp4; this program reads versions %d to %d: resume it with the program that "
+                           "wrote it, or start a new run", path, CKPT_VERSION_MIN, CKPT_VERSION);
     int32_t text_bytes = h[CKPT_H_TEXT_BYTES];
     if (text_bytes < 0 || text_bytes > CKPT_MAX_TEXT || hbytes + (uint64_t)text_bytes > size)
         return ckpt_error_(r, "checkpoint '%s': the header section is corrupt (text length %d is impossible); "
@@ -254,9 +264,10 @@ static inline int ckpt_open(CheckpointReader* r, const char* path) {
     if (got != want)
         return ckpt_error_(r, "checkpoint '%s': the header section is corrupt (CRC32 %08x, recorded %08x): the file "
                            "was damaged after it was written; resume from an earlier checkpoint", path, got, want);
-    if (h[CKPT_H_VERSION] != CKPT_VERSION)
-        return ckpt_error_(r, "checkpoint '%s' has format version %d; this program reads version %d: use the "
-                           "program that wrote it", path, h[CKPT_H_VERSION], CKPT_VERSION);
+    if (h[CKPT_H_VERSION] < CKPT_VERSION_MIN || h[CKPT_H_VERSION] > CKPT_VERSION)
+        return ckpt_error_(r, "checkpoint '%s' has format version %d; this program reads versions %d to %d: use "
+                           "the program that wrote it", path, h[CKPT_H_VERSION], CKPT_VERSION_MIN, CKPT_VERSION);
+    const int nsections = ckpt_sections_in_version(h[CKPT_H_VERSION]);
     uint64_t end = hbytes + (uint64_t)text_bytes;
     r->offset[CKPT_HEADER] = 0;
     r->bytes[CKPT_HEADER] = end;
@@ -264,6 +275,7 @@ static inline int ckpt_open(CheckpointReader* r, const char* path) {
     for (int s = 1; s < CKPT_NUM_SECTIONS; s++) {
         const int32_t* e = &h[CKPT_H_TABLE + 3 * (s - 1)];
         r->offset[s] = end;
+        if (s >= nsections) continue;   // not in this version: empty (CRC32 of nothing is 0)
         r->bytes[s] = ((uint64_t)(uint32_t)e[1] << 32) | (uint32_t)e[0];
         r->crc[s] = (uint32_t)e[2];
         if (r->bytes[s] > size) r->bytes[s] = size + 1;   // keeps the sum below from wrapping

@@ -4,8 +4,9 @@
 //          e8m0_exponent(), e8m0_value(), grid_round_rne(), grid_code_value(), grid_code_is_zero(),
 //          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
-//          quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale, quant_block_scale(), quant_packed_scale_value(),
-//          nvfp4_swizzled_scale_offset()
+//          quant_scale_is_e4m3(), quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale,
+//          quant_block_scale_e4m3_to(), quant_block_scale(), f32_mul_rn(), quant_4o6_err_add(),
+//          quant_packed_scale_value(), nvfp4_swizzled_scale_offset()
 // Every function the quantizer applies to a number lives here as an HD function, so the CPU path
 // (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
 // dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
@@ -180,7 +181,10 @@ HD float grid_code_value(const GridTraits* g, uint8_t code) {
 // ---------------------------------------------------------------------------------------------------
 // Recipes as data: one QuantSpec per GEMM operand slot.
 
-typedef enum { QSCALE_E4M3 = 0, QSCALE_E8M0_FLOOR, QSCALE_E8M0_CEIL } QuantScaleRule;
+// QSCALE_E4M3_4O6: Four Over Six (docs/NUMERICS_NEXT.md section 1): E4M3 block scales under an FP32 tensor
+// scale bounded at 256, each block mapping its max to 6 or to 4, whichever quantizes it with the smaller
+// squared error. E2M1 only. On the CPU (twin and oracle) only so far: the trainer refuses it.
+typedef enum { QSCALE_E4M3 = 0, QSCALE_E8M0_FLOOR, QSCALE_E8M0_CEIL, QSCALE_E4M3_4O6, QSCALE_COUNT } QuantScaleRule;
 typedef enum { QROUND_RNE = 0, QROUND_SR } QuantRounding;
 typedef enum { QSIGNS_NONE = 0, QSIGNS_FIXED, QSIGNS_SEEDED } QuantSigns;
 
@@ -197,7 +201,7 @@ typedef struct {
     uint64_t sign_seed;       // for QSIGNS_SEEDED
 } QuantSpec;
 
-static const char* const quant_scale_names[] = {"e4m3", "e8m0", "e8m0ceil"};
+static const char* const quant_scale_names[QSCALE_COUNT] = {"e4m3", "e8m0", "e8m0ceil", "4o6"};
 static const char* const quant_round_names[] = {"rne", "sr"};
 static const char* const quant_sign_names[] = {"plain", "fixed", "seeded"};
 
@@ -219,7 +223,7 @@ static const QuantPreset quant_presets[] = {
 // Parse "PRESET[,OPTION...]" or "OPTION[,OPTION...]" (starting from nvfp4), OPTION one of
 //   grid:   e2m1 | int4 | e1m2 | fp8 (8-bit E4M3 elements, rne only) | bf16
 //   block:  1x16 | 1x32 | 16x16 | 32x32
-//   scale:  e4m3 | e8m0 (= e8m0floor, the OCP rule) | e8m0ceil
+//   scale:  e4m3 | e8m0 (= e8m0floor, the OCP rule) | e8m0ceil | 4o6 (Four Over Six: e4m3, max to 6 or 4)
 //   round:  rne | sr
 //   hadamard: h0 | h2 .. h128 (power of two; turns on fixed signs unless signs were given);
 //   signs:  plain (none) | fixed | seed=N
@@ -239,7 +243,7 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         if (found) continue;
         for (int g = 0; g < QGRID_COUNT; g++)
             if (!strcmp(tok, quant_grid_table[g].name)) { s.grid = (QuantGrid)g; found = 1; }
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < QSCALE_COUNT; i++)
             if (!strcmp(tok, quant_scale_names[i])) { s.scale = (QuantScaleRule)i; found = 1; }
         if (!strcmp(tok, "e8m0floor")) { s.scale = QSCALE_E8M0_FLOOR; found = 1; }
         for (int i = 0; i < 2; i++)
@@ -271,7 +275,7 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         if (!found) {
             if (err) snprintf(err, errlen, "unknown quantization option '%s' (presets: bf16 nvfp4 "
                               "nvfp4-2d mxfp4 mxfp4-ceil mxfp4-2d int4 e1m2 mxfp8; options: e2m1|int4|e1m2|fp8|bf16, "
-                              "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil, rne|sr, h0|h16|h32|.., "
+                              "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil|4o6, rne|sr, h0|h16|h32|.., "
                               "plain|fixed|seed=N)", tok);
             return -1;
         }
@@ -280,6 +284,11 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
     if (s.signs != QSIGNS_SEEDED) s.sign_seed = 0;
     if (s.grid == QGRID_E4M3 && s.rounding == QROUND_SR) {
         if (err) snprintf(err, errlen, "'%s': the fp8 (E4M3) grid rounds to nearest only (no sr)", text);
+        return -1;
+    }
+    if (s.scale == QSCALE_E4M3_4O6 && s.grid != QGRID_E2M1) {
+        if (err) snprintf(err, errlen, "'%s': 4o6 (Four Over Six) chooses between mapping a block's max to 6 or to 4 "
+                          "of the e2m1 grid; use it with e2m1 only", text);
         return -1;
     }
     *out = s;
@@ -308,6 +317,10 @@ static inline int quant_spec_is_valid(const QuantSpec* s, char* err, size_t errl
     }
     if (s->grid == QGRID_E4M3 && s->rounding != QROUND_RNE) {
         snprintf(err, errlen, "the fp8 (E4M3) grid rounds to nearest only (no sr)");
+        return 0;
+    }
+    if ((int)s->scale < 0 || s->scale >= QSCALE_COUNT || (s->scale == QSCALE_E4M3_4O6 && s->grid != QGRID_E2M1)) {
+        snprintf(err, errlen, "scale rule %d: 4o6 needs the e2m1 grid", (int)s->scale);
         return 0;
     }
     if (!((s->block_l == 16 || s->block_l == 32) && (s->block_w == 1 || s->block_w == s->block_l))) {
@@ -368,11 +381,20 @@ static inline QuantParams quant_params(const QuantSpec* s) {
 // ---------------------------------------------------------------------------------------------------
 // Scales.
 
+// E4M3 block scales with an FP32 tensor scale: e4m3 and 4o6 (the E8M0 rules have neither).
+HD int quant_scale_is_e4m3(int scale) { return scale == QSCALE_E4M3 || scale == QSCALE_E4M3_4O6; }
+
+// The largest E4M3 block scale 4o6 lets the 6-candidate reach: its 4-candidate is then at most
+// 1.5 * 256 = 384 <= 448, so neither saturates (docs/NUMERICS_NEXT.md 1.1).
+#define QUANT_4O6_SCALE_MAX 256.0f
+
 // Tensor-level encode scale S_enc (the FP32 second level of NVFP4 and the uniform grids). amax is the
 // max |x| over the whole tensor view, NaN if any element is NaN. E8M0 formats have none (1).
 HD float quant_tensor_scale_enc(const QuantParams* p, float amax) {
-    if (p->scale != QSCALE_E4M3) return 1.0f;
-    float s = fminf(p->grid.maxval * 448.0f / amax, FLT_MAX);   // maxval*448 exact: 2688, 3136, 1568
+    if (!quant_scale_is_e4m3(p->scale)) return 1.0f;
+    // maxval * 448 exact: 2688, 3136, 1568; 4o6: 6 * 256 = 1536
+    const float top = p->scale == QSCALE_E4M3_4O6 ? QUANT_4O6_SCALE_MAX : 448.0f;
+    float s = fminf(p->grid.maxval * top / amax, FLT_MAX);
     if (amax == 0.0f || s == 0.0f) s = 1.0f;
     return s;
 }
@@ -380,7 +402,7 @@ HD float quant_tensor_scale_enc(const QuantParams* p, float amax) {
 // The tensor-level dequantization factor S_dec that goes with S_enc (what quant_cpu returns and the
 // kernels store in *scale_dec): 1 / S_enc for E4M3 formats, 1 for E8M0 ones.
 HD float quant_tensor_scale_dec(const QuantParams* p, float s_enc) {
-    return p->scale == QSCALE_E4M3 ? 1.0f / s_enc : 1.0f;
+    return quant_scale_is_e4m3(p->scale) ? 1.0f / s_enc : 1.0f;
 }
 
 typedef struct {
@@ -390,19 +412,29 @@ typedef struct {
     uint8_t is_nan;  // E8M0 block holding a NaN or inf: the whole block dequantizes to NaN (OCP)
 } QuantBlockScale;
 
-// Block scale from the block amax (NaN if the block holds a NaN) and the tensor encode scale.
-// E4M3 (FP4_NUMERICS.md, NVFP4 steps 3-4, with the grid's max in place of 6):
-//   mult = S_enc * (1/max); sdec = e4m3(fminf(bamax * mult, FLT_MAX)); inv = fminf(1/(sdec*S_dec), FLT_MAX)
-// E8M0: sdec = 2^e, inv = 2^-e (x * 2^-e is exactly the correctly rounded x / 2^e).
+// The E4M3 block scale that maps the block amax (NaN if the block holds a NaN) to m, under the tensor
+// encode scale (FP4_NUMERICS.md, NVFP4 steps 3-4, with m in place of 6):
+//   mult = S_enc * (1/m); sdec = e4m3(fminf(bamax * mult, FLT_MAX)); inv = fminf(1/(sdec*S_dec), FLT_MAX)
+// m is the grid's max, or for 4o6 one of its two candidates, 6 and 4.
+HD QuantBlockScale quant_block_scale_e4m3_to(float bamax, float s_enc, float m) {
+    QuantBlockScale b;
+    b.is_nan = 0;
+    float mult = s_enc * (1.0f / m);
+    float s_dec = 1.0f / s_enc;
+    b.sdec = e4m3_rne_satfinite(fminf(bamax * mult, FLT_MAX));
+    b.bits = e4m3_bits(b.sdec);
+    b.inv = fminf(1.0f / (b.sdec * s_dec), FLT_MAX);
+    return b;
+}
+
+// Block scale from the block amax and the tensor encode scale. E4M3: quant_block_scale_e4m3_to the grid's
+// max (for 4o6 that is its 6-candidate; the choice between 6 and 4 needs the block's values, see
+// quant_4o6_err_add). E8M0: sdec = 2^e, inv = 2^-e (x * 2^-e is exactly the correctly rounded x / 2^e).
 HD QuantBlockScale quant_block_scale(const QuantParams* p, float bamax, float s_enc) {
     QuantBlockScale b;
     b.is_nan = 0;
-    if (p->scale == QSCALE_E4M3) {
-        float mult = s_enc * (1.0f / p->grid.maxval);
-        float s_dec = 1.0f / s_enc;
-        b.sdec = e4m3_rne_satfinite(fminf(bamax * mult, FLT_MAX));
-        b.bits = e4m3_bits(b.sdec);
-        b.inv = fminf(1.0f / (b.sdec * s_dec), FLT_MAX);
+    if (quant_scale_is_e4m3(p->scale)) {
+        b = quant_block_scale_e4m3_to(bamax, s_enc, p->grid.maxval);
     } else if (!(bamax <= FLT_MAX)) {
         b.sdec = NAN; b.inv = 0.0f; b.bits = 0xFF; b.is_nan = 1;
     } else {
@@ -414,9 +446,29 @@ HD QuantBlockScale quant_block_scale(const QuantParams* p, float bamax, float s_
     return b;
 }
 
+// An FP32 product that the device never contracts with a following add into an FMA (the host does not
+// either), for sums that host and device must compute to the same bits.
+HD float f32_mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+// Four Over Six's error criterion (docs/NUMERICS_NEXT.md 1.3): one element's term, added to *err, of a
+// candidate's squared error in the tensor-scaled domain, (code_value * sdec - x * S_enc)^2, where the block
+// max is at most 1536 so nothing overflows (in original units the squares overflow from |x| = 2^64).
+// Callers add the terms in the block's element order (operand row by row, each along k) and pick the
+// 4-candidate only when its sum is strictly smaller (ties, NaN and inf blocks: 6).
+HD void quant_4o6_err_add(float* err, const GridTraits* g, uint8_t code, float sdec, float x, float s_enc) {
+    const float d = f32_mul_rn(grid_code_value(g, code), sdec) - f32_mul_rn(x, s_enc);
+    *err = *err + f32_mul_rn(d, d);
+}
+
 // The block scale value stored in packed form.
 HD float quant_packed_scale_value(const QuantParams* p, uint8_t bits) {
-    return p->scale == QSCALE_E4M3 ? e4m3_value(bits) : e8m0_value(bits);
+    return quant_scale_is_e4m3(p->scale) ? e4m3_value(bits) : e8m0_value(bits);
 }
 
 // Blackwell cuBLASLt VEC16_UE4M3 scale layout (FP4_NUMERICS.md): the byte offset of scale (r, c),

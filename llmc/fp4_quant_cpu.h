@@ -1,6 +1,6 @@
 // fp4_quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
 // defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
-//          quant_amax_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
+//          quant_amax_cpu(), quant_block_scale_4o6_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
 // It is the reference twin of the kernels in nvfp4.cuh (dev/test/test_fp4_gpu.cu compares them bit for
@@ -181,6 +181,34 @@ HD void quant_stats_add(QuantStats* acc, const QuantStats* s) {
     acc->clipped += s->clipped; acc->zero_blocks += s->zero_blocks; acc->nonfinite += s->nonfinite;
 }
 
+// The element's code, as quant_cpu_pass rounds it: RNE, or SR with the element's view-position bits.
+static inline uint8_t quant_round_cpu(const QuantParams* p, float x, uint64_t key, int64_t i, int64_t k, int axis,
+                                      int64_t cols) {
+    return p->rounding == QROUND_SR ? grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, cols))
+                                    : grid_round_rne(&p->grid, x);
+}
+
+// Four Over Six (docs/NUMERICS_NEXT.md section 1): the scale of the W x L block at operand (i0, k0) of the
+// rotated operand t (M x K): the candidate mapping the block max to 4 when its codes have a strictly
+// smaller squared error (quant_4o6_err_add, elements in order) than the one mapping it to 6. Both
+// candidates round with the same rule and, for SR, the same bits, which the caller uses again for the codes
+// of the chosen one (so they are the codes measured here).
+static inline QuantBlockScale quant_block_scale_4o6_cpu(const QuantParams* p, const float* t, int64_t K, int64_t i0,
+                                                        int64_t k0, float bamax, float s_enc, uint64_t key, int axis,
+                                                        int64_t cols) {
+    const QuantBlockScale cand[2] = {quant_block_scale_e4m3_to(bamax, s_enc, 6.0f),
+                                     quant_block_scale_e4m3_to(bamax, s_enc, 4.0f)};
+    float err[2] = {0.0f, 0.0f};
+    for (int m = 0; m < 2; m++)
+        for (int64_t i = i0; i < i0 + p->block_w; i++)
+            for (int64_t k = k0; k < k0 + p->block_l; k++) {
+                const float x = t[i * K + k];
+                const uint8_t c = quant_round_cpu(p, x * cand[m].inv, key, i, k, axis, cols);
+                quant_4o6_err_add(&err[m], &p->grid, c, cand[m].sdec, x, s_enc);
+            }
+    return err[1] < err[0] ? cand[1] : cand[0];
+}
+
 // One pass of the quantizer over a view along `axis`: the outputs that are not NULL (fake, packed
 // codes / scales, amax, statistics accumulated into *st) of the same codes. Returns scale_dec (the
 // tensor-level dequantization factor). quant_cpu and quant_stats_cpu below are its two uses.
@@ -203,16 +231,14 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
             uint32_t bb = 0;
             for (int64_t i = i0; i < i0 + W; i++)
                 for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
-            QuantBlockScale bs = quant_block_scale(p, f32_from_bits(bb), s_enc);
+            QuantBlockScale bs = p->scale == QSCALE_E4M3_4O6
+                ? quant_block_scale_4o6_cpu(p, t, K, i0, k0, f32_from_bits(bb), s_enc, key, axis, v.cols)
+                : quant_block_scale(p, f32_from_bits(bb), s_enc);
             for (int64_t i = i0; i < i0 + W; i++) {
                 if (scales) scales[i * (K / L) + k0 / L] = bs.bits;
                 for (int64_t k = k0; k < k0 + L; k++) {
                     float x = t[i * K + k] * bs.inv;
-                    uint8_t c;
-                    if (bs.is_nan) c = 0;
-                    else if (p->rounding == QROUND_SR)
-                        c = grid_round_sr(&p->grid, x, quant_sr_bits(key, i, k, axis, v.cols));
-                    else c = grid_round_rne(&p->grid, x);
+                    const uint8_t c = bs.is_nan ? 0 : quant_round_cpu(p, x, key, i, k, axis, v.cols);
                     if (st) quant_stats_element(st, &p->grid, t[i * K + k], x, c, &bs, tdec);
                     if (codes) {
                         uint8_t* byte = codes + i * (K / 2) + k / 2;

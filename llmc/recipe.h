@@ -2,7 +2,7 @@
 // transformer blocks stay in BF16.
 // defines: Slot, SLOT_NAMES, Recipe, recipe_preset(), recipe_set_slot(), recipe_disable_gemm(),
 //          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(),
-//          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
+//          recipe_describe(), recipe_layer_is_fp4(), recipe_gpu_obstacle(), RECIPE_PRESETS
 //
 // A linear layer y = x W^T runs three GEMMs, each with two operands (RECIPES.md):
 //   fprop: X (reduce over channels) and W            -> slots fprop.x, fprop.w
@@ -145,6 +145,23 @@ static inline void recipe_check(const Recipe* r) {
                 GEMM_NAMES[g], SLOT_NAMES[2 * g], ha, SLOT_NAMES[2 * g + 1], hb);
         fail_if(ha > 32, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32", ha, GEMM_NAMES[g]);
     }
+}
+
+// Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The
+// trainer refuses such a recipe before the GPU starts rather than let the kernels run a spec they do not
+// know as another one. Now: the 4o6 scale rule (Four Over Six, docs/NUMERICS_NEXT.md section 1).
+static inline int recipe_gpu_obstacle(const Recipe* r, char* err, size_t n) {
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        if (quant_spec_is_bf16(&r->slot[s]) || r->slot[s].scale != QSCALE_E4M3_4O6) continue;
+        char flag[32];
+        snprintf(flag, sizeof(flag), "--%s", SLOT_NAMES[s]);
+        for (char* p = flag; *p; p++) if (*p == '.') *p = '-';
+        snprintf(err, n, "slot %s: the 4o6 scale rule (Four Over Six) is not yet on the GPU: the CPU twin and the "
+                 "numpy reference implement it (docs/NUMERICS_NEXT.md), the quantization kernels do not yet; give %s "
+                 "a spec without 4o6 (e.g. nvfp4)", SLOT_NAMES[s], flag);
+        return 1;
+    }
+    return 0;
 }
 
 // Whether an L-block model quantizes anything under this (resolved) recipe.

@@ -5,3 +5,6 @@ build/test_cli: llmc/checkpoint.h llmc/gpt_config.h llmc/dataloader.h llmc/recip
 # scripts/check_diverge.sh: a diverging run names its newest good checkpoint and leaves none from broken
 # weights (GPU; skips without one). A script, listed with the GPU tests so that make test runs it.
 GPU_TESTS += scripts/check_diverge.sh
+# scripts/check_bf16_forward.sh: --bf16-forward-from across resumes, before and after the switch (GPU; skips
+# without one): check_resume.sh's bit-for-bit losses and events under nvfp4 with the switch.
+GPU_TESTS += scripts/check_bf16_forward.sh

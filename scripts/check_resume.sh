@@ -3,7 +3,8 @@
 # resume in between, then compares the per-step losses of the two logs exactly. Then the same after a
 # kill -9 that lands while a checkpoint is being written: the resume (from the newest whole
 # checkpoint) must still give the uninterrupted run's losses. Both resumed logs must hold every step
-# exactly once (the trainer drops the interrupted run's lines after its checkpoint) and a resume line.
+# exactly once (the trainer drops the interrupted run's lines after its checkpoint), a resume line, and
+# the uninterrupted run's events (such as --bf16-forward-from's switch) at the same steps, once each.
 # usage: scripts/check_resume.sh [extra trainer flags...]   (needs a GPU and ./train_gpt_fp4)
 # Ends with the test summary line scripts/run_tests.sh reads; skips (exit 0) without a GPU, as the GPU
 # test binaries do: an installed but unusable driver, or REQUIRE_GPU=1 without a GPU, is a failure.
@@ -67,22 +68,26 @@ import json, sys
 full, split, kill, killed = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 
 def read(p):
-    """Train losses by step, and the problems: a step logged twice, a missing resume line."""
+    """Train losses by step, and the problems: a step logged twice, a missing resume line; and the events."""
     rows = [json.loads(l) for l in open(p)]
     steps = [d["step"] for d in rows if d.get("type") == "train"]
     dup = sorted({s for s in steps if steps.count(s) > 1})
     resumes = [d for d in rows if d.get("type") == "resume"]
-    return {d["step"]: d["loss"] for d in rows if d.get("type") == "train"}, dup, resumes
+    events = [(d["step"], d["event"], d.get("on")) for d in rows if d.get("type") == "event"]
+    return {d["step"]: d["loss"] for d in rows if d.get("type") == "train"}, dup, resumes, events
 
-a, _, _ = read(full)
+a, _, _, events_a = read(full)
 passed = failed = skipped = 0
 for name, path, run in (("resume after a checkpoint", split, True), ("resume after kill -9 mid-write", kill, killed)):
     if not run:
         print(f"SKIP check_resume: {name}: the run ended before a checkpoint write could be caught")
         skipped += 1
         continue
-    b, dup, resumes = read(path)
+    b, dup, resumes, events_b = read(path)
     problems = 0
+    if events_a != events_b:
+        print(f"FAIL check_resume: {name}: events {events_b}, the uninterrupted run's {events_a}")
+        problems += 1
     if dup:
         print(f"FAIL check_resume: {name}: steps logged more than once: {dup}")
         problems += 1

@@ -2,7 +2,8 @@
 // file written and read back section by section, every byte of it damaged in turn (each refused with
 // the file and the right section named), every truncation refused, old-version and foreign files
 // refused, atomic writes (a crash or a kill -9 while writing leaves the previous checkpoint intact),
-// and which checkpoint a diverged run names as the one to resume from.
+// which checkpoint a diverged run names as the one to resume from, and that a version-2 file (written
+// by the program before the recipe schedule section, dev/golden/ckpt_v2_synthetic.bin) still reads.
 #include <signal.h>
 #include "llmc/checkpoint.h"
 #include "dev/test/testing.h"
@@ -10,7 +11,7 @@
 static char tmpdir[64];
 
 // Section contents of the synthetic checkpoint: a few dozen bytes each, distinct patterns.
-static const size_t SECTION_BYTES[CKPT_NUM_SECTIONS] = {0, 40, 96, 24, 16, 8};
+static const size_t SECTION_BYTES[CKPT_NUM_SECTIONS] = {0, 40, 96, 24, 16, 8, 12};
 static const char* TEXT = "nvfp4: fprop.x=e2m1,1x16,e4m3,rne,h0; bf16 blocks: first 0, last 2";
 
 static void fill_section(int s, uint8_t* buf) {
@@ -286,6 +287,51 @@ static void test_trail(void) {
     remove(a);
 }
 
+// dev/golden/ckpt_v2_synthetic.bin was written by the version-2 llmc/checkpoint.h (commit 898f9f6) with this
+// file's synthetic content for the five sections version 2 has (SECTION_BYTES without the last).
+#define V2_FIXTURE "dev/golden/ckpt_v2_synthetic.bin"
+
+static void test_version2(const char* path) {
+    if (access(V2_FIXTURE, R_OK) != 0) {
+        test_skip("version-2 checkpoint", V2_FIXTURE " not found (run from the repository root)");
+        return;
+    }
+    CheckpointReader r;
+    CHECK(ckpt_open(&r, V2_FIXTURE) == 0, "a version-2 checkpoint opens: %s", r.err);
+    CHECK(r.header[CKPT_H_VERSION] == 2 && strcmp(r.text, TEXT) == 0, "version %d, text '%s'", r.header[CKPT_H_VERSION],
+          r.text ? r.text : "");
+    for (int s = 1; s < CKPT_SCHEDULE; s++) {
+        uint8_t got[128], exp[128];
+        fill_section(s, exp);
+        CHECK(ckpt_read_section(&r, (CkptSection)s, got, SECTION_BYTES[s]) == 0 && memcmp(got, exp, SECTION_BYTES[s]) == 0,
+              "version 2: section %s: %s", CKPT_SECTION_NAMES[s], r.err);
+    }
+    CHECK(r.bytes[CKPT_SCHEDULE] == 0 && ckpt_read_section(&r, CKPT_SCHEDULE, NULL, 0) == 0,
+          "version 2 reads as an empty recipe schedule section: %llu bytes, %s",
+          (unsigned long long)r.bytes[CKPT_SCHEDULE], r.err);
+    CHECK(ckpt_verify(&r) == 0, "version 2 verifies: %s", r.err);
+    ckpt_close(&r);
+    // its checksums still guard it: a damaged byte of its last section is refused, naming the section
+    long n;
+    uint8_t* b = read_all(V2_FIXTURE, &n);
+    b[n - 1] ^= 0x10;
+    write_all(path, b, n);
+    char err[4800];
+    CHECK(open_and_verify(path, err, sizeof(err)) != 0 && strstr(err, "the spike detector section is corrupt"),
+          "damaged version 2: %s", err);
+    // a version this program does not know (the next one) is refused with the versions it reads
+    b[n - 1] ^= 0x10;
+    int32_t h[CKPT_HEADER_INTS];
+    memcpy(h, b, sizeof(h));
+    h[CKPT_H_VERSION] = CKPT_VERSION + 1;
+    h[CKPT_H_HEADER_CRC] = (int32_t)ckpt_header_crc_(h, (const char*)b + sizeof(h), (size_t)h[CKPT_H_TEXT_BYTES]);
+    memcpy(b, h, sizeof(h));
+    write_all(path, b, n);
+    CHECK(open_and_verify(path, err, sizeof(err)) != 0 && strstr(err, "reads versions 2 to 3"), "future version: %s", err);
+    free(b);
+    remove(path);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_checkpoint_XXXXXX");
     if (!mkdtemp(tmpdir)) { printf("FAIL: mkdtemp\n"); return 1; }
@@ -297,6 +343,7 @@ int main(void) {
     test_truncated_and_foreign(path);
     test_atomic();
     test_trail();
+    test_version2(path);
     remove(path);
     rmdir(tmpdir);
     return test_summary("test_checkpoint");

@@ -13,6 +13,7 @@
 #include "llmc/dataloader.h"
 #include "llmc/recipe.h"
 #include "llmc/eval_tasks.h"
+#include "llmc/recipe_schedule.h"
 #include "dev/test/testing.h"
 
 static const char* trainer = "./train_gpt_fp4";
@@ -115,6 +116,10 @@ typedef struct {
     const char* recipe;      // preset name, described as the trainer describes it
     size_t weights_bytes;    // 0: the model's weights and optimizer state; else this many bytes of weights and no
                              // optimizer state (a file whose header is all a case needs, kept small)
+    float bf16_forward_from; // the run's --bf16-forward-from (0: none), over bf16_forward_steps steps
+    int bf16_forward_steps;
+    int bf16_forward_state;  // 0: the state the schedule gives at `step`; else this minus 1 (an inconsistent file)
+    int version2;            // write format version 2 (no recipe schedule section), as older builds did
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -156,8 +161,26 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     ckpt_write(&w, &rng, sizeof(rng));
     ckpt_section(&w, CKPT_SPIKE);
     ckpt_write(&w, spike, sizeof(spike));
+    if (!spec->version2) {
+        RecipeSchedule sched;
+        recipe_schedule_init(&sched, spec->bf16_forward_from, spec->bf16_forward_steps);
+        sched.bf16_forward = spec->step > 0 && recipe_schedule_bf16_forward_at(&sched, spec->step - 1);
+        if (spec->bf16_forward_state) sched.bf16_forward = spec->bf16_forward_state - 1;
+        ckpt_section(&w, CKPT_SCHEDULE);
+        ckpt_write(&w, &sched, sizeof(sched));
+    }
     ckpt_commit(&w);
     free(zeros);
+    if (spec->version2) {   // the header as version 2 wrote it: the same, but for the version and so the checksum
+        FILE* f = fopen(path, "r+b");
+        int32_t hh[CKPT_HEADER_INTS];
+        if (!f || fread(hh, sizeof(hh), 1, f) != 1) { printf("FAIL: rereading %s\n", path); if (f) fclose(f); return; }
+        hh[CKPT_H_VERSION] = 2;
+        hh[CKPT_H_HEADER_CRC] = (int32_t)ckpt_header_crc_(hh, text, strlen(text));
+        fseek(f, 0, SEEK_SET);
+        fwrite(hh, sizeof(hh), 1, f);
+        fclose(f);
+    }
 }
 
 // Flips one byte of a file at offset (from the end when negative).
@@ -211,6 +234,10 @@ static void test_options_and_batch(void) {
 static void test_recipes(void) {
     EXPECT("bad slot spec", NULL, "--fprop-x 'nvfp4,7x7'", NULL,
            "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "nvfp4,7x7");
+    EXPECT("4o6 is not on the GPU yet", NULL, "slot fprop.x: the 4o6 scale rule", "not yet on the GPU",
+           "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "nvfp4,4o6");
+    EXPECT("4o6 needs e2m1", NULL, "4o6 (Four Over Six)", "e2m1 only",
+           "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "int4,4o6");
     EXPECT("Hadamard conflict", NULL, "must use the same Hadamard transform", NULL,
            "-i", train_shard, "--recipe", "nvfp4", "--wgrad-x", "nvfp4");
     EXPECT("(f) B*T not a multiple of the block", NULL, "N = 200 tokens", "Change --batch-size or --seq-len",
@@ -282,12 +309,14 @@ static void test_checkpoints(void) {
            "model config: channels 256 not divisible by heads 6", path, RESUME_ARGS, "--resume", path);
 
     // damaged checkpoints: any byte, any section, refused before the GPU with the file and section named
+    // the file ends with the sections data position, rng (16 bytes), spike detector (40), recipe schedule (16)
     struct { const char* name; long offset; const char* section; } hits[] = {
         {"channel count", 4 * H_CHANNELS, "the header section is corrupt"},
         {"recipe text", 4 * CKPT_HEADER_INTS + 3, "the header section is corrupt"},
-        {"last byte (spike detector)", -1, "the spike detector section is corrupt"},
-        {"data position", -(long)(40 + 16 + 3), "the data position section is corrupt"},
-        {"rng", -(long)(40 + 5), "the rng section is corrupt"},
+        {"last byte (recipe schedule)", -1, "the recipe schedule section is corrupt"},
+        {"spike detector", -(long)(16 + 1), "the spike detector section is corrupt"},
+        {"data position", -(long)(16 + 40 + 16 + 3), "the data position section is corrupt"},
+        {"rng", -(long)(16 + 40 + 5), "the rng section is corrupt"},
     };
     for (size_t i = 0; i < sizeof(hits) / sizeof(hits[0]); i++) {
         char what[128];
@@ -373,6 +402,59 @@ static void test_heldout(void) {
     remove(eval_log);
 }
 
+// --bf16-forward-from: the option's values, the recipes it can switch, and resuming across the switch. The
+// model has 16 channels, so that nvfp4 (16-wide blocks) can quantize it.
+static void test_bf16_forward(void) {
+    EXPECT("--bf16-forward-from 0", NULL, "--bf16-forward-from 0 is outside (0, 1]", "leave the option out",
+           "-i", train_shard, "--recipe", "nvfp4", "--bf16-forward-from", "0");
+    EXPECT("--bf16-forward-from 1.5", NULL, "--bf16-forward-from 1.5 is outside (0, 1]", NULL,
+           "-i", train_shard, "--recipe", "nvfp4", "--bf16-forward-from", "1.5");
+    EXPECT("--bf16-forward-from 10%", NULL, "expects a fraction of the run in (0, 1]", "got '10%'",
+           "-i", train_shard, "--recipe", "nvfp4", "--bf16-forward-from", "10%");
+    EXPECT("--bf16-forward-from with the bf16 recipe", NULL, "runs no forward GEMM in FP4", "a BF16 recipe",
+           "-i", train_shard, "--bf16-forward-from", "0.1");
+    EXPECT("--bf16-forward-from with --fp4-fprop off", NULL, "nothing to switch to BF16", "--fp4-fprop off",
+           "-i", train_shard, "--recipe", "nvfp4", "--fp4-fprop", "off", "--bf16-forward-from", "0.1");
+    EXPECT("valid --bf16-forward-from reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "nvfp4", "-b", "4", "-t", "16", "--bf16-forward-from", "0.1");
+
+    GPTConfig c16 = tiny_config();
+    c16.channels = 16;
+    char ckpt[128], other[128];
+    snprintf(ckpt, sizeof(ckpt), "%s/ckpt_00000004.bin", tmpdir);
+    snprintf(other, sizeof(other), "%s/other.bin", tmpdir);
+    // 10 steps, the last 25% (2.5, rounded up: 3) in BF16: the switch at step 7
+    CkptSpec before = {c16, 4, 4, 16, 1, 1337, "nvfp4", 0, 0.25f, 10, 0, 0};
+    write_checkpoint(ckpt, &before);
+#define R16 RESUME_ARGS, "--recipe", "nvfp4"
+    EXPECT("resume before the switch, same schedule", NULL, "no CUDA GPU found", NULL, R16, "--resume", ckpt,
+           "--bf16-forward-from", "0.25");
+    EXPECT("resume dropping --bf16-forward-from", NULL, "cannot resume", "from step 7 of 10", R16, "--resume", ckpt);
+    EXPECT("resume with --steps moving the switch", NULL, "this run asks for --bf16-forward-from 0.25: forward GEMMs "
+           "in BF16 from step 15 of 20", "--allow-recipe-change on", RESUME_ARGS, "--recipe", "nvfp4", "--steps", "20",
+           "--resume", ckpt, "--bf16-forward-from", "0.25");
+    EXPECT("the same, allowed", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--recipe", "nvfp4", "--steps", "20",
+           "--resume", ckpt, "--bf16-forward-from", "0.25", "--allow-recipe-change", "on");
+    CkptSpec after = before;
+    after.step = 8;
+    write_checkpoint(other, &after);
+    EXPECT("resume after the switch (in the switched state)", NULL, "no CUDA GPU found", NULL, R16, "--resume", other,
+           "--bf16-forward-from", "0.25");
+    after.bf16_forward_state = 1;   // BF16 forward off at step 8, after a switch at 7
+    write_checkpoint(other, &after);
+    EXPECT("a schedule whose state contradicts its step", NULL, "its recipe schedule", "inconsistent", R16, "--resume",
+           other, "--bf16-forward-from", "0.25");
+    // a version-2 checkpoint (before the recipe schedule section) resumes as one without a switch
+    CkptSpec v2 = {c16, 4, 4, 16, 1, 1337, "nvfp4", 0, 0.0f, 0, 0, 1};
+    write_checkpoint(other, &v2);
+    EXPECT("a version-2 checkpoint still resumes", NULL, "no CUDA GPU found", NULL, R16, "--resume", other);
+    EXPECT("a version-2 checkpoint has no switch to keep", NULL, "it was trained with no BF16 forward tail",
+           "--allow-recipe-change on", R16, "--resume", other, "--bf16-forward-from", "0.25");
+#undef R16
+    remove(ckpt);
+    remove(other);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) trainer = argv[1];
     if (access(trainer, X_OK) != 0) {
@@ -390,6 +472,7 @@ int main(int argc, char** argv) {
     test_data_files();
     test_checkpoints();
     test_heldout();
+    test_bf16_forward();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);

@@ -165,7 +165,7 @@ static void run_golden(void) {
     // sizes 2..128 with 3 sign choices each; one per entry of its CASES table.
     const struct { int type, want; const char* what; } expect[] = {
         {GOLD_RNG, 1, "rng"}, {GOLD_E4M3, 1, "e4m3"}, {GOLD_GRID_RNE, 3, "grid rne"}, {GOLD_GRID_SR, 3, "grid sr"},
-        {GOLD_BF16, 1, "bf16"}, {GOLD_HADAMARD, 7 * 3, "hadamard"}, {GOLD_QUANT, 42, "quantization"},
+        {GOLD_BF16, 1, "bf16"}, {GOLD_HADAMARD, 7 * 3, "hadamard"}, {GOLD_QUANT, 57, "quantization"},
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++)
         CHECK(counts[expect[i].type] == expect[i].want, "golden file: %d %s records, want %d", counts[expect[i].type],
@@ -231,7 +231,8 @@ static int spec_equal(const QuantSpec* a, const QuantSpec* b) {
 static void test_parser(void) {
     const char* good[] = {"nvfp4", "nvfp4-2d", "mxfp4", "mxfp4-ceil", "mxfp4-2d", "int4", "e1m2", "nvfp4,sr",
                           "nvfp4,h16,fixed", "nvfp4,h16,plain", "mxfp4,h32,seed=7", "e2m1,32x32,e8m0ceil,sr",
-                          "int4,h128,sr", "e1m2,16x16", "mxfp8", "fp8,1x16,e4m3"};
+                          "int4,h128,sr", "e1m2,16x16", "mxfp8", "fp8,1x16,e4m3", "nvfp4,4o6", "nvfp4-2d,4o6,sr",
+                          "e2m1,1x16,4o6,rne,h16,fixed"};
     int bad = 0;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         QuantSpec a, b; char err[256], txt[128];
@@ -242,7 +243,7 @@ static void test_parser(void) {
         }
     }
     CHECK(bad == 0, "spec parser: %d good specs failed", bad);
-    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256", "mxfp8,sr"};
+    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256", "mxfp8,sr", "int4,4o6", "mxfp8,4o6"};
     int nbad = 0;
     for (size_t i = 0; i < sizeof(badspecs) / sizeof(badspecs[0]); i++) {
         QuantSpec a; char err[256] = "";
@@ -519,7 +520,7 @@ static QuantStats stats_direct(const QuantParams* p, QuantView v, int axis, uint
             st.n++;
             st.flushed += q == 0.0;
             st.zero_blocks += sb == 0.0f;
-            float inv = p->scale == QSCALE_E4M3 ? fminf(1.0f / (sb * dec), FLT_MAX) : 1.0f / sb;
+            float inv = quant_scale_is_e4m3(p->scale) ? fminf(1.0f / (sb * dec), FLT_MAX) : 1.0f / sb;
             st.clipped += sb != 0.0f && fabsf(x * inv) > p->grid.maxval;
         }
     free(t); free(fake); free(codes); free(scales);
@@ -769,6 +770,64 @@ static void test_e4m3_no_packed(void) {
     CHECK(rc != 0 && strstr(err, "no packed 4-bit form"), "packed e4m3 codes must be refused (rc %d, '%s')", rc, err);
 }
 
+// Four Over Six (docs/NUMERICS_NEXT.md section 1) beyond the golden vectors: on N(0,1) data both candidates
+// occur and the error is below NVFP4's; every block's choice is the candidate with the smaller error, 6 on a
+// tie (an all-equal block, represented exactly by both); the tensor scale is bounded at 256 (4-candidate 384).
+static void test_4o6(void) {
+    enum { R = 64, C = 1024 };
+    static uint16_t in[R * C], fk[R * C];
+    static uint8_t codes[R * C / 2], scales[R * C / 16];
+    for (int i = 0; i < R * C; i++) in[i] = bf16_bits_rne((float)nrand());
+    QuantView v = {in, R, C, C};
+    double mse[2];
+    const char* specs[2] = {"nvfp4", "nvfp4,4o6"};
+    for (int si = 0; si < 2; si++) {
+        QuantParams p = params_of(specs[si]);
+        float d = quant_cpu(&p, v, 1, 0, fk, C, codes, scales, NULL);
+        mse[si] = 0;
+        for (int i = 0; i < R * C; i++) {
+            double e = (double)bf16_bits_to_float(fk[i]) * d - bf16_bits_to_float(in[i]);
+            mse[si] += e * e / (R * C);
+        }
+    }
+    // which candidate each block took: its stored scale is one of the two; the other's error is not smaller
+    QuantParams p = params_of("nvfp4,4o6");
+    float amax;
+    quant_cpu(&p, v, 1, 0, NULL, C, codes, scales, &amax);
+    const float s_enc = quant_tensor_scale_enc(&p, amax);
+    CHECK(s_enc == 1536.0f / amax, "4o6 tensor scale 6 * 256 / amax: %.9g", s_enc);
+    int n4 = 0, n6 = 0, wrong = 0, over = 0;
+    for (int b = 0; b < R * C / 16; b++) {
+        float x[16], bamax = 0.0f;
+        for (int k = 0; k < 16; k++) { x[k] = bf16_bits_to_float(in[b * 16 + k]); bamax = fmaxf(bamax, fabsf(x[k])); }
+        QuantBlockScale c6 = quant_block_scale_e4m3_to(bamax, s_enc, 6.0f), c4 = quant_block_scale_e4m3_to(bamax, s_enc, 4.0f);
+        float e6 = 0.0f, e4 = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            quant_4o6_err_add(&e6, &p.grid, grid_round_rne(&p.grid, x[k] * c6.inv), c6.sdec, x[k], s_enc);
+            quant_4o6_err_add(&e4, &p.grid, grid_round_rne(&p.grid, x[k] * c4.inv), c4.sdec, x[k], s_enc);
+        }
+        const uint8_t want = e4 < e6 ? c4.bits : c6.bits;
+        wrong += scales[b] != want;
+        n4 += e4 < e6;
+        n6 += !(e4 < e6);
+        over += !(c4.sdec <= 384.0f && c6.sdec <= 256.0f);
+    }
+    CHECK(over == 0, "4o6: %d blocks with a candidate scale above 384 (4) / 256 (6)", over);
+    printf("4o6 on N(0,1): %d blocks map their max to 4, %d to 6; MSE %.4g vs nvfp4 %.4g\n", n4, n6, mse[1], mse[0]);
+    CHECK(wrong == 0, "4o6: %d blocks took the candidate with the larger error", wrong);
+    CHECK(n4 > R * C / 16 / 10 && n6 > R * C / 16 / 10, "4o6: both candidates occur (4: %d, 6: %d)", n4, n6);
+    CHECK(mse[1] < 0.95 * mse[0], "4o6 MSE %.4g is not below nvfp4's %.4g", mse[1], mse[0]);
+    // a tie: 16 equal values are exact under both candidates (1.5 * 2^k maps to 6 and to 4): 6 wins
+    uint16_t eq[16];
+    for (int k = 0; k < 16; k++) eq[k] = bf16_bits_rne(1.5f);
+    QuantView ve = {eq, 1, 16, 16};
+    uint8_t c8[8], sc;
+    uint16_t out[16];
+    float de = quant_cpu(&p, ve, 1, 0, out, 16, c8, &sc, NULL);
+    CHECK(sc == e4m3_bits(256.0f) && (c8[0] & 15) == 7 && bf16_bits_to_float(out[0]) * de == 1.5f,
+          "an all-equal block ties (both exact): scale 0x%02x (want 256, the 6-candidate), code %d", sc, c8[0] & 15);
+}
+
 int main(void) {
     run_golden();
     test_formats_exhaustive();
@@ -784,5 +843,6 @@ int main(void) {
     test_compare();
     test_e4m3_grid();
     test_e4m3_no_packed();
+    test_4o6();
     return test_summary("fp4_cpu");
 }

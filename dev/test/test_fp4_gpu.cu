@@ -106,6 +106,10 @@ static void golden_quant(const GoldenRecord* r) {
     char spec_txt[81]; memcpy(spec_txt, r->p + 48, 80); spec_txt[80] = 0;
     QuantSpec spec; char err[256];
     if (quant_spec_parse(spec_txt, &spec, err, sizeof(err))) { CHECK(0, "parse %s: %s", spec_txt, err); return; }
+    if (spec.scale == QSCALE_E4M3_4O6) {   // Four Over Six: CPU twin and oracle only so far
+        test_skip(spec_txt, "4o6 is not yet on the GPU (docs/NUMERICS_NEXT.md)");
+        return;
+    }
     QuantParams p = quant_params(&spec);
     GoldenQuant g = golden_quant_parse(r, p.block_l);
     size_t n = (size_t)g.rows * g.cols;

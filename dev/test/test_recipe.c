@@ -1,8 +1,10 @@
 // test_recipe.c: CPU tests of llmc/recipe.h: the presets resolve to the slot specs RECIPES.md
 // describes, overrides and GEMM switches act on the right slots, the BF16-block rule scales with
 // depth, the canonical description is stable, invalid recipes fail with a clear message, and
-// recipe_check_shapes finds token and channel counts a recipe cannot quantize.
+// recipe_check_shapes finds token and channel counts a recipe cannot quantize; and the recipe schedule
+// (--bf16-forward-from, llmc/recipe_schedule.h): its switch step, parsing, resuming and the recipe after it.
 #include "llmc/recipe.h"
+#include "llmc/recipe_schedule.h"
 #include "dev/test/testing.h"
 
 static int spec_is(const QuantSpec* s, QuantGrid grid, int bw, int bl, QuantScaleRule scale, QuantRounding round,
@@ -68,6 +70,105 @@ static void test_shapes(void) {
     recipe_set_slot(&r, SLOT_WGRAD_DY, "nvfp4,sr,h32,fixed");
     recipe_set_slot(&r, SLOT_WGRAD_X, "nvfp4,h32,fixed");
     expect_shapes(&r, 16 * 3, 768, 1, 1, "32-point Hadamard", "multiple of 32", "h32 on wgrad, N=48");
+}
+
+// --bf16-forward-from: which step switches, given the fraction and the steps; what a resume keeps
+static void test_schedule(void) {
+    struct { float f; int steps, first; } cases[] = {
+        {0.1f, 1000, 900},    // 0.1f * 1000 = 100.0000015: 100 steps, not 101
+        {0.1f, 100, 90},
+        {0.18f, 5000, 4100},  // NVIDIA's 18%
+        {0.25f, 12, 9},
+        {0.75f, 12, 3},
+        {1.0f, 12, 0},        // the whole run
+        {0.5f, 3, 1},         // 1.5 steps: halves round up, 2
+        {0.01f, 10, 9},       // 0.1 steps: at least the last one
+        {1e-6f, 1, 0},
+        {0.3f, 7, 5},         // 2.1 steps: 2
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        RecipeSchedule s;
+        recipe_schedule_init(&s, cases[i].f, cases[i].steps);
+        CHECK(s.bf16_forward_step == cases[i].first && s.steps == cases[i].steps && s.bf16_forward == 0,
+              "--bf16-forward-from %g of %d steps: switch at %d, want %d", cases[i].f, cases[i].steps,
+              s.bf16_forward_step, cases[i].first);
+        CHECK(!recipe_schedule_bf16_forward_at(&s, cases[i].first - 1) && recipe_schedule_bf16_forward_at(&s, cases[i].first) &&
+              recipe_schedule_bf16_forward_at(&s, cases[i].steps - 1), "%g of %d: off before, on from the switch step",
+              cases[i].f, cases[i].steps);
+    }
+    RecipeSchedule none;
+    recipe_schedule_init(&none, 0.0f, 100);
+    CHECK(none.bf16_forward_step == -1 && !recipe_schedule_bf16_forward_at(&none, 99), "no fraction: no switch");
+
+    // parsing: (0, 1], numbers only
+    const char* good[] = {"0.1", "1", "1.0", "0.000001", "5e-1"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        float f = -1.0f;
+        char err[512] = "";
+        CHECK(bf16_forward_parse(good[i], &f, err, sizeof(err)) == 0 && f > 0.0f && f <= 1.0f, "'%s' accepted: %s",
+              good[i], err);
+    }
+    struct { const char* text; const char* msg; } badf[] = {
+        {"0", "outside (0, 1]"}, {"-0.1", "outside (0, 1]"}, {"1.5", "outside (0, 1]"}, {"nan", "outside (0, 1]"},
+        {"inf", "outside (0, 1]"}, {"10%", "expects a fraction"}, {"", "expects a fraction"}, {"abc", "got 'abc'"},
+    };
+    for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++) {
+        float f = 0.5f;
+        char err[512] = "";
+        CHECK(bf16_forward_parse(badf[i].text, &f, err, sizeof(err)) != 0 && strstr(err, badf[i].msg) && f == 0.5f,
+              "'%s' refused with '%s': '%s'", badf[i].text, badf[i].msg, err);
+    }
+
+    // a checkpoint's schedule: consistent with its step, or refused
+    RecipeSchedule s, out;
+    char err[1024];
+    recipe_schedule_init(&s, 0.25f, 12);   // switch at 9
+    s.bf16_forward = 0;
+    CHECK(recipe_schedule_check(&s, 9, err, sizeof(err)) == 0, "at step 9 the last step run (8) was FP4: %s", err);
+    CHECK(recipe_schedule_check(&s, 10, err, sizeof(err)) != 0 && strstr(err, "inconsistent"), "at step 10 it must be on");
+    s.bf16_forward = 1;
+    CHECK(recipe_schedule_check(&s, 10, err, sizeof(err)) == 0, "at step 10, on: %s", err);
+    CHECK(recipe_schedule_check(&none, 50, err, sizeof(err)) == 0, "no schedule: %s", err);
+    RecipeSchedule broken = none;
+    broken.bf16_forward = 1;
+    CHECK(recipe_schedule_check(&broken, 50, err, sizeof(err)) != 0, "on without a switch step is refused");
+
+    // resuming: the same switch continues with the checkpoint's state; another is refused unless allowed
+    RecipeSchedule asked;
+    recipe_schedule_init(&asked, 0.25f, 12);
+    CHECK(recipe_schedule_resume(&s, &asked, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward == 1 &&
+          out.bf16_forward_step == 9, "same switch: resumed in the switched state");
+    recipe_schedule_init(&asked, 0.25f, 24);   // --steps changed: the switch would move to 18
+    CHECK(recipe_schedule_resume(&s, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "from step 9 of 12") &&
+          strstr(err, "from step 18 of 24") && strstr(err, "--allow-recipe-change on"), "moved switch refused: %s", err);
+    CHECK(recipe_schedule_resume(&s, &asked, 1, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == 18 &&
+          out.bf16_forward == 1 && !recipe_schedule_bf16_forward_at(&out, 10),
+          "allowed: the new switch, the checkpoint's state (so the run switches back at its first step)");
+    CHECK(recipe_schedule_resume(&none, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "no BF16 forward tail"),
+          "adding the switch to a run without one is a change: %s", err);
+    CHECK(recipe_schedule_resume(&none, &none, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == -1,
+          "no switch before, none now");
+
+    // the recipe after the switch: fprop's slots BF16, dgrad and wgrad untouched (Q/K follows)
+    Recipe r;
+    recipe_preset(&r, "nvfp4");
+    r.qk_fp8 = 1;
+    recipe_resolve_layers(&r, 12);
+    Recipe t = recipe_with_bf16_forward(&r);
+    QuantSpec qk_fprop = recipe_qk_spec(&t, SLOT_FPROP_X), qk_dgrad = recipe_qk_spec(&t, SLOT_DGRAD_DY);
+    CHECK(quant_spec_is_bf16(&t.slot[SLOT_FPROP_X]) && quant_spec_is_bf16(&t.slot[SLOT_FPROP_W]) &&
+          quant_spec_is_bf16(&qk_fprop) && !quant_spec_is_bf16(&qk_dgrad), "bf16 forward: fprop slots and Q/K fprop BF16");
+    for (int sl = SLOT_DGRAD_DY; sl < NUM_SLOTS; sl++)
+        CHECK(memcmp(&t.slot[sl], &r.slot[sl], sizeof(QuantSpec)) == 0, "bf16 forward keeps %s", SLOT_NAMES[sl]);
+    CHECK(t.bf16_first == r.bf16_first && t.bf16_last == r.bf16_last && t.qk_fp8 == 1, "bf16 forward keeps the blocks");
+    recipe_check(&t);
+    CHECK(recipe_forward_quantized(&r, 12) && !recipe_forward_quantized(&t, 12), "forward quantized before, not after");
+    recipe_preset(&r, "nvfp4");
+    r.bf16_last = 2;
+    recipe_resolve_layers(&r, 2);   // 0 + 2 blocks BF16: nothing quantized
+    CHECK(!recipe_forward_quantized(&r, 2), "a model whose blocks are all BF16 has no FP4 forward");
+    recipe_preset(&r, "bf16");
+    CHECK(!recipe_forward_quantized(&r, 12), "bf16 has no FP4 forward");
 }
 
 int main(void) {
@@ -175,6 +276,16 @@ int main(void) {
         CHECK(rc == 1 && strstr(err, bad[i].msg) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'", i, rc, err,
               bad[i].msg);
     }
+    // specs the GPU does not run yet are named before the GPU starts
+    char gerr[512] = "";
+    recipe_preset(&r, "nvfp4");
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "nvfp4 runs on the GPU: %s", gerr);
+    recipe_set_slot(&r, SLOT_DGRAD_DY, "nvfp4,4o6,sr");
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 1 && strstr(gerr, "slot dgrad.dy") &&
+          strstr(gerr, "not yet on the GPU") && strstr(gerr, "--dgrad-dy"), "4o6 refused: %s", gerr);
+    recipe_disable_gemm(&r, 1);
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "a 4o6 slot switched to BF16 is no obstacle: %s", gerr);
     test_shapes();
+    test_schedule();
     return test_summary("test_recipe");
 }
