@@ -25,8 +25,9 @@ The precision recipe is not part of the export: transformers runs the network in
 FP4-trained model's exported logits are those of its forward with BF16 GEMMs (train_gpt_fp4
 --eval-precision bf16 computes the same).
 
-The checkpoint is read as llmc/checkpoint.h writes it (format version 2): the header section with its
-CRC32, then the weights section, whose CRC32 is checked too, so a damaged file is refused.
+The checkpoint is read as llmc/checkpoint.h writes it (format versions 2 and 3, which differ only in a
+later section): the header section with its CRC32, then the weights section, whose CRC32 is checked too,
+so a damaged file is refused.
 """
 import argparse
 import json
@@ -39,7 +40,7 @@ import zlib
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CKPT_MAGIC, CKPT_VERSION, HEADER_INTS = 20261129, 2, 256
+CKPT_MAGIC, CKPT_VERSIONS, HEADER_INTS = 20261129, (2, 3), 256
 H_TEXT_BYTES, H_TABLE, H_HEADER_CRC = 2, 224, 255
 # llmc/gpt_config.h: the trainer's header fields, from CKPT_H_USER = 3 on
 H_LAYERS, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T, H_STEP = 3, 4, 5, 6, 7, 8, 9
@@ -74,8 +75,9 @@ def read_checkpoint(path):
         h = np.frombuffer(raw_h, dtype="<i4").copy()
         if h[0] != CKPT_MAGIC:
             die(f"'{path}' is not a train_gpt_fp4 checkpoint (magic {h[0]})")
-        if h[1] != CKPT_VERSION:
-            die(f"'{path}' has checkpoint format version {h[1]}; this script reads version {CKPT_VERSION}")
+        if h[1] not in CKPT_VERSIONS:
+            die(f"'{path}' has checkpoint format version {h[1]}; this script reads versions {CKPT_VERSIONS[0]} to "
+                f"{CKPT_VERSIONS[-1]}")
         text = f.read(int(h[H_TEXT_BYTES]))
         hz = h.copy()
         hz[H_HEADER_CRC] = 0
