@@ -269,7 +269,7 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
         float amax;
         const int axis = EX_SLOT_AXIS[slot];
         const int64_t M = axis ? rows : cols, Kr = axis ? cols : rows;
-        uint8_t* scales = (uint8_t*)xmalloc((size_t)(M * (Kr / qp.block_l)));
+        uint8_t* scales = got_fp8 ? (uint8_t*)xmalloc((size_t)(M * (Kr / qp.block_l))) : NULL;   // the fold's input
         dec_want = quant_cpu(&qp, v, axis, fp4_key(m, p->l, p->kind, slot), want, cols, NULL, scales, &amax);
         if (got_fp8) {   // the fold of the CPU copy: bytes and per-row scales bit for bit, values for the product
             uint8_t* want8 = (uint8_t*)xmalloc(n);

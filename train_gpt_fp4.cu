@@ -193,6 +193,8 @@ typedef struct {
     // per (layer, linear, part): the backward slots (bits) whose tensor amax this micro-step's forward
     // already took, in a pass that read the same source anyway (QuantPass.ahead)
     unsigned* amax_ahead;
+    uint32_t* fold_ahead;           // device: per site, the FP8 fold's per-row maxima of wgrad.x and dgrad.w taken
+                                    // ahead by the forward (4C entries each)
     int fwd_for_backward;           // the forward running now will be followed by a backward
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
@@ -332,6 +334,7 @@ static void gpt_free(GPT* m) {
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
     free(m->amax_ahead);
+    cudaFree(m->fold_ahead);
     free(m->plans);
     cudaFree(m->diag_stats);
     cudaFree(m->diag_compare);
@@ -609,6 +612,7 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     if (m->fp4_scalars) return;
     cuda_check(cudaMalloc(&m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars)));
     m->amax_ahead = (unsigned*)calloc(fp4_sites(m), sizeof(unsigned));
+    cuda_check(cudaMalloc(&m->fold_ahead, fp4_sites(m) * 2 * (size_t)(4 * C) * sizeof(uint32_t)));
     size_t nstats = (size_t)L * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
     cuda_check(cudaMalloc(&m->diag_compare, (size_t)L * NUM_LINEARS * sizeof(QuantCompare)));
@@ -689,8 +693,15 @@ static LinearRun linear_run(GPT* m, int l, int kind, int part, const floatX* inp
     return r;
 }
 
+// Where the forward keeps the FP8 fold's per-row maxima of a backward copy (wgrad.x or dgrad.w) it takes ahead.
+static uint32_t* fold_ahead_at(GPT* m, const LinearRun* r, int slot) {
+    const size_t which = fp4_site(r->l, r->kind, r->part) * 2 + (slot == SLOT_DGRAD_W);
+    return m->fold_ahead + which * (size_t)(4 * m->config.channels);
+}
+
 // The quantizer target of one slot's copy, carved from the scratch; the slot's operand now reads it.
-static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s) {
+// have_amax: the forward took this copy's amax (and FP8 per-row maxima) ahead.
+static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
     const OperandPlan* o = &r->plan->op[s];
     const TensorView* v = &r->src[o->src];
     OperandScalars* sc = &r->sc->op[s];
@@ -712,7 +723,8 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s) {
         const size_t nmax = (size_t)ceil_div(R, o->q.block_w);
         t.fold_max = (uint32_t*)scratch_take(m, &r->scratch, nmax * sizeof(uint32_t));
         t.fold_below = &sc->fold_below;
-        cuda_check(cudaMemsetAsync(t.fold_max, 0, nmax * sizeof(uint32_t), m->stream));
+        if (have_amax) t.fold_max = fold_ahead_at(m, r, s);
+        else cuda_check(cudaMemsetAsync(t.fold_max, 0, nmax * sizeof(uint32_t), m->stream));
         g->fp8 = t.fp8;
         g->row_scale = t.fold_scale;
         return t;
@@ -763,15 +775,25 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
     const TensorView* v = &r->src[pass->src];
     QuantTarget t[2], ahead;
-    for (int i = 0; i < pass->ntargets; i++) t[i] = operand_target(m, r, pass->target[i]);
     unsigned* ahead_bits = &m->amax_ahead[fp4_site(r->l, r->kind, r->part)];
+    const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
+    for (int i = 0; i < pass->ntargets; i++) t[i] = operand_target(m, r, pass->target[i], have_amax);
     const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward;
-    if (want_ahead) {   // an amax-only target: its copy pointer is never written by an amax pass
+    if (want_ahead) {   // an amax-only target: its output pointers are never written by an amax pass
         const OperandPlan* o = &r->plan->op[pass->ahead];
         ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
                                   &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
+        if (o->form == FORM_FP8) {   // the per-row maxima too, kept for the backward
+            const int64_t R = o->axis ? v->rows : v->cols;
+            ahead.fake = NULL;
+            ahead.fp8 = t[0].fp8;
+            ahead.fold_scale = t[0].fold_scale;
+            ahead.fold_below = t[0].fold_below;
+            ahead.fold_max = fold_ahead_at(m, r, pass->ahead);
+            fail_if(R > 4 * m->config.channels, "internal: %lld per-row maxima to keep ahead", (long long)R);
+            cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t), m->stream));
+        }
     }
-    const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
     if (quantize_view(m, v, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
     for (int i = 0; i < pass->ntargets; i++) {
         const OperandPlan* o = &r->plan->op[pass->target[i]];

@@ -121,14 +121,16 @@ static inline void linear_part_passes(LinearPart* p, int backward) {
 }
 
 // A forward pass over X or W takes ahead the amax of the backward's copy of the same source, when the
-// backward makes that copy alone and both copies are fake-quant (the fast kernels take such a pair).
+// backward makes that copy alone and both copies are fake-quant, or both FP8 (then the amax pass also takes
+// the backward copy's per-row maxima, kept until the backward): the fast kernels take such a pair.
 static inline void linear_part_ahead(LinearPart* p) {
     for (int i = 0; i < p->npasses[0]; i++) {
         QuantPass* f = &p->pass[0][i];
         for (int j = 0; j < p->npasses[1]; j++) {
             const QuantPass* b = &p->pass[1][j];
             if (b->src != f->src || b->ntargets != 1 || f->ntargets != 1) continue;
-            if (p->op[f->target[0]].form == FORM_FAKE && p->op[b->target[0]].form == FORM_FAKE) f->ahead = b->target[0];
+            const OperandForm ff = p->op[f->target[0]].form, bf = p->op[b->target[0]].form;
+            if (ff == bf && (ff == FORM_FAKE || ff == FORM_FP8)) f->ahead = b->target[0];
         }
     }
 }

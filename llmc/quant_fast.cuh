@@ -152,6 +152,7 @@ typedef struct {
     float* fold_scale;
     unsigned* fold_below;
     int dmin, dmax;   // fp8_fold_window
+    int bw_log2;      // log2(bw): the fold's row index / bw as a shift (a 64-bit division is a long subroutine)
 } QFTarget;
 
 typedef struct {
@@ -202,7 +203,7 @@ __device__ __forceinline__ uint32_t qf_rng_row(uint64_t w, int r) { return (uint
 
 // FP8 fold (fp8_fold.h). Offset of GEMM row i of a folding target, from the amax pass's maxima.
 __device__ __forceinline__ int qf_fold_offset(const QFTarget& T, int64_t i) {
-    return fp8_fold_offset(&T.p, T.dmax, __ldg(T.fold_max + i / T.bw));
+    return fp8_fold_offset(&T.p, T.dmax, __ldg(T.fold_max + (i >> T.bw_log2)));
 }
 // Two BF16 quantized values (a word) times 2^-o -> two E4M3 bytes (low byte: the low half), RNE, NaN -> 0x7F.
 __device__ __forceinline__ uint32_t qf_fold2(uint32_t w, float inv) {
@@ -527,7 +528,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
                 const uint32_t b23 = qf_fold2(o[2], inv) | (qf_fold2(o[3], inv) << 16);
                 *(uint2*)(T.fp8 + row * T.ld_fp8 + c0) = make_uint2(b01, b23);
                 if (c0 == 0) T.fold_scale[row] = fp8_fold_scale(off);
-                below += leader && row % T.bw == 0 && fp8_fold_counted(bs.bits, off, T.dmin);
+                below += leader && (row & (T.bw - 1)) == 0 && fp8_fold_counted(bs.bits, off, T.dmin);
             } else {
                 *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
             }
@@ -690,7 +691,7 @@ __device__ __forceinline__ void qf_fold_rows(const QFTarget& T, uint32_t (&rm)[Q
 #pragma unroll
     for (int x = 1; x < 16; x <<= 1) m = qf_shfl_max(m, x);
     if (T.bw == 32) m = qf_shfl_max(m, 16);
-    if (cg == 0 && (T.bw == 16 || lane < 16) && r0 < rows && m) atomicMax(T.fold_max + r0 / T.bw, m);
+    if (cg == 0 && (T.bw == 16 || lane < 16) && r0 < rows && m) atomicMax(T.fold_max + (r0 >> T.bw_log2), m);
 }
 // Column-wise target: cm[j] the maximum of column c0 + j over the rows the warp has seen (both row groups
 // combined); one atomicMax per column (per band of block_w columns).
@@ -707,7 +708,7 @@ __device__ __forceinline__ void qf_fold_cols(const QFTarget& T, const uint32_t (
     for (int j = 0; j < 8; j++) m = qf_max(m, cm[j]);
     m = qf_shfl_max(m, 1);
     if (T.bw == 32) m = qf_shfl_max(m, 2);
-    if (lane < 16 && (lane & (T.bw == 32 ? 3 : 1)) == 0 && c0 < cols && m) atomicMax(T.fold_max + c0 / T.bw, m);
+    if (lane < 16 && (lane & (T.bw == 32 ? 3 : 1)) == 0 && c0 < cols && m) atomicMax(T.fold_max + (c0 >> T.bw_log2), m);
 }
 
 template <int HA, int HB, bool FOLD>
@@ -932,6 +933,7 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.hsigns = t->p.signs[0];
     q.sr = t->p.rounding == QROUND_SR;
     q.bw = t->p.block_w;
+    q.bw_log2 = q.bw == 32 ? 5 : q.bw == 16 ? 4 : 0;   // block_w is 1, 16 or 32 (qf_target_ok)
     q.bl = t->p.block_l;
     q.ref_elems = t->p.grid.e4m3;
     q.fp8 = t->fp8;

@@ -57,11 +57,13 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, Ge
                 made[s]++;
             }
             // the forward takes ahead the amax of the backward copy of its source, when the backward makes it
-            // alone and both are fake-quant copies (X: wgrad.x, W: dgrad.w; never dY, which has no forward)
+            // alone and both are fake-quant copies or both FP8 (X: wgrad.x, W: dgrad.w; never dY, which has no
+            // forward)
             int want_ahead = NO_SLOT;
             if (!ph && q->ntargets == 1) {
                 const int b = q->src == SRC_X ? SLOT_WGRAD_X : SLOT_DGRAD_W;
-                if (p->op[q->target[0]].form == FORM_FAKE && p->op[b].form == FORM_FAKE) want_ahead = b;
+                const OperandForm f = p->op[q->target[0]].form;
+                if (f == p->op[b].form && (f == FORM_FAKE || f == FORM_FP8)) want_ahead = b;
             }
             CHECK(q->ahead == want_ahead, "%s: pass over %s takes ahead %s, want %s", what, SOURCE_NAMES[q->src],
                   q->ahead == NO_SLOT ? "nothing" : SLOT_NAMES[q->ahead], want_ahead == NO_SLOT ? "nothing" : SLOT_NAMES[want_ahead]);
