@@ -457,6 +457,17 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
     // the fold's block counting: each block once, by its first lane (and for 2D blocks its first row)
     const bool leader = (cg & (l4 ? 3 : 1)) == 0;
     unsigned below = 0;
+    // each row's offset computed once, by lane cg = row (of its half), and shuffled to the others below; the
+    // first tile column writes the row's GEMM scale
+    int my_off = 0;
+    float my_inv = 1.0f;
+    if constexpr (FOLD) {
+        if (cg < nr) {
+            my_off = qf_fold_offset(T, r0 + cg);
+            my_inv = exp2_exact(-my_off);
+            if (c0 == cg * 8) T.fold_scale[r0 + cg] = fp8_fold_scale(my_off);
+        }
+    }
     // SR: one draw per 2 x 2 square (sr_bits16): square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2,
     // the lane's 4 column pairs are consecutive draws, a row pair further on is cols / 2 draws on
     uint64_t pm = 0, pstep = 0, w64[4] = {0, 0, 0, 0};
@@ -519,15 +530,18 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
                 for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
             }
         }
+        int off = 0;
+        float inv = 1.0f;
+        if constexpr (FOLD) {   // row r's offset, from the lane that computed it (all lanes take part)
+            off = __shfl_sync(0xFFFFFFFFu, my_off, (lane & 16) | r);
+            inv = __shfl_sync(0xFFFFFFFFu, my_inv, (lane & 16) | r);
+        }
         if (cv && r < nr) {
             if constexpr (FOLD) {
                 const int64_t row = r0 + r;
-                const int off = qf_fold_offset(T, row);
-                const float inv = exp2_exact(-off);
                 const uint32_t b01 = qf_fold2(o[0], inv) | (qf_fold2(o[1], inv) << 16);
                 const uint32_t b23 = qf_fold2(o[2], inv) | (qf_fold2(o[3], inv) << 16);
                 *(uint2*)(T.fp8 + row * T.ld_fp8 + c0) = make_uint2(b01, b23);
-                if (c0 == 0) T.fold_scale[row] = fp8_fold_scale(off);
                 below += leader && (row & (T.bw - 1)) == 0 && fp8_fold_counted(bs.bits, off, T.dmin);
             } else {
                 *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
