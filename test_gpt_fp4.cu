@@ -568,7 +568,7 @@ static const RecipeVariant EXACT_VARIANTS[] = {
     // the FP8 path (GEMMs whose two operands have E8M0 scales; the others stay emulated)
     {"mxfp4", {NULL}, -1, -1, -1, 0, "fp8", 0},
     {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "fp8", 1},
-    {"mxfp4", {"int4,e8m0", "mxfp4,h32,seed=2", "mxfp4-ceil,sr", "e1m2,e8m0,32x32", "mxfp4,16x16,sr", NULL}, 1, 0, 1, 0, "fp8", 0},
+    {"mxfp4", {"int4,e8m0,h32,seed=2", "mxfp4,h32,seed=2", "mxfp4-ceil,sr", "e1m2,e8m0,32x32", "mxfp4,16x16,sr", NULL}, -1, 0, 1, 0, "fp8", 0},
     {"mxfp4", {"nvfp4", NULL, NULL, NULL, "mxfp4,sr,h16", "mxfp4,h16"}, -1, -1, -1, 0, "fp8", 0},
 };
 
