@@ -8,7 +8,7 @@
 //   - grids e2m1 / int4 / e1m2, and fp8 (E4M3 elements, MXFP8: round-to-nearest only; every block takes
 //     the reference element path below, as these kernels have no magic-number rounding for it);
 //     blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
-//     rne and sr; Hadamard 0, 16 or 32 with any signs;
+//     rne and sr; Hadamard 0, 2, 4, 8, 16 or 32 with any signs (pairs: see qf_combo_ok);
 //   - fake output only (codes / scales NULL), 16-byte aligned input and fake with ld % 8 == 0, cols % 8 == 0,
 //     and a shape quantize_gpu accepts.
 // Anything else: quant_fast_supported() returns 0 and the caller uses quantize_gpu.
@@ -140,7 +140,7 @@ typedef struct {
     float* amax;
     float* scale_dec;
     float hscale;     // hadamard_scale(H)
-    uint32_t hsigns;  // sign bits of positions 0..31
+    uint32_t hsigns;  // sign bits of positions 0..31 (qf_hadamard_signs)
     int sr, bw, bl;
     int ref_elems;    // every block through the reference element path (the fp8 grid)
 } QFTarget;
@@ -261,7 +261,7 @@ __device__ __forceinline__ void qf_rot_row(const uint32_t (&w)[4], const uint32_
         y[2 * i] = qf_lo(x);
         y[2 * i + 1] = qf_hi(x);
     }
-    qf_butterfly<8>(y);
+    qf_butterfly<8, (H < 8 ? H : 8)>(y);   // H < 8: every group lies within the lane's 8 values
 #pragma unroll
     for (int h = 8; h < H; h <<= 1) {
         const int lx = h / 8;
@@ -279,8 +279,8 @@ __device__ __forceinline__ void qf_rot_cols(const uint32_t (&w)[QF_ROWS][4], int
                                             float (&lo)[QF_ROWS], float (&hi)[QF_ROWS]) {
 #pragma unroll
     for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_lo(w[r][p]); hi[r] = qf_hi(w[r][p]); }
-    qf_butterfly<16>(lo);
-    qf_butterfly<16>(hi);
+    qf_butterfly<16, (H < 16 ? H : 16)>(lo);   // H < 16: groups within the thread's 16 rows
+    qf_butterfly<16, (H < 16 ? H : 16)>(hi);
     if (H == 32) {
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_xstage(lo[r], 16, rg); hi[r] = qf_xstage(hi[r], 16, rg); }
@@ -692,14 +692,16 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const
 // Host side
 
 // The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
-// what the recipes use): one target of either axis with H 0/16/32; two targets (row-wise, column-wise)
-// with H (0, 0), (0, 16), (0, 32), (16, 16), (32, 32).
+// what the recipes use): one target of either axis with H 0/2/4/8/16/32; two targets (row-wise,
+// column-wise) with H (0, 0), (0, 16), (0, 32), (16, 16), (32, 32). A pair with a smaller H runs as two
+// single-target passes (the caller's choice, see quant_fast_supported).
 static inline int qf_combo_ok(int ha, int hb) {
     if (ha < 0 || hb < 0) return 1;
+    if ((ha > 0 && ha < 16) || (hb > 0 && hb < 16)) return 0;
     return ha == 0 || ha == hb;
 }
 
-static inline int qf_h_ok(int h) { return h == 0 || h == 16 || h == 32; }
+static inline int qf_h_ok(int h) { return h == 0 || h == 2 || h == 4 || h == 8 || h == 16 || h == 32; }
 
 static inline int qf_shape_ok(const QuantParams* p, int64_t rows, int64_t cols, int axis) {
     if (rows <= 0 || cols <= 0) return 0;
@@ -736,6 +738,15 @@ static inline int quant_fast_supported(const QuantTarget* t, int n, int64_t rows
     return qf_combo_ok(h[0], h[1]);
 }
 
+// The sign bits of rotated positions 0..31 as the kernels read them (8 per lane row-wise, 16 per thread
+// column-wise): a group shorter than 32 repeats its H bits along them.
+static inline uint32_t qf_hadamard_signs(const QuantParams* p) {
+    if (!p->hadamard) return 0;
+    uint32_t s = p->signs[0];
+    for (int h = p->hadamard; h < 32; h *= 2) s = (s & ((1u << h) - 1u)) | (s << h);
+    return s;
+}
+
 static inline QFTarget qf_target(const QuantTarget* t) {
     QFTarget q;
     memset(&q, 0, sizeof(q));
@@ -747,7 +758,7 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.amax = t->amax;
     q.scale_dec = t->scale_dec;
     q.hscale = t->p.hadamard ? hadamard_scale(t->p.hadamard) : 1.0f;
-    q.hsigns = t->p.signs[0];
+    q.hsigns = qf_hadamard_signs(&t->p);
     q.sr = t->p.rounding == QROUND_SR;
     q.bw = t->p.block_w;
     q.bl = t->p.block_l;
@@ -818,6 +829,7 @@ static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
 static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
 #define QF_CASE(A, B) if (L.ha == A && L.hb == B) { qf_launch_amax<A, B>(L, s); return; }
     QF_CASE(0, -1) QF_CASE(16, -1) QF_CASE(32, -1) QF_CASE(-1, 0) QF_CASE(-1, 16) QF_CASE(-1, 32)
+    QF_CASE(2, -1) QF_CASE(4, -1) QF_CASE(8, -1) QF_CASE(-1, 2) QF_CASE(-1, 4) QF_CASE(-1, 8)
     QF_CASE(0, 0) QF_CASE(0, 16) QF_CASE(0, 32) QF_CASE(16, 16) QF_CASE(32, 32)
 #undef QF_CASE
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
@@ -825,9 +837,15 @@ static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
 
 static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
     if (L.ha == 0) qf_launch_apply<0, -1>(L, s);
+    else if (L.ha == 2) qf_launch_apply<2, -1>(L, s);
+    else if (L.ha == 4) qf_launch_apply<4, -1>(L, s);
+    else if (L.ha == 8) qf_launch_apply<8, -1>(L, s);
     else if (L.ha == 16) qf_launch_apply<16, -1>(L, s);
     else if (L.ha == 32) qf_launch_apply<32, -1>(L, s);
     if (L.hb == 0) qf_launch_apply<-1, 0>(L, s);
+    else if (L.hb == 2) qf_launch_apply<-1, 2>(L, s);
+    else if (L.hb == 4) qf_launch_apply<-1, 4>(L, s);
+    else if (L.hb == 8) qf_launch_apply<-1, 8>(L, s);
     else if (L.hb == 16) qf_launch_apply<-1, 16>(L, s);
     else if (L.hb == 32) qf_launch_apply<-1, 32>(L, s);
 }

@@ -286,7 +286,7 @@ static void gpu_checks(int quick) {
     const char* blocks[] = {"1x16", "1x32", "16x16", "32x32"};
     const char* scales[] = {"e4m3", "e8m0", "e8m0ceil"};
     const char* rounds[] = {"rne", "sr"};
-    const char* hads[] = {"h0", "h16", "h32,seed=5", "h16,plain", "h32,fixed", "h8"};
+    const char* hads[] = {"h0", "h16", "h32,seed=5", "h16,plain", "h32,fixed", "h8", "h4,seed=9", "h2,fixed"};
     static char specbuf[2000][96];
     int nspec = 0;
     for (auto g : grids)
@@ -314,7 +314,7 @@ static void gpu_checks(int quick) {
     int nfp8 = 0;
     for (auto b : blocks)
         for (auto s : scales)
-            for (auto h : {"h0", "h16", "h32,seed=5"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
+            for (auto h : {"h0", "h16", "h32,seed=5", "h8"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
     for (int i = 0; i < nfp8; i++)
         for (int axis = 0; axis < 2; axis++)
             for (int sh = 0; sh < (quick ? 2 : 5); sh++) {
@@ -381,7 +381,7 @@ static void gpu_checks(int quick) {
         QuantTarget tp = quant_target_packed(&p, 1, 1, codes, codes + 8192, sc, sc + 1);
         CHECK(!quant_fast_supported(&tp, 1, 64, 256, 256), "packed output is not supported");
         QuantTarget t8 = quant_target_fake(&ph8, 1, 1, buf, 256, sc, sc + 1);
-        CHECK(!quant_fast_supported(&t8, 1, 64, 256, 256), "H8 is not supported");
+        CHECK(quant_fast_supported(&t8, 1, 64, 256, 256), "H8 is supported");
         QuantTarget t64 = quant_target_fake(&ph64, 1, 1, buf, 256, sc, sc + 1);
         CHECK(!quant_fast_supported(&t64, 1, 64, 256, 256), "H64 is not supported");
         CHECK(!quant_fast_supported(&t, 1, 64, 256, 260), "ld %% 8 != 0 is not supported");
@@ -400,6 +400,10 @@ static void gpu_checks(int quick) {
         QuantTarget d1[2] = {quant_target_fake(&ph16, 1, 1, buf, 256, sc, sc + 1),
                              quant_target_fake(&ph32, 0, 1, buf, 256, sc + 2, sc + 3)};
         CHECK(!quant_fast_supported(d1, 2, 64, 256, 256), "dual H16 row + H32 col has no kernel");
+        QuantTarget d2[2] = {quant_target_fake(&ph8, 1, 1, buf, 256, sc, sc + 1),
+                             quant_target_fake(&ph8, 0, 1, buf, 256, sc + 2, sc + 3)};
+        CHECK(!quant_fast_supported(d2, 2, 64, 256, 256) && quant_fast_supported(&d2[1], 1, 64, 256, 256),
+              "a pair with H8 runs as two single-target passes");
         cudaFree(buf); cudaFree(codes); cudaFree(sc);
     }
     printf("cases compared: %d (skipped as unsupported shape/config: %d)\n", n_cases, n_skipped_shape);
