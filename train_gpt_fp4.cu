@@ -27,8 +27,8 @@
 #include "llmc/attention.cuh"      // defines: attention_forward, attention_backward
 #include "llmc/fused_classifier.cuh" // defines: fused_classifier
 #include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
-#include "llmc/nvfp4.cuh"          // defines: quantize_gpu, quant_target_fake (FP4 quantization, reference kernels)
-#include "llmc/quant_fast.cuh"     // defines: quantize_fast_gpu (bandwidth-bound twins of quantize_gpu)
+#include "llmc/quant_fast.cuh"     // defines: QuantTarget, quant_fast_amax_gpu, quant_fast_apply_gpu, quant_fast_stats_gpu
+#include "llmc/quant_diag.cuh"     // defines: quant_compare_gpu
 #include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
 #include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
 #include "llmc/recipe_schedule.h"  // defines: RecipeSchedule, recipe_with_bf16_forward (--bf16-forward-from)
@@ -736,36 +736,33 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
     return quant_target_packed(&o->q, o->axis, key, codes, raw_scales, &sc->amax, &sc->scale_dec);
 }
 
-// Quantizes a view for 1 or 2 targets, amax pass and apply pass, on the fast kernels where they take the
-// targets (bit-identical to the reference kernels, dev/test/test_quant_fast.cu), else the reference ones
-// (packed copies for the native GEMM, Hadamard sizes below 16). A pair the fast kernels take only one at a
-// time (Hadamard sizes they have no pair kernel for) runs as two fast passes.
-// ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes (fast
-// kernels only); returns whether it did. have_amax: the targets' amaxes are already in place.
+// Quantizes a view for 1 or 2 targets (fake or packed copies), amax pass and apply pass, on the quantizer's
+// kernels (llmc/quant_fast.cuh; bit-identical to the CPU twin, dev/test/test_quant_gpu_cpu.cu). A pair they
+// take only one at a time (Hadamard sizes with no pair kernel) runs as two passes.
+// ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes; returns
+// whether it did. have_amax: the targets' amaxes are already in place.
 static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int n, const QuantTarget* ahead,
                          int have_amax) {
     const int64_t R = v->rows, Cc = v->cols, ld = v->ld;
-    if (n == 2 && !quant_fast_supported(t, 2, R, Cc, ld) && quant_fast_supported(&t[0], 1, R, Cc, ld) &&
-        quant_fast_supported(&t[1], 1, R, Cc, ld)) {
+    if (n == 2 && !quant_fast_supported(t, 2, R, Cc, ld)) {
         quantize_view(m, v, &t[0], 1, NULL, have_amax);
         quantize_view(m, v, &t[1], 1, NULL, have_amax);
         return 0;
     }
+    // recipe_check and recipe_check_shapes refused, before the GPU, every spec and shape the kernels do not
+    // take; the views are 16-byte aligned as channels are a multiple of 8 (config_check)
+    fail_if(!quant_fast_supported(t, n, R, Cc, ld), "internal: the quantizer does not take a %lld x %lld view (ld %lld) "
+            "for %s", (long long)R, (long long)Cc, (long long)ld, n == 1 ? "this target" : "these targets");
     QuantTarget all[3];
     for (int i = 0; i < n; i++) all[i] = t[i];
     int took_ahead = 0;
     const int timed = fp4_time_begin(m);
-    if (quant_fast_supported(t, n, R, Cc, ld)) {
-        if (ahead && !have_amax) {
-            all[n] = *ahead;
-            took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
-        }
-        if (!have_amax) quant_fast_amax_gpu(v->ptr, R, Cc, ld, all, n + took_ahead, m->stream, 1);
-        quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
-    } else {
-        fail_if(have_amax, "internal: an apply-only quantization outside the fast kernels");
-        quantize_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
+    if (ahead && !have_amax) {
+        all[n] = *ahead;
+        took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
     }
+    if (!have_amax) quant_fast_amax_gpu(v->ptr, R, Cc, ld, all, n + took_ahead, m->stream, 1);
+    quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
     fp4_time_end(m, timed);
     return took_ahead;
 }
@@ -802,12 +799,9 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
         fp4_swizzle_scales_gpu((uint8_t*)r->op[pass->target[i]].scales, t[i].scales, (int)R, (int)(K / 16), m->stream);
     }
     if (m->diag_active && !r->plan->qk)   // the statistics describe the recipe's own formats
-        for (int i = 0; i < pass->ntargets; i++) {
-            QuantTarget st = t[i];   // the statistics need only the spec and the amax
-            st.fp8 = NULL;
-            quant_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &st, 1, diag_stats_at(m, r->l, r->kind, pass->target[i]),
-                            m->stream);
-        }
+        for (int i = 0; i < pass->ntargets; i++)
+            quant_fast_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &t[i], 1,
+                                 diag_stats_at(m, r->l, r->kind, pass->target[i]), m->stream);
 }
 
 __global__ void scale_product_kernel(float* out, const float* a, const float* b) { *out = *a * *b; }

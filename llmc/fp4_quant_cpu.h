@@ -3,8 +3,9 @@
 //          quant_amax_cpu(), quant_block_scale_4o6_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
-// It is the reference twin of the kernels in nvfp4.cuh (dev/test/test_fp4_gpu.cu compares them bit for
-// bit), and it is what CI checks against the numpy golden vectors (dev/fp4_ref.py).
+// It is the reference twin of the GPU quantizer, llmc/quant_fast.cuh (dev/test/test_quant_gpu_cpu.cu compares
+// them bit for bit), and of the reference GPU kernels, dev/ref/nvfp4_ref.cuh (dev/test/test_fp4_gpu.cu), and
+// it is what CI checks against the numpy golden vectors (dev/fp4_ref.py).
 //
 // Orientation. A view is a rows x cols row-major BF16 matrix with leading dimension ld. It is
 // quantized along one axis, the reduction dimension of the GEMM that consumes it:
@@ -13,7 +14,7 @@
 // Operand element (i, k) (k along the reduction) is view[i][k] for axis 1 and view[k][i] for axis 0.
 // A block W x L covers W operand rows and L consecutive k.
 //
-// Outputs (see nvfp4.cuh for the same layouts on the device):
+// Outputs (see quant_target.h for the same layouts on the device):
 //   fake:   BF16, the view's layout (rows x cols, ld_out), holding code_value * block_scale exactly;
 //           dequantized value = fake * scale_dec (scale_dec = 1 / S_enc, or 1 for E8M0 formats).
 //   packed: codes M x K/2 bytes and scales M x K/L bytes, operand row-major (so a column-wise copy is
@@ -121,12 +122,12 @@ static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes
 
 
 // ---------------------------------------------------------------------------------------------------
-// Quantization diagnostics (for the training log; nvfp4.cuh has the GPU twins quant_stats_gpu and
-// quant_compare_gpu).
+// Quantization diagnostics (for the training log; the GPU twins: quant_fast_stats_gpu in quant_fast.cuh and
+// quant_compare_gpu in quant_diag.cuh).
 //
 // QuantStats describes one quantization exactly as the GEMM sees it: the same rotated operand, block
-// scales, rounding and SR bits (same key) as quant_cpu / quantize_gpu. Per element, with v the value of
-// the (rotated, BF16-rounded if the spec has a Hadamard) operand, x = v * inv the value rounded onto the
+// scales, rounding and SR bits (same key) as quant_cpu and the GPU quantizer. Per element, with v the value
+// of the (rotated, BF16-rounded if the spec has a Hadamard) operand, x = v * inv the value rounded onto the
 // grid, c its code, sdec the block scale and S_dec the tensor dequantization factor:
 //   q = code_value(c) * sdec * S_dec (exact in double), the dequantized value the GEMM multiplies.
 // Only nonzero finite v count (zeros quantize exactly and contribute nothing). Fields accumulate: the

@@ -5,7 +5,7 @@
 //
 // What cuBLASLt reads for one NVFP4 operand (FP4_NUMERICS.md, "Blackwell native path"):
 //   codes   R x K E2M1 codes, K-major ("operand-major"): row r is K/2 bytes, element 2i in the low nibble.
-//           That is exactly what our quantizer's packed output is (nvfp4.cuh / fp4_quant_cpu.h): the
+//           That is exactly what our quantizer's packed output is (quant_target.h / fp4_quant_cpu.h): the
 //           row-wise copy of a rows x cols view is R = rows, K = cols; the column-wise copy is stored
 //           transposed, R = cols, K = rows. Our code numbering (bit 3 sign, bits 2..0 the index into
 //           0, 0.5, 1, 1.5, 2, 3, 4, 6) is bit for bit the E2M1 encoding (exponent bits 2..1, mantissa bit 0).

@@ -1,17 +1,28 @@
-// quant_fast.cuh: bandwidth-bound twins of quantize_gpu (nvfp4.cuh) for fake-quant (BF16) outputs.
+// quant_fast.cuh: the GPU quantizer: bandwidth-bound kernels for every configuration the trainer and its
+// diagnostics use.
 // defines: quant_fast_supported(), quantize_fast_gpu(), quant_fast_amax_gpu(), quant_fast_apply_gpu(),
-//          qf_rne_mag(), qf_sr_mag(), qf_sr_mag_x(), QFGrid, qf_grid_consts(), qf_grid_id()
-// Same contract and bit-identical outputs (fake BF16, *amax, *scale_dec) as quantize_gpu for the
-// targets quant_fast_supported() accepts:
+//          quant_fast_stats_gpu(), quant_amax_accumulate(),
+//          qf_rne_mag(), qf_sr_mag(), qf_sr_mag_x(), qf_code_index(), qf_code_consts(), QFGrid, qf_grid_consts(),
+//          qf_grid_id()
+// Outputs bit-identical to the CPU quantizer (fp4_quant_cpu.h: fake BF16 or packed codes and scales, *amax,
+// *scale_dec; targets and layouts: quant_target.h) and to the reference GPU kernels (dev/ref/nvfp4_ref.cuh),
+// for the targets quant_fast_supported() accepts:
 //   - 1 target, or 2 targets with different axes (one row-wise, one column-wise): the amax pass reads the
 //     input once for both, the apply pass runs one kernel per target (see qf_dispatch_apply);
 //   - grids e2m1 / int4 / e1m2, and fp8 (E4M3 elements, MXFP8: round-to-nearest only; every block takes
 //     the reference element path below, as these kernels have no magic-number rounding for it);
 //     blocks 1x16, 1x32, 16x16, 32x32; scales e4m3, e8m0 (floor, ceil);
-//     rne and sr; Hadamard 0, 16 or 32 with any signs;
-//   - fake output only (codes / scales NULL), 16-byte aligned input and fake with ld % 8 == 0, cols % 8 == 0,
-//     and a shape quantize_gpu accepts.
-// Anything else: quant_fast_supported() returns 0 and the caller uses quantize_gpu.
+//     rne and sr; Hadamard 0, 2, 4, 8, 16 or 32 with any signs (pairs: see qf_combo_ok);
+//   - per target either a fake output (16-byte aligned, ld % 8 == 0) or a packed one (codes and scales, codes
+//     8-byte aligned; 4-bit grids); a 16-byte aligned input with ld % 8 == 0, cols % 8 == 0; and a shape
+//     quant_check_shape accepts (K % L, M % W, K % H).
+// quant_fast_stats_gpu: the diagnostics' QuantStats of a quantization (the same targets, outputs unused).
+// Anything else: quant_fast_supported() returns 0 (the trainer checks shapes before it starts, and a pair
+// without a pair kernel runs as two single-target passes).
+//
+// Output forms (QF_OUT_*): each is its own instantiation of the apply kernel, the form only choosing what the
+// element loop computes (BF16 value, code, statistics) and how a row / column is stored
+// (qf_store_packed_row / _cols, or the fake store in place); the fake kernels compile as they did alone.
 //
 // Layout. A warp owns a 32 x 128 tile of the view; lane = rg * 16 + cg holds the 16 rows
 // [rg*16, rg*16+16) x 8 columns [cg*8, cg*8+8) of it as 16 16-byte words in registers (coalesced: each row
@@ -22,15 +33,18 @@
 //
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
-// (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as nvfp4.cuh).
+// (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as the reference kernels).
 //   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,8);
 //              int4: 2^23; e1m2: 2^22; see qf_magic): the FPU's ties-to-even at the region's grid spacing.
 //   fast SR:   |q| = min(((|x| - (r16 + 1/2) sp 2^-16 rounded up) +ru (M + sp)) - (M + sp), max): the
 //              reference's "up iff (2 r16 + 1) < frac 2^17" as one ceiling on the grid; see qf_sr_mag_x.
-//   output:    sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf).
+//   output:    fake: sign(x) | BF16(|q| * sdec) by truncation: the product is exact in BF16 (or inf);
+//              packed: sign(x) << 3 | the index of |q| among the levels, from the bits of |q| 2^-k (qf_code_index).
+//   statistics: every element through the reference path (diagnostics only, off the hot path).
 // dev/test/test_quant_fast.cu checks these against grid_round_rne / grid_round_sr over float bit patterns
-// (all of them with --exhaustive) and the product exactness for every code and scale, then compares
-// quantize_fast_gpu with quantize_gpu bit for bit on the GPU.
+// (all of them with --exhaustive), the product exactness for every code and scale and the code index of
+// every level, then compares the fast kernels with the reference ones bit for bit on the GPU;
+// dev/test/test_quant_gpu_cpu.cu compares them with the CPU quantizer over every preset and slot option.
 // Hadamard: the butterflies of hadamard_f32_n in the same order (cross-lane stages as shuffles); the
 // rotated values are rounded to BF16 by the hardware (cvt.rn.bf16x2) when the block amax is finite (equal
 // to bf16_bits_rne for non-NaN inputs), else by bf16_bits_rne. Block and tensor amax of the rounded values
@@ -39,9 +53,15 @@
 // SR bits: sr_bits16(key, r, c, cols): one 64-bit draw per 2 x 2 square, 32 bits per column pair of a row.
 #pragma once
 #include <cuda_bf16.h>
+#include "cuda_common.cuh"
+#include "fp4_formats.h"
+#include "stochastic_round.cuh"
+#include "hadamard.cuh"
+#include "fp4_quant_cpu.h"   // amax_bits_update, BF16_CANONICAL_NAN, QuantStats
+#include "quant_target.h"    // QuantTarget
+#include "quant_diag.cuh"    // quant_stats_warp_flush
 #include <cuda_fp8.h>
-#include "nvfp4.cuh"
-#include "fp8_fold.h"
+#include "fp8_fold.h"        // the FP8 output form's arithmetic
 
 #define QF_THREADS 128
 #define QF_MIN_CTAS 3
@@ -130,8 +150,30 @@ static inline QFGrid qf_grid_consts(int gid) {
     return QFGrid{0.0f, 4194304.0f, 3.5f};
 }
 
+// Packed output: a fast-path magnitude m (one of the grid's levels) -> its code index 0..7, read off the
+// float bits of m * mul (no search over the levels): E2M1 levels times 2^-126 are the floats whose bits >> 22
+// are the E2M1 encoding (0.5 -> 2^-127, a subnormal: 1; 1 -> 2: 2; 1.5: 3; 2: 4; 3: 5; 4: 6; 6 -> 1.5 * 2^-124:
+// 7); INT4 levels k times 2^-149 and E1M2 levels k/2 times 2^-148 are the subnormals with bits k. Exact
+// products (no rounding), with subnormals kept (these kernels are not built with flush-to-zero).
+HD uint32_t qf_code_index(float m, float mul, int shift) { return f32_bits(QF_MUL(m, mul)) >> shift; }
+
+static inline void qf_code_consts(int gid, float* mul, int* shift) {
+    *mul = gid == QGRID_E2M1 ? 0x1p-126f : gid == QGRID_INT4 ? 0x1p-149f : 0x1p-148f;   // fp8: unused (no packed form)
+    *shift = gid == QGRID_E2M1 ? 22 : 0;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Kernel arguments
+
+// The output forms of the apply kernels, each its own instantiation (the fake one, the trainer's hot path
+// on Hopper, is compiled exactly as without the others):
+//   QF_OUT_FAKE    BF16 code * block scale in the view's layout;
+//   QF_OUT_PACKED  4-bit codes and raw block scale bytes, operand-major (the native GEMM's operands);
+//   QF_OUT_STATS   no output: the diagnostics' QuantStats of the quantization, added into a device struct;
+//   QF_OUT_FP8     E8M0-scaled specs folded into E4M3 for FP8 GEMMs (fp8_fold.h): the fake values times a
+//                  power of two per GEMM row, the reduction axis contiguous (a column-wise copy transposed);
+//                  the amax pass also takes each GEMM row's maximum (QFTarget.fold_max).
+enum { QF_OUT_FAKE = 0, QF_OUT_PACKED, QF_OUT_STATS, QF_OUT_FP8 };
 
 typedef struct {
     QuantParams p;
@@ -142,10 +184,17 @@ typedef struct {
     float* amax;
     float* scale_dec;
     float hscale;     // hadamard_scale(H)
-    uint32_t hsigns;  // sign bits of positions 0..31
+    uint32_t hsigns;  // sign bits of positions 0..31 (qf_hadamard_signs)
     int sr, bw, bl;
     int ref_elems;    // every block through the reference element path (the fp8 grid)
-    // FP8 fold (fp8_fold.h): instead of the fake copy, E4M3 bytes with the reduction axis contiguous
+    int out;          // what the apply kernel writes: QF_OUT_FAKE (fake), QF_OUT_PACKED (codes, scales) or
+                      // QF_OUT_STATS (stats)
+    uint8_t* codes;   // packed: M x K/2 code bytes, operand-major (a column-wise copy transposed), quant_target.h
+    uint8_t* scales;  // packed: M x K/L block scale bytes, operand-major
+    float code_mul;   // packed: qf_code_index's constants (qf_code_consts)
+    int code_shift;
+    QuantStats* stats;   // statistics: the target's accumulator (device)
+    // FP8 (fp8_fold.h): E4M3 bytes with the reduction axis contiguous, the per-row maxima, scales, count
     uint8_t* fp8;
     int64_t ld_fp8;
     uint32_t* fold_max;
@@ -201,7 +250,7 @@ __device__ __forceinline__ uint64_t qf_rng64(uint64_t key, uint64_t idx_mul) { r
 // The 32 bits of a 2 x 2 square's draw that go to the column pair of row r: low half for an even row.
 __device__ __forceinline__ uint32_t qf_rng_row(uint64_t w, int r) { return (uint32_t)(w >> ((r & 1) * 32)); }
 
-// FP8 fold (fp8_fold.h). Offset of GEMM row i of a folding target, from the amax pass's maxima.
+// FP8 output (fp8_fold.h). Offset of GEMM row i of a folding target, from the amax pass's maxima.
 __device__ __forceinline__ int qf_fold_offset(const QFTarget& T, int64_t i) {
     return fp8_fold_offset(&T.p, T.dmax, __ldg(T.fold_max + (i >> T.bw_log2)));
 }
@@ -230,32 +279,72 @@ __device__ __forceinline__ void qf_count_below(const QFTarget& T, unsigned n) {
     if ((threadIdx.x & 31) == 0 && n) atomicAdd(T.fold_below, n);
 }
 
-// Reference element (exactly qt_process of nvfp4.cuh): any block, including inf / NaN ones.
+// Reference element (exactly qt_process of the reference kernels, dev/ref/nvfp4_ref.cuh): any block,
+// including inf / NaN ones. x = v * bs.inv -> its code.
+__device__ __forceinline__ uint8_t qf_slow_code(const QuantParams& p, float x, const QuantBlockScale& bs, int sr,
+                                                uint32_t r16) {
+    return bs.is_nan ? 0 : sr ? grid_round_sr(&p.grid, x, r16) : grid_round_rne(&p.grid, x);
+}
 __device__ __forceinline__ uint32_t qf_slow_elem(const QuantParams& p, float v, const QuantBlockScale& bs, int sr,
                                                  uint32_t r16) {
     float x = v * bs.inv;
-    uint8_t c = bs.is_nan ? 0 : sr ? grid_round_sr(&p.grid, x, r16) : grid_round_rne(&p.grid, x);
+    uint8_t c = qf_slow_code(p, x, bs, sr, r16);
     return bs.is_nan ? (uint32_t)BF16_CANONICAL_NAN : (uint32_t)bf16_bits_rne(grid_code_value(&p.grid, c) * bs.sdec);
+}
+// The statistics of one element (quant_stats_element, as the reference's statistics pass adds them).
+__device__ __forceinline__ void qf_slow_stats(const QuantParams& p, float v, const QuantBlockScale& bs, int sr,
+                                              uint32_t r16, float tdec, QuantStats* st) {
+    float x = v * bs.inv;
+    quant_stats_element(st, &p.grid, v, x, qf_slow_code(p, x, bs, sr, r16), &bs, tdec);
+}
+
+// Fast element pair -> the magnitudes m0, m1 of their code values.
+template <bool SR>
+__device__ __forceinline__ void qf_fast_mags(const QFGrid& g, float v0, float v1, float inv0, float inv1, uint32_t rnd,
+                                             float& m0, float& m1) {
+    const float a0 = fabsf(QF_MUL(v0, inv0)), a1 = fabsf(QF_MUL(v1, inv1));
+    if (SR) {   // 0x4B000000 | r16 of each half: one PRMT each, not a mask (or shift) and an OR
+        m0 = qf_sr_mag_x(g, a0, __byte_perm(rnd, 0x4B000000u, 0x7610));
+        m1 = qf_sr_mag_x(g, a1, __byte_perm(rnd, 0x4B000000u, 0x7632));
+    }
+    else { m0 = qf_rne_mag(g, a0); m1 = qf_rne_mag(g, a1); }
 }
 
 // Fast element pair -> packed BF16 word. sw: the BF16 bits of the pair (signs).
 template <bool SR>
 __device__ __forceinline__ uint32_t qf_fast_pair(const QFGrid& g, float v0, float v1, uint32_t sw, float inv0, float sd0,
                                                  float inv1, float sd1, uint32_t rnd) {
-    const float a0 = fabsf(QF_MUL(v0, inv0)), a1 = fabsf(QF_MUL(v1, inv1));
     float m0, m1;
-    if (SR) {   // 0x4B000000 | r16 of each half: one PRMT each, not a mask (or shift) and an OR
-        m0 = qf_sr_mag_x(g, a0, __byte_perm(rnd, 0x4B000000u, 0x7610));
-        m1 = qf_sr_mag_x(g, a1, __byte_perm(rnd, 0x4B000000u, 0x7632));
-    }
-    else { m0 = qf_rne_mag(g, a0); m1 = qf_rne_mag(g, a1); }
+    qf_fast_mags<SR>(g, v0, v1, inv0, inv1, rnd, m0, m1);
     const uint32_t o = __byte_perm(f32_bits(QF_MUL(m0, sd0)), f32_bits(QF_MUL(m1, sd1)), 0x7632);
     return o | (sw & 0x80008000u);
+}
+
+// Fast element pair -> their two codes (element 0 in the low nibble). A code's sign is its input's (x = v
+// inv with inv > 0, -0 included), bit 15 / 31 of sw.
+template <bool SR>
+__device__ __forceinline__ uint32_t qf_fast_codes(const QFTarget& T, float v0, float v1, uint32_t sw, float inv0,
+                                                  float inv1, uint32_t rnd) {
+    float m0, m1;
+    qf_fast_mags<SR>(T.g, v0, v1, inv0, inv1, rnd, m0, m1);
+    return qf_code_index(m0, T.code_mul, T.code_shift) | (qf_code_index(m1, T.code_mul, T.code_shift) << 4) |
+           ((sw >> 12) & 0x8u) | ((sw >> 24) & 0x80u);
 }
 
 __device__ __forceinline__ uint32_t qf_slow_pair(const QuantParams& p, float v0, float v1, const QuantBlockScale& b0,
                                                  const QuantBlockScale& b1, int sr, uint32_t rnd) {
     return qf_slow_elem(p, v0, b0, sr, rnd & 0xFFFFu) | (qf_slow_elem(p, v1, b1, sr, rnd >> 16) << 16);
+}
+__device__ __forceinline__ uint32_t qf_slow_codes(const QuantParams& p, float v0, float v1, const QuantBlockScale& b0,
+                                                  const QuantBlockScale& b1, int sr, uint32_t rnd) {
+    return (uint32_t)qf_slow_code(p, v0 * b0.inv, b0, sr, rnd & 0xFFFFu) |
+           ((uint32_t)qf_slow_code(p, v1 * b1.inv, b1, sr, rnd >> 16) << 4);
+}
+__device__ __forceinline__ void qf_slow_stats_pair(const QuantParams& p, float v0, float v1, const QuantBlockScale& b0,
+                                                   const QuantBlockScale& b1, int sr, uint32_t rnd, float tdec,
+                                                   QuantStats* st) {
+    qf_slow_stats(p, v0, b0, sr, rnd & 0xFFFFu, tdec, st);
+    qf_slow_stats(p, v1, b1, sr, rnd >> 16, tdec, st);
 }
 
 // Register-array access with a run-time index through selects (keeps the arrays in registers): for the
@@ -268,11 +357,13 @@ __device__ __forceinline__ T qf_pick(const T (&a)[N], int i) {
     return x;
 }
 
-// Stages h = 1 .. N/2 of hadamard_f32_n, or only those with h < STOP.
+// Stages h = 1 .. N/2 of hadamard_f32_n, or only those with h < STOP and h < rstop (a run-time bound: the
+// sizes below 16 share one instantiation, QF_HSMALL).
 template <int N, int STOP = N>
-__device__ __forceinline__ void qf_butterfly(float* v) {
+__device__ __forceinline__ void qf_butterfly(float* v, int rstop = STOP) {
 #pragma unroll
     for (int h = 1; h < STOP; h <<= 1) {
+        if (h >= rstop) break;
 #pragma unroll
         for (int j = 0; j < N; j++) {
             if (j & h) continue;
@@ -290,17 +381,25 @@ __device__ __forceinline__ float qf_xstage(float own, int lanexor, uint32_t upma
     return upmask ? QF_SUB(o, own) : QF_ADD(own, o);
 }
 
+// The Hadamard sizes 2, 4 and 8 run on the kernels instantiated for H = QF_HSMALL: their groups lie within a
+// lane's 8 values (row-wise) or a thread's 16 rows (column-wise), and they differ only in how many butterfly
+// stages run, a run-time bound (hrun, the target's size; qf_hrun). A separate instantiation per size would add
+// kernels (and compile time) for sizes no preset uses.
+#define QF_HSMALL 8
+template <int H>
+__device__ __forceinline__ int qf_hrun(const QFTarget& T) { return H == QF_HSMALL ? T.p.hadamard : H; }
+
 // Axis 1: rotate one row's 8 values (columns c0..c0+7 of an H-group spread over H/8 lanes).
 template <int H>
 __device__ __forceinline__ void qf_rot_row(const uint32_t (&w)[4], const uint32_t (&smask)[4], float hscale, int cg,
-                                           float (&y)[8]) {
+                                           float (&y)[8], int hrun = H) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const uint32_t x = w[i] ^ smask[i];
         y[2 * i] = qf_lo(x);
         y[2 * i + 1] = qf_hi(x);
     }
-    qf_butterfly<8>(y);
+    qf_butterfly<8>(y, hrun);   // H <= 8: every group lies within the lane's 8 values
 #pragma unroll
     for (int h = 8; h < H; h <<= 1) {
         const int lx = h / 8;
@@ -315,11 +414,11 @@ __device__ __forceinline__ void qf_rot_row(const uint32_t (&w)[4], const uint32_
 // Axis 0: rotate the column pair p over the thread's 16 rows (H32: with lane rg ^ 1). w holds sign-flipped input.
 template <int H>
 __device__ __forceinline__ void qf_rot_cols(const uint32_t (&w)[QF_ROWS][4], int p, float hscale, int rg,
-                                            float (&lo)[QF_ROWS], float (&hi)[QF_ROWS]) {
+                                            float (&lo)[QF_ROWS], float (&hi)[QF_ROWS], int hrun = H) {
 #pragma unroll
     for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_lo(w[r][p]); hi[r] = qf_hi(w[r][p]); }
-    qf_butterfly<16>(lo);
-    qf_butterfly<16>(hi);
+    qf_butterfly<16>(lo, hrun);   // H < 16: groups within the thread's 16 rows
+    qf_butterfly<16>(hi, hrun);
     if (H == 32) {
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) { lo[r] = qf_xstage(lo[r], 16, rg); hi[r] = qf_xstage(hi[r], 16, rg); }
@@ -418,11 +517,39 @@ __device__ __forceinline__ void qf_rotate_cols(uint32_t (&w)[QF_ROWS][4]) {   //
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Apply, row-wise target (axis 1)
+// Packed stores (quant_target.h's layout: M x K/2 code bytes and M x K/L scale bytes, operand-major). Scale
+// indices by shifts: 64-bit divisions are long subroutines, and these kernels are bound by the integer pipe.
 
-template <int H, bool SR, bool FOLD>
+__device__ __forceinline__ int qf_log2_block(const QFTarget& T) { return T.bl == 32 ? 5 : 4; }
+
+// Row-wise: row r's 8 codes from column c0 (4 bytes), and the block's scale from the lane its block starts in.
+__device__ __forceinline__ void qf_store_packed_row(const QFTarget& T, int64_t cols, int64_t r, int64_t c0, uint32_t codes,
+                                                    uint8_t sbits) {
+    const int lg = qf_log2_block(T);
+    *(uint32_t*)(T.codes + r * (cols >> 1) + (c0 >> 1)) = codes;
+    if (!(c0 & (T.bl - 1))) T.scales[r * (cols >> lg) + (c0 >> lg)] = sbits;
+}
+
+// Column-wise (the copy is transposed): the 16 codes of columns c and c + 1 over rows [r0, r0 + 16) (8 bytes
+// each), and their blocks' scales from the thread the blocks start in (rg = 0 for L = 32).
+__device__ __forceinline__ void qf_store_packed_cols(const QFTarget& T, int64_t rows, int64_t c, int64_t r0, uint64_t clo,
+                                                     uint64_t chi, uint8_t slo, uint8_t shi) {
+    const int lg = qf_log2_block(T);
+    uint8_t* dst = T.codes + c * (rows >> 1) + (r0 >> 1);
+    *(uint64_t*)dst = clo;
+    *(uint64_t*)(dst + (rows >> 1)) = chi;
+    if (!(r0 & (T.bl - 1))) {
+        T.scales[c * (rows >> lg) + (r0 >> lg)] = slo;
+        T.scales[(c + 1) * (rows >> lg) + (r0 >> lg)] = shi;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Apply, row-wise target (axis 1). OUT: the output form (QF_OUT_*); st: QF_OUT_STATS's accumulator.
+
+template <int H, bool SR, int OUT>
 __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
-                                               int64_t r0, int64_t c0, int lane, float s_enc) {
+                                               int64_t r0, int64_t c0, int lane, float s_enc, QuantStats* st) {
     const int cg = lane & 15;
     uint32_t smask[4];
     qf_row_signs(T, H, cg, smask);
@@ -434,7 +561,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) {
                 float y[8];
-                qf_rot_row<H>(w[r], smask, T.hscale, cg, y);
+                qf_rot_row<H>(w[r], smask, T.hscale, cg, y, qf_hrun<H>(T));
                 uint32_t mr = 0;
 #pragma unroll
                 for (int j = 0; j < 8; j++) mr = qf_max(mr, qf_absbits(y[j]));
@@ -453,15 +580,16 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
     }
     const bool cv = c0 < A.cols;
     const int64_t nr = A.rows - r0;
-    uint16_t* dst = FOLD ? NULL : T.fake + r0 * T.ld_fake + c0;
-    // the fold's block counting: each block once, by its first lane (and for 2D blocks its first row)
+    uint16_t* dst = OUT == QF_OUT_FAKE ? T.fake + r0 * T.ld_fake + c0 : nullptr;
+    const float tdec = quant_tensor_scale_dec(&T.p, s_enc);   // statistics only
+    // FP8: blocks below the window counted once, by their first lane (and for 2D blocks their first row);
+    // each row's offset computed once, by lane cg = row (of its half), and shuffled to the others below;
+    // the first tile column writes the row's GEMM scale
     const bool leader = (cg & (l4 ? 3 : 1)) == 0;
     unsigned below = 0;
-    // each row's offset computed once, by lane cg = row (of its half), and shuffled to the others below; the
-    // first tile column writes the row's GEMM scale
     int my_off = 0;
     float my_inv = 1.0f;
-    if constexpr (FOLD) {
+    if constexpr (OUT == QF_OUT_FP8) {
         if (cg < nr) {
             my_off = qf_fold_offset(T, r0 + cg);
             my_inv = exp2_exact(-my_off);
@@ -483,7 +611,7 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
         float y[8];
         uint32_t m;
         if (H) {
-            qf_rot_row<H>(w[rr], smask, T.hscale, cg, y);
+            qf_rot_row<H>(w[rr], smask, T.hscale, cg, y, qf_hrun<H>(T));
             m = 0;
 #pragma unroll
             for (int j = 0; j < 8; j++) m = qf_max(m, qf_absbits(y[j]));
@@ -500,7 +628,8 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
             m = tile_m;
         }
         const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), s_enc);
-        const bool fast = m < 0x7F800000u && !T.ref_elems;
+        // statistics take the reference elements (off the hot path), as the reference's statistics pass does
+        const bool fast = OUT != QF_OUT_STATS && m < 0x7F800000u && !T.ref_elems;
         uint32_t vw[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[rr][i];   // fast path's rounding
@@ -514,51 +643,59 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
 #pragma unroll
             for (int i = 0; i < 4; i++) rnd[i] = qf_rng_row(w64[i], rr);
         }
-        uint32_t o[4] = {0, 0, 0, 0};
+        uint32_t o[4] = {0, 0, 0, 0};   // fake: the row's 8 BF16 values; packed: o[0] its 8 codes
         if (fast) {
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                o[i] = qf_fast_pair<SR>(T.g, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+            for (int i = 0; i < 4; i++) {
+                if constexpr (OUT == QF_OUT_PACKED)
+                    o[0] |= qf_fast_codes<SR>(T, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.inv, rnd[i]) << (8 * i);
+                else
+                    o[i] = qf_fast_pair<SR>(T.g, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+            }
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
             for (int i = 0; i < 4; i++) {
                 // the reference rounding of the rotated values (NaN payloads), here only: a select
                 // between the two in the fast path would make the compiler compute both
                 const uint32_t x = H ? qf_cvt2_ref(qf_pick(y, 2 * i), qf_pick(y, 2 * i + 1)) : qf_pick(vw, i);
-                const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
+                if constexpr (OUT == QF_OUT_STATS) {
+                    if (cv && r < nr) qf_slow_stats_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, T.sr, qf_pick(rnd, i), tdec, st);
+                } else if constexpr (OUT == QF_OUT_PACKED) {
+                    o[0] |= qf_slow_codes(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i)) << (8 * i);
+                } else {
+                    const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
 #pragma unroll
-                for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
+                    for (int k = 0; k < 4; k++) o[k] = k == i ? ow : o[k];
+                }
             }
         }
-        int off = 0;
-        float inv = 1.0f;
-        if constexpr (FOLD) {   // row r's offset, from the lane that computed it (all lanes take part)
-            off = __shfl_sync(0xFFFFFFFFu, my_off, (lane & 16) | r);
-            inv = __shfl_sync(0xFFFFFFFFu, my_inv, (lane & 16) | r);
-        }
-        if (cv && r < nr) {
-            if constexpr (FOLD) {
+        if constexpr (OUT == QF_OUT_FAKE) {
+            if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
+        } else if constexpr (OUT == QF_OUT_PACKED) {
+            if (cv && r < nr) qf_store_packed_row(T, A.cols, r0 + r, c0, o[0], bs.bits);
+        } else if constexpr (OUT == QF_OUT_FP8) {   // row r's offset from the lane that computed it (all lanes)
+            const int off = __shfl_sync(0xFFFFFFFFu, my_off, (lane & 16) | r);
+            const float inv = __shfl_sync(0xFFFFFFFFu, my_inv, (lane & 16) | r);
+            if (cv && r < nr) {
                 const int64_t row = r0 + r;
                 const uint32_t b01 = qf_fold2(o[0], inv) | (qf_fold2(o[1], inv) << 16);
                 const uint32_t b23 = qf_fold2(o[2], inv) | (qf_fold2(o[3], inv) << 16);
                 *(uint2*)(T.fp8 + row * T.ld_fp8 + c0) = make_uint2(b01, b23);
                 below += leader && (row & (T.bw - 1)) == 0 && fp8_fold_counted(bs.bits, off, T.dmin);
-            } else {
-                *(uint4*)(dst + r * T.ld_fake) = make_uint4(o[0], o[1], o[2], o[3]);
             }
         }
     }
     qf_rotate_rows(w);
     }
-    if constexpr (FOLD) qf_count_below(T, below);
+    if constexpr (OUT == QF_OUT_FP8) qf_count_below(T, below);
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Apply, column-wise target (axis 0). Consumes w (sign flips, then outputs in place).
+// Apply, column-wise target (axis 0). Consumes w (sign flips, then fake outputs in place). OUT, st: as axis 1.
 
-template <int H, bool SR, bool FOLD>
+template <int H, bool SR, int OUT>
 __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& A, uint32_t (&w)[QF_ROWS][4],
-                                               int64_t r0, int64_t c0, int lane, float s_enc) {
+                                               int64_t r0, int64_t c0, int lane, float s_enc, QuantStats* st) {
     const int rg = lane >> 4;
     if (H) qf_col_signs(T, H, rg, w);
     const bool twod = T.bw > 1;
@@ -569,7 +706,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 float lo[QF_ROWS], hi[QF_ROWS];
-                qf_rot_cols<H>(w, p, T.hscale, rg, lo, hi);
+                qf_rot_cols<H>(w, p, T.hscale, rg, lo, hi, qf_hrun<H>(T));
                 uint32_t ml = 0, mh = 0;
 #pragma unroll
                 for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
@@ -589,13 +726,15 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
     // SR: as in qf_apply_axis1; the column pair p of the thread's 16 rows is 8 squares, cols / 2 draws apart
     const uint64_t pm0 = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c0 >> 1)) * QF_RNG_MUL : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
-    // the fold: each column's offset; blocks counted once, by their first lane (rg 0 for 32 rows; for 2D
-    // blocks also the first lane and column pair of the block's columns)
-    const bool fold = FOLD && c0 < A.cols;
+    // packed and statistics: the thread's columns exist, and then all its 16 rows (rows % L == 0)
+    const bool valid = c0 < A.cols && r0 < A.rows;
+    const float tdec = quant_tensor_scale_dec(&T.p, s_enc);   // statistics only
+    // FP8: each column's offset; blocks counted once, by their first lane (rg 0 for 32 rows; for 2D blocks
+    // also the first lane and column pair of the block's columns)
     int off[8];
 #pragma unroll
-    for (int j = 0; j < 8; j++) off[j] = fold ? qf_fold_offset(T, c0 + j) : 0;
-    const bool leader = fold && (!l32 || rg == 0) && (!twod || (lane & 15 & (l32 ? 3 : 1)) == 0);
+    for (int j = 0; j < 8; j++) off[j] = OUT == QF_OUT_FP8 && c0 < A.cols ? qf_fold_offset(T, c0 + j) : 0;
+    const bool leader = OUT == QF_OUT_FP8 && c0 < A.cols && (!l32 || rg == 0) && (!twod || (lane & 15 & (l32 ? 3 : 1)) == 0);
     unsigned below = 0;
 #pragma unroll 1
     for (int p = 0; p < 4; p++) {   // rolled (see qf_rotate_cols): column pair p is in w[.][0]
@@ -603,7 +742,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         uint32_t vw[QF_ROWS];
         float lo[QF_ROWS], hi[QF_ROWS];
         if (H) {
-            qf_rot_cols<H>(w, 0, T.hscale, rg, lo, hi);
+            qf_rot_cols<H>(w, 0, T.hscale, rg, lo, hi, qf_hrun<H>(T));
             mlo = 0; mhi = 0;
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) { mlo = qf_max(mlo, qf_absbits(lo[r])); mhi = qf_max(mhi, qf_absbits(hi[r])); }
@@ -619,36 +758,62 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
         if (twod) { mlo = tile_m; mhi = tile_m; }
         const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), s_enc);
         const QuantBlockScale bhi = twod ? blo : quant_block_scale(&T.p, f32_from_bits(mhi), s_enc);
-        const bool fast = qf_max(mlo, mhi) < 0x7F800000u && !T.ref_elems;
-        if (FOLD && leader && (!twod || p == 0))
+        // statistics take the reference elements, as in axis 1
+        const bool fast = OUT != QF_OUT_STATS && qf_max(mlo, mhi) < 0x7F800000u && !T.ref_elems;
+        if (OUT == QF_OUT_FP8 && leader && (!twod || p == 0))
             below += fp8_fold_counted(blo.bits, qf_pick(off, 2 * p), T.dmin) +
                      (!twod && fp8_fold_counted(bhi.bits, qf_pick(off, 2 * p + 1), T.dmin));
 #pragma unroll
         for (int r = 0; r < QF_ROWS; r++) vw[r] = H ? qf_cvt2(lo[r], hi[r]) : w[r][0];   // fast path's rounding
         uint64_t pm = pm0 + (uint64_t)p * QF_RNG_MUL;
+        uint64_t clo = 0, chi = 0;   // packed: the 16 codes of column 2p and of column 2p + 1, row r in nibble r
         if (fast) {
             uint64_t w64 = 0;
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) {
                 if (SR && !(r & 1)) { w64 = qf_rng64(T.key, pm); pm += pstep; }
                 const uint32_t rnd = SR ? qf_rng_row(w64, r) : 0u;
-                w[r][0] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
+                if constexpr (OUT == QF_OUT_PACKED) {
+                    const uint32_t cb = qf_fast_codes<SR>(T, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, bhi.inv, rnd);
+                    clo |= (uint64_t)(cb & 15u) << (4 * r);
+                    chi |= (uint64_t)(cb >> 4) << (4 * r);
+                } else {
+                    w[r][0] = qf_fast_pair<SR>(T.g, qf_lo(vw[r]), qf_hi(vw[r]), vw[r], blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd);
+                }
             }
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
             for (int r = 0; r < QF_ROWS; r++) {
                 const uint32_t rnd = SR ? qf_rng_row(qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep), r) : 0u;
                 const uint32_t x = H ? qf_cvt2_ref(qf_pick(lo, r), qf_pick(hi, r)) : qf_pick(vw, r);   // as in axis 1
-                const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
+                if constexpr (OUT == QF_OUT_STATS) {
+                    if (valid) qf_slow_stats_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, T.sr, rnd, tdec, st);
+                } else if constexpr (OUT == QF_OUT_PACKED) {
+                    const uint32_t cb = qf_slow_codes(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
+                    clo |= (uint64_t)(cb & 15u) << (4 * r);
+                    chi |= (uint64_t)(cb >> 4) << (4 * r);
+                } else {
+                    const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, SR, rnd);
 #pragma unroll
-                for (int k = 0; k < QF_ROWS; k++) w[k][0] = k == r ? ow : w[k][0];
+                    for (int k = 0; k < QF_ROWS; k++) w[k][0] = k == r ? ow : w[k][0];
+                }
             }
+        }
+        if constexpr (OUT == QF_OUT_PACKED) {
+            if (valid) qf_store_packed_cols(T, A.rows, c0 + 2 * p, r0, clo, chi, blo.bits, bhi.bits);
         }
         qf_rotate_cols(w);
     }
-    const bool cv = c0 < A.cols;
-    if constexpr (FOLD) {   // column j of the patch -> 16 consecutive bytes of row c0 + j of the transposed operand
-        if (cv && r0 < A.rows) {   // (the fold needs rows % 16 == 0: whole patches)
+    if constexpr (OUT == QF_OUT_FAKE) {
+        const bool cv = c0 < A.cols;
+        const int64_t nr = A.rows - r0;
+        uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
+#pragma unroll
+        for (int r = 0; r < QF_ROWS; r++)
+            if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(w[r][0], w[r][1], w[r][2], w[r][3]);
+    }
+    if constexpr (OUT == QF_OUT_FP8) {   // column j of the patch -> 16 consecutive bytes of row c0 + j of the
+        if (valid) {                      // transposed operand (rows % 16 == 0: whole patches)
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const float inv = exp2_exact(-off[j]);
@@ -669,13 +834,7 @@ __device__ __forceinline__ void qf_apply_axis0(const QFTarget& T, const QFArgs& 
             }
         }
         qf_count_below(T, below);
-        return;
     }
-    const int64_t nr = A.rows - r0;
-    uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
-#pragma unroll
-    for (int r = 0; r < QF_ROWS; r++)
-        if (cv && r < nr) *(uint4*)(dst + r * T.ld_fake) = make_uint4(w[r][0], w[r][1], w[r][2], w[r][3]);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -689,8 +848,9 @@ __device__ __forceinline__ void qf_tile_origin(const QFArgs& A, int64_t t, int l
     *c0 = (int64_t)tc * QF_TILE_C + (lane & 15) * 8;
 }
 
-// The fold's maxima (fp8_fold.h), taken by the amax pass. Row-wise target: rm[r] the (rounded) maximum of
-// the thread's part of row r0 + r; one atomicMax per row of the tile (per band of block_w rows for 2D blocks).
+// The FP8 output form's per-row maxima (fp8_fold.h), taken by the amax pass. Row-wise target: rm[r] the
+// (rounded) maximum of the thread's part of row r0 + r; one atomicMax per row of the tile (per band of
+// block_w rows for 2D blocks).
 __device__ __forceinline__ void qf_fold_rows(const QFTarget& T, uint32_t (&rm)[QF_ROWS], int64_t r0, int lane,
                                              int64_t rows) {
     const int cg = lane & 15;
@@ -725,6 +885,7 @@ __device__ __forceinline__ void qf_fold_cols(const QFTarget& T, const uint32_t (
     if (lane < 16 && (lane & (T.bw == 32 ? 3 : 1)) == 0 && c0 < cols && m) atomicMax(T.fold_max + (c0 >> T.bw_log2), m);
 }
 
+// FOLD: also the FP8 targets' per-row maxima (a separate instantiation, so that the others keep their registers).
 template <int HA, int HB, bool FOLD>
 __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const __grid_constant__ QFArgs A) {
     __shared__ uint32_t red[2][QF_WARPS];
@@ -733,7 +894,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
     uint32_t m2raw = 0, ma = 0, mb = 0, ma_nan = 0, mb_nan = 0;   // unrounded maxima; rounded maxima of NaN groups
     uint32_t smask[4] = {0, 0, 0, 0};
     if (HA > 0) qf_row_signs(A.t[0], HA, cg, smask);
-    // the fold's maxima: per row of each tile; per column, kept while the warp stays on one tile column (the
+    // FP8 maxima: per row of each tile; per column, kept while the warp stays on one tile column (the
     // launch makes that the whole run) and flushed when it moves
     const bool fold_r = FOLD && HA >= 0 && A.t[0].fold_max, fold_c = FOLD && HB >= 0 && A.t[1].fold_max;
     uint32_t cacc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -760,7 +921,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++) {
                 float y[8];
-                qf_rot_row<HA>(w[r], smask, A.t[0].hscale, cg, y);
+                qf_rot_row<HA>(w[r], smask, A.t[0].hscale, cg, y, qf_hrun<HA>(A.t[0]));
                 uint32_t mr = 0;
 #pragma unroll
                 for (int j = 0; j < 8; j++) mr = qf_max(mr, qf_absbits(y[j]));
@@ -787,7 +948,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
                 cacc[2 * i + 1] = qf_max(cacc[2 * i + 1], m2 & 0xFFFF0000u);
             }
         }
-        if (HB > 0 && fold_c) {   // the rotated columns' maxima (before the pass below consumes w)
+        if (HB > 0 && fold_c) {   // the rotated columns' maxima (before the passes below consume w)
             uint32_t wf[QF_ROWS][4];
 #pragma unroll
             for (int r = 0; r < QF_ROWS; r++)
@@ -797,7 +958,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 float lo[QF_ROWS], hi[QF_ROWS];
-                qf_rot_cols<HB>(wf, p, A.t[1].hscale, rg, lo, hi);
+                qf_rot_cols<HB>(wf, p, A.t[1].hscale, rg, lo, hi, qf_hrun<HB>(A.t[1]));
                 uint32_t ml = 0, mh = 0;
 #pragma unroll
                 for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
@@ -822,7 +983,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 #pragma unroll
             for (int p = 0; p < 4; p++) {
                 float lo[QF_ROWS], hi[QF_ROWS];
-                qf_rot_cols<HB>(w, p, A.t[1].hscale, rg, lo, hi);
+                qf_rot_cols<HB>(w, p, A.t[1].hscale, rg, lo, hi, qf_hrun<HB>(A.t[1]));
                 uint32_t ml = 0, mh = 0;
 #pragma unroll
                 for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
@@ -852,15 +1013,19 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
 
 // Registers: the thread's patch (64) plus one target's working set; 128-thread CTAs, at least 3 per SM
 // (at most 168 registers; a cap of 128 spilled ~320 bytes in the column-wise Hadamard kernel).
-template <int HA, int HB, bool FOLD>
-__global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const __grid_constant__ QFArgs A) {
+// OUT: the output form of its targets (QF_OUT_*); a statistics kernel has one target, and its double sums
+// and reference elements need more registers (diagnostics: fewer CTAs per SM rather than spills).
+template <int HA, int HB, int OUT>
+__global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_CTAS)
+    qf_apply_kernel(const __grid_constant__ QFArgs A) {
+    static_assert(OUT != QF_OUT_STATS || (HA < 0) != (HB < 0), "a statistics kernel has one target");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float s_enc[2] = {1.0f, 1.0f};
 #pragma unroll
     for (int k = 0; k < 2; k++) {
         if ((k == 0 && HA < 0) || (k == 1 && HB < 0)) continue;
         s_enc[k] = quant_tensor_scale_enc(&A.t[k].p, *A.t[k].amax);
-        if (blockIdx.x == 0 && threadIdx.x == 0)
+        if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0)   // statistics write nothing else
             *A.t[k].scale_dec = A.t[k].p.scale == QSCALE_E4M3 ? 1.0f / s_enc[k] : 1.0f;
     }
     const int64_t t = (int64_t)blockIdx.x * QF_WARPS + warp;
@@ -869,30 +1034,38 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_apply_kernel(const
     qf_tile_origin(A, t, lane, &r0, &c0);
     uint32_t w[QF_ROWS][4];
     qf_load(A, r0, c0, true, w);
+    QuantStats st;   // QF_OUT_STATS: this thread's sums (dead code in the other forms)
+    memset(&st, 0, sizeof(st));
+    // statistics: one instantiation, which draws the SR bits and rounds as T.sr says (diagnostics only)
     if constexpr (HA >= 0) {
         constexpr int H = HA > 0 ? HA : 0;
-        if (A.t[0].sr) qf_apply_axis1<H, true, FOLD>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
-        else qf_apply_axis1<H, false, FOLD>(A.t[0], A, w, r0, c0, lane, s_enc[0]);
+        if constexpr (OUT == QF_OUT_STATS) qf_apply_axis1<H, true, OUT>(A.t[0], A, w, r0, c0, lane, s_enc[0], &st);
+        else if (A.t[0].sr) qf_apply_axis1<H, true, OUT>(A.t[0], A, w, r0, c0, lane, s_enc[0], &st);
+        else qf_apply_axis1<H, false, OUT>(A.t[0], A, w, r0, c0, lane, s_enc[0], &st);
     }
     if constexpr (HB >= 0) {
         constexpr int H = HB > 0 ? HB : 0;
-        if (A.t[1].sr) qf_apply_axis0<H, true, FOLD>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
-        else qf_apply_axis0<H, false, FOLD>(A.t[1], A, w, r0, c0, lane, s_enc[1]);
+        if constexpr (OUT == QF_OUT_STATS) qf_apply_axis0<H, true, OUT>(A.t[1], A, w, r0, c0, lane, s_enc[1], &st);
+        else if (A.t[1].sr) qf_apply_axis0<H, true, OUT>(A.t[1], A, w, r0, c0, lane, s_enc[1], &st);
+        else qf_apply_axis0<H, false, OUT>(A.t[1], A, w, r0, c0, lane, s_enc[1], &st);
     }
+    if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, A.t[HA >= 0 ? 0 : 1].stats);   // whole warps
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Host side
 
 // The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
-// what the recipes use): one target of either axis with H 0/16/32; two targets (row-wise, column-wise)
-// with H (0, 0), (0, 16), (0, 32), (16, 16), (32, 32).
+// what the recipes use): one target of either axis with H 0/2/4/8/16/32; two targets (row-wise,
+// column-wise) with H (0, 0), (0, 16), (0, 32), (16, 16), (32, 32). A pair with a smaller H runs as two
+// single-target passes (the caller's choice, see quant_fast_supported).
 static inline int qf_combo_ok(int ha, int hb) {
     if (ha < 0 || hb < 0) return 1;
+    if ((ha > 0 && ha < 16) || (hb > 0 && hb < 16)) return 0;
     return ha == 0 || ha == hb;
 }
 
-static inline int qf_h_ok(int h) { return h == 0 || h == 16 || h == 32; }
+static inline int qf_h_ok(int h) { return h == 0 || h == 2 || h == 4 || h == 8 || h == 16 || h == 32; }
 
 static inline int qf_shape_ok(const QuantParams* p, int64_t rows, int64_t cols, int axis) {
     if (rows <= 0 || cols <= 0) return 0;
@@ -902,7 +1075,20 @@ static inline int qf_shape_ok(const QuantParams* p, int64_t rows, int64_t cols, 
     return 1;
 }
 
-static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols) {
+// The outputs a target asks for: fake only (16-byte aligned, ld % 8 == 0), packed only (codes 8-byte aligned:
+// a column-wise thread stores 8 bytes per column; a grid with a 4-bit form), or
+// FP8 only (E8M0 4-bit specs, 16-byte aligned; column-wise copies write whole 16-row patches transposed).
+static inline int qf_outputs_ok(const QuantTarget* t, int64_t rows, int64_t cols) {
+    if (t->fp8)
+        return !t->fake && !t->codes && !t->scales && fp8_foldable(&t->p) && t->fold_max && t->fold_scale && t->fold_below &&
+               (uintptr_t)t->fp8 % 16 == 0 && (t->axis == 1 || rows % 16 == 0);
+    if (t->fake && !t->codes && !t->scales) return (uintptr_t)t->fake % 16 == 0 && t->ld_fake % 8 == 0 && t->ld_fake >= cols;
+    if (!t->fake && t->codes && t->scales) return (uintptr_t)t->codes % 8 == 0 && !t->p.grid.e4m3;
+    return 0;
+}
+
+// outputs = 0: the statistics pass, which writes none of the target's outputs.
+static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols, int outputs) {
     const QuantParams* p = &t->p;
     if (t->axis != 0 && t->axis != 1) return 0;
     const int gid = qf_grid_id(&p->grid);
@@ -912,25 +1098,33 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols)
     if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
     if (!qf_h_ok(p->hadamard)) return 0;
-    if (!t->fake == !t->fp8 || t->codes || t->scales || !t->amax || !t->scale_dec) return 0;
-    if (t->fake && ((uintptr_t)t->fake % 16 || t->ld_fake % 8 || t->ld_fake < cols)) return 0;
-    if (t->fp8) {   // the fold: E8M0 4-bit specs; axis 0 writes whole 16-row patches transposed
-        if (!fp8_foldable(p) || !t->fold_max || !t->fold_scale || !t->fold_below || (uintptr_t)t->fp8 % 16) return 0;
-        if (t->axis == 0 && rows % 16) return 0;
-    }
+    if (!t->amax || !t->scale_dec || (outputs && !qf_outputs_ok(t, rows, cols))) return 0;
     return qf_shape_ok(p, rows, cols, t->axis);
 }
 
-static inline int quant_fast_supported(const QuantTarget* t, int n, int64_t rows, int64_t cols, int64_t ld) {
+static inline int qf_supported(const QuantTarget* t, int n, int64_t rows, int64_t cols, int64_t ld, int outputs) {
     if (!t || n < 1 || n > 2) return 0;
     if (ld < cols || ld % 8 || cols % 8 || rows <= 0 || cols <= 0) return 0;
     if (n == 2 && t[0].axis == t[1].axis) return 0;
     int h[2] = {-1, -1};
     for (int k = 0; k < n; k++) {
-        if (!qf_target_ok(&t[k], rows, cols)) return 0;
+        if (!qf_target_ok(&t[k], rows, cols, outputs)) return 0;
         h[t[k].axis ? 0 : 1] = t[k].p.hadamard;
     }
     return qf_combo_ok(h[0], h[1]);
+}
+
+static inline int quant_fast_supported(const QuantTarget* t, int n, int64_t rows, int64_t cols, int64_t ld) {
+    return qf_supported(t, n, rows, cols, ld, 1);
+}
+
+// The sign bits of rotated positions 0..31 as the kernels read them (8 per lane row-wise, 16 per thread
+// column-wise): a group shorter than 32 repeats its H bits along them.
+static inline uint32_t qf_hadamard_signs(const QuantParams* p) {
+    if (!p->hadamard) return 0;
+    uint32_t s = p->signs[0];
+    for (int h = p->hadamard; h < 32; h *= 2) s = (s & ((1u << h) - 1u)) | (s << h);
+    return s;
 }
 
 static inline QFTarget qf_target(const QuantTarget* t) {
@@ -944,12 +1138,12 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.amax = t->amax;
     q.scale_dec = t->scale_dec;
     q.hscale = t->p.hadamard ? hadamard_scale(t->p.hadamard) : 1.0f;
-    q.hsigns = t->p.signs[0];
+    q.hsigns = qf_hadamard_signs(&t->p);
     q.sr = t->p.rounding == QROUND_SR;
     q.bw = t->p.block_w;
-    q.bw_log2 = q.bw == 32 ? 5 : q.bw == 16 ? 4 : 0;   // block_w is 1, 16 or 32 (qf_target_ok)
     q.bl = t->p.block_l;
     q.ref_elems = t->p.grid.e4m3;
+    q.out = t->fp8 ? QF_OUT_FP8 : t->codes ? QF_OUT_PACKED : QF_OUT_FAKE;
     q.fp8 = t->fp8;
     q.fold_max = t->fold_max;
     q.fold_scale = t->fold_scale;
@@ -957,18 +1151,22 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     const Fp8Window win = fp8_fold_window(&t->p.grid);
     q.dmin = win.dmin;
     q.dmax = win.dmax;
+    q.bw_log2 = q.bw == 32 ? 5 : q.bw == 16 ? 4 : 0;   // block_w is 1, 16 or 32 (qf_target_ok)
+    q.codes = t->codes;
+    q.scales = t->scales;
+    qf_code_consts(qf_grid_id(&t->p.grid), &q.code_mul, &q.code_shift);
     return q;
 }
 
 typedef struct {
     QFArgs a;
-    int ha, hb;       // Hadamard sizes, -1: no target on that axis
+    int ha, hb;       // the kernels' Hadamard sizes (QF_HSMALL for 2, 4, 8), -1: no target on that axis
     int sra, srb;
 } QFLaunch;
 
 static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
-                                  int n) {
-    fail_if(!quant_fast_supported(t, n, rows, cols, ld),
+                                  int n, int outputs = 1) {
+    fail_if(!qf_supported(t, n, rows, cols, ld, outputs),
             "quantize_fast_gpu: targets not supported (check quant_fast_supported first; %lld x %lld, ld %lld, %d targets)",
             (long long)rows, (long long)cols, (long long)ld, n);
     fail_if((uintptr_t)in % 16, "quantize_fast_gpu: input must be 16-byte aligned");
@@ -978,12 +1176,13 @@ static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, 
     for (int k = 0; k < n; k++) {
         const int slot = t[k].axis ? 0 : 1;
         L.a.t[slot] = qf_target(&t[k]);
-        if (slot == 0) { L.ha = t[k].p.hadamard; L.sra = L.a.t[0].sr; }
-        else { L.hb = t[k].p.hadamard; L.srb = L.a.t[1].sr; }
+        const int h = t[k].p.hadamard > 0 && t[k].p.hadamard < 16 ? QF_HSMALL : t[k].p.hadamard;   // the kernel's H
+        if (slot == 0) { L.ha = h; L.sra = L.a.t[0].sr; }
+        else { L.hb = h; L.srb = L.a.t[1].sr; }
     }
     L.a.in = (const uint16_t*)in;
     L.a.rows = rows; L.a.cols = cols; L.a.ld = ld;
-    L.a.t[0].ld_fp8 = cols;   // the fold's operand: the reduction axis contiguous
+    L.a.t[0].ld_fp8 = cols;   // FP8 output: the reduction axis contiguous
     L.a.t[1].ld_fp8 = rows;
     L.a.tiles_c = ceil_div(cols, QF_TILE_C);
     L.a.tiles = L.a.tiles_c * ceil_div(rows, QF_TILE_R);
@@ -1008,16 +1207,16 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_amax_kernel<HA, HB, FOLD>, QF_THREADS, 0));
     int64_t blocks = ceil_div(L.a.tiles, QF_WARPS), cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
     if (blocks > cap) blocks = cap;
-    // a column-wise fold keeps its column maxima while a warp stays on one tile column: with a grid stride
-    // (blocks x warps tiles) that is a multiple of the tile columns, it always does
-    if (L.a.t[1].fold_max && blocks > L.a.tiles_c) blocks -= blocks % L.a.tiles_c;
+    // a column-wise FP8 target keeps its column maxima while a warp stays on one tile column: with a grid
+    // stride (blocks x warps tiles) that is a multiple of the tile columns, it always does
+    if (FOLD && L.a.t[1].fold_max && blocks > L.a.tiles_c) blocks -= blocks % L.a.tiles_c;
     qf_amax_kernel<HA, HB, FOLD><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
     cuda_check_last();
 }
 
-template <int HA, int HB, bool FOLD>
+template <int HA, int HB, int OUT>
 static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
-    qf_apply_kernel<HA, HB, FOLD><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
+    qf_apply_kernel<HA, HB, OUT><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
     cuda_check_last();
 }
 
@@ -1025,56 +1224,92 @@ static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
 // a dual-target apply kernel needs 168 registers (12 warps per SM) and ran slower than the two
 // single-target kernels together (bench_quant_fast, nvfp4 dY pair at 65536 x 3072: 1323 us dual vs
 // 1113 us split), although it reads the input once instead of twice.
-// FOLD: kernels that also make the FP8 fold (fp8_fold.h), a separate instantiation so that the others keep
-// their registers.
 static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
-    const bool fold = L.a.t[0].fp8 || L.a.t[1].fp8;
+    const bool fold = L.a.t[0].fold_max || L.a.t[1].fold_max;   // FP8 targets: also the per-row maxima
 #define QF_CASE(A, B) if (L.ha == A && L.hb == B) { \
         if (fold) qf_launch_amax<A, B, true>(L, s); else qf_launch_amax<A, B, false>(L, s); return; }
     QF_CASE(0, -1) QF_CASE(16, -1) QF_CASE(32, -1) QF_CASE(-1, 0) QF_CASE(-1, 16) QF_CASE(-1, 32)
+    QF_CASE(QF_HSMALL, -1) QF_CASE(-1, QF_HSMALL)
     QF_CASE(0, 0) QF_CASE(0, 16) QF_CASE(0, 32) QF_CASE(16, 16) QF_CASE(32, 32)
 #undef QF_CASE
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
 
-template <bool FA, bool FB>
-static inline void qf_dispatch_apply_(const QFLaunch& L, cudaStream_t s) {
-    if (L.ha == 0) qf_launch_apply<0, -1, FA>(L, s);
-    else if (L.ha == 16) qf_launch_apply<16, -1, FA>(L, s);
-    else if (L.ha == 32) qf_launch_apply<32, -1, FA>(L, s);
-    if (L.hb == 0) qf_launch_apply<-1, 0, FB>(L, s);
-    else if (L.hb == 16) qf_launch_apply<-1, 16, FB>(L, s);
-    else if (L.hb == 32) qf_launch_apply<-1, 32, FB>(L, s);
+// The apply kernels of the targets whose output form is OUT.
+template <int OUT>
+static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
+    if (L.ha >= 0 && L.a.t[0].out == OUT) {
+        if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
+        else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
+        else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
+        else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
+    }
+    if (L.hb >= 0 && L.a.t[1].out == OUT) {
+        if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
+        else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
+        else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);
+        else if (L.hb == 32) qf_launch_apply<-1, 32, OUT>(L, s);
+    }
 }
+
 static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
-    const bool fa = L.a.t[0].fp8 != NULL, fb = L.a.t[1].fp8 != NULL;
-    if (fa && fb) qf_dispatch_apply_<true, true>(L, s);
-    else if (fa) qf_dispatch_apply_<true, false>(L, s);
-    else if (fb) qf_dispatch_apply_<false, true>(L, s);
-    else qf_dispatch_apply_<false, false>(L, s);
+    qf_dispatch_apply_form<QF_OUT_FAKE>(L, s);
+    qf_dispatch_apply_form<QF_OUT_PACKED>(L, s);
+    qf_dispatch_apply_form<QF_OUT_STATS>(L, s);
+    qf_dispatch_apply_form<QF_OUT_FP8>(L, s);
 }
 
 // Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax (a maximum into it: zeroed here
-// unless the caller says it already is).
+// unless the caller says it already is). The targets' outputs are not used (they may have none).
 static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                        int n, cudaStream_t s, int zeroed = 0) {
-    QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
+    QFLaunch L = qf_prepare(in, rows, cols, ld, t, n, 0);
     for (int k = 0; k < n && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
     qf_dispatch_amax(L, s);
 }
 
-// Pass 2: quantize with the amax already on the device (from pass 1, quant_amax_gpu, or a producer).
+// Pass 2: quantize with the amax already on the device (from pass 1, or a producer: quant_amax_accumulate).
 static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                         int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     qf_dispatch_apply(L, s);
 }
 
-// Both passes (the contract of quantize_gpu).
+// Both passes (the contract of the reference quantize_gpu).
 static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                      int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
     qf_dispatch_amax(L, s);
     qf_dispatch_apply(L, s);
+}
+
+// The diagnostics' statistics of quantizing the view with each target (QuantStats, fp4_quant_cpu.h): the
+// apply pass up to each element's code, through the reference element arithmetic (counts equal the CPU
+// twin's quant_stats_cpu), so they describe exactly what the GEMM sees (the rotated operand with a
+// Hadamard; the same SR bits for the same key). Needs each target's *amax on the device; writes nothing
+// but the statistics (not *scale_dec, not the target's outputs, which it need not have). stats: n device
+// QuantStats, stats[k] for t[k], zeroed by the caller; they accumulate. The double sums are added with
+// atomics, so their last bits depend on the order.
+static inline void quant_fast_stats_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
+                                        int n, QuantStats* stats, cudaStream_t s) {
+    fail_if(!stats || n < 1 || n > 2, "quant_fast_stats_gpu: 1 or 2 targets, and a device QuantStats for each");
+    for (int k = 0; k < n; k++) {   // one kernel per target, as the apply pass
+        QFLaunch L = qf_prepare(in, rows, cols, ld, &t[k], 1, 0);
+        QFTarget& q = L.a.t[t[k].axis ? 0 : 1];
+        q.out = QF_OUT_STATS;
+        q.stats = stats + k;
+        qf_dispatch_apply(L, s);
+    }
+}
+
+// For a kernel that PRODUCES a tensor (layernorm, gelu, ...): fold the max |x| of the values this thread
+// wrote (as amax_bits_update() bits) into the device amax, so that quant_fast_apply_gpu can run without the
+// amax pass (saves one read of the tensor). The amax float must be zeroed before the producer runs.
+// Only valid for specs without a Hadamard (a rotated copy's amax is taken after the rotation).
+// Every lane of the warp must call it.
+__device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
+    if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)amax, m);
 }

@@ -8,4 +8,4 @@ CPU_TESTS += build/test_matmul_fp4
 GPU_TESTS += build/test_matmul_fp4_gpu
 
 build/test_matmul_fp4: llmc/matmul_fp4_layout.h llmc/fp4_quant_cpu.h llmc/fp4_formats.h
-build/test_matmul_fp4_gpu: llmc/matmul_fp4.cuh llmc/matmul_fp4_layout.h llmc/matmul.cuh llmc/nvfp4.cuh
+build/test_matmul_fp4_gpu: llmc/matmul_fp4.cuh llmc/matmul_fp4_layout.h llmc/matmul.cuh dev/ref/nvfp4_ref.cuh

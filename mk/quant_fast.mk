@@ -1,11 +1,17 @@
-# quant_fast.mk: the bandwidth-bound fake-quant kernels (llmc/quant_fast.cuh), bit-exact twins of
-# quantize_gpu for the trainer's configurations.
-#   build/test_quant_fast    fast vs quantize_gpu bit for bit (GPU), element arithmetic vs reference (CPU);
-#                            --exhaustive checks every float bit pattern on the CPU (minutes), --quick fewer cases
-#   build/bench_quant_fast   quantize_gpu vs quantize_fast_gpu vs device copy at training shapes
+# quant_fast.mk: the GPU quantizer (llmc/quant_fast.cuh): bandwidth-bound kernels for every configuration the
+# trainer and its diagnostics use (fake and packed copies, statistics).
+#   build/test_quant_fast      fast vs the reference kernels (dev/ref/nvfp4_ref.cuh) bit for bit (GPU), element
+#                              arithmetic vs reference (CPU); --exhaustive checks every float bit pattern on the
+#                              CPU (minutes), --quick fewer cases
+#   build/test_quant_gpu_cpu   fast vs the CPU quantizer (llmc/fp4_quant_cpu.h) bit for bit over every preset and
+#                              slot option, special and non-finite data (GPU); --quick fewer cases
+#   build/bench_quant_fast     reference vs fast kernels vs device copy at training shapes
 GPU_TESTS += build/test_quant_fast
-build/test_quant_fast: llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
+GPU_TESTS += build/test_quant_gpu_cpu
+QUANT_FAST_HEADERS := llmc/quant_fast.cuh llmc/quant_target.h llmc/quant_diag.cuh dev/ref/nvfp4_ref.cuh $(FP4_HEADERS)
+build/test_quant_fast: $(QUANT_FAST_HEADERS)
+build/test_quant_gpu_cpu: $(QUANT_FAST_HEADERS) llmc/recipe.h
 
-build/bench_quant_fast: dev/bench/bench_quant_fast.cu dev/bench/bench_common.cuh llmc/quant_fast.cuh llmc/nvfp4.cuh $(FP4_HEADERS)
+build/bench_quant_fast: dev/bench/bench_quant_fast.cu dev/bench/bench_common.cuh $(QUANT_FAST_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

@@ -1,12 +1,13 @@
-// bench_quant.cu: bandwidth of the quantize / dequantize kernels of llmc/nvfp4.cuh at GPT-2 training
-// shapes, against the device copy bandwidth measured in the same run (cudaMemcpyAsync D2D).
+// bench_quant.cu: bandwidth of the reference quantize / dequantize kernels (dev/ref/nvfp4_ref.cuh) at GPT-2
+// training shapes, against the device copy bandwidth measured in the same run (cudaMemcpyAsync D2D). The
+// trainer's quantizer is timed by bench_quant_fast.
 // A benchmark, not a test. Run through dev/bench/bench_quant.sh, or: build/bench_quant [-n iters]
 //
 // Columns: time per call; "eff GB/s" = minimal bytes (input read once + outputs written) / time, and its
 // share of the copy bandwidth; "traffic GB/s" = bytes the kernels actually move (the amax pass reads the
 // input a second time) / time. The issue's target: eff >= 70% of copy for the row-wise NVFP4 path.
 #include <vector>
-#include "llmc/nvfp4.cuh"
+#include "dev/ref/nvfp4_ref.cuh"
 #include "dev/bench/bench_common.cuh"
 
 // ms per call

@@ -1,6 +1,7 @@
-// bench_quant_fast.cu: quantize_gpu (llmc/nvfp4.cuh) vs quantize_fast_gpu (llmc/quant_fast.cuh) at training
-// shapes, against device copy bandwidth measured in the same run. Also checks, for every row, that the fast
-// outputs equal the reference ones bit for bit (column "same").
+// bench_quant_fast.cu: the reference kernels' quantize_gpu (dev/ref/nvfp4_ref.cuh) vs the trainer's
+// quantize_fast_gpu (llmc/quant_fast.cuh) at training shapes, fake and packed (native GEMM) copies, against
+// device copy bandwidth measured in the same run. Also checks, for every row, that the fast outputs equal the
+// reference ones bit for bit (column "same").
 // Usage: build/bench_quant_fast [-n iters]
 // Columns: ref / fast: both passes (amax + apply), us per call; amax / apply: the fast passes alone;
 // eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
@@ -8,6 +9,7 @@
 // Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
 #include <vector>
 #include "llmc/quant_fast.cuh"
+#include "dev/ref/nvfp4_ref.cuh"
 #include "dev/bench/bench_common.cuh"
 
 // us per call
@@ -21,6 +23,7 @@ struct Cfg {
     const char* spec[2];
     int axis[2];
     int n;
+    int packed;   // packed copies (codes + scales) instead of fake ones
 };
 
 int main(int argc, char** argv) {
@@ -44,6 +47,9 @@ int main(int argc, char** argv) {
         {"DUAL int4 H16 SR (ufp4)", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
         {"nvfp4 row H32", {"nvfp4,h32", NULL}, {1, 0}, 1},
         {"nvfp4 col H32 SR", {"nvfp4,sr,h32", NULL}, {0, 0}, 1},
+        {"PACKED nvfp4 row", {"nvfp4", NULL}, {1, 0}, 1, 1},
+        {"PACKED nvfp4-2d col", {"nvfp4-2d", NULL}, {0, 0}, 1, 1},
+        {"PACKED DUAL dY", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2, 1},
     };
     const int ncfg = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
     const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {3072, 768}};
@@ -54,7 +60,7 @@ int main(int argc, char** argv) {
         uint16_t *in, *f[4];
         float* sc;
         cuda_check(cudaMalloc(&in, 2 * n));
-        for (int k = 0; k < 4; k++) cuda_check(cudaMalloc(&f[k], 2 * n));
+        for (int k = 0; k < 4; k++) cuda_check(cudaMalloc(&f[k], 2 * n));   // fake copies, or codes + scales
         cuda_check(cudaMalloc(&sc, 64));
         {
             std::vector<uint16_t> h(n);
@@ -78,8 +84,14 @@ int main(int argc, char** argv) {
             for (int k = 0; k < c.n; k++) {
                 p[k] = params(c.spec[k]);
                 uint64_t key = rng_key(7, 1, 10 + k);
-                tr[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[k], C, sc + 4 * k, sc + 4 * k + 1);
-                tf[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[2 + k], C, sc + 4 * k + 2, sc + 4 * k + 3);
+                if (c.packed) {
+                    uint8_t *cr = (uint8_t*)f[k], *cf = (uint8_t*)f[2 + k];
+                    tr[k] = quant_target_packed(&p[k], c.axis[k], key, cr, cr + n / 2, sc + 4 * k, sc + 4 * k + 1);
+                    tf[k] = quant_target_packed(&p[k], c.axis[k], key, cf, cf + n / 2, sc + 4 * k + 2, sc + 4 * k + 3);
+                } else {
+                    tr[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[k], C, sc + 4 * k, sc + 4 * k + 1);
+                    tf[k] = quant_target_fake(&p[k], c.axis[k], key, (floatX*)f[2 + k], C, sc + 4 * k + 2, sc + 4 * k + 3);
+                }
             }
             if (!quant_fast_supported(tf, c.n, R, C, C)) {
                 printf("%-26s not supported by the fast path\n", c.name);
@@ -90,7 +102,8 @@ int main(int argc, char** argv) {
             double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
             double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
             double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
-            // bit-exactness at this shape
+            // bit-exactness at this shape (the whole buffers: packed copies leave most of them unwritten)
+            for (int k = 0; k < 4; k++) cuda_check(cudaMemset(f[k], 0, 2 * n));
             quantize_gpu(x, R, C, C, tr, c.n, 0);
             quantize_fast_gpu(x, R, C, C, tf, c.n, 0);
             cuda_check(cudaDeviceSynchronize());
@@ -105,7 +118,7 @@ int main(int argc, char** argv) {
                     same &= ha == hb && f32_bits(s[4 * k]) == f32_bits(s[4 * k + 2]) && f32_bits(s[4 * k + 1]) == f32_bits(s[4 * k + 3]);
                 }
             }
-            const double IN = 2.0 * n, OUT = 2.0 * n * c.n;
+            const double IN = 2.0 * n, OUT = (c.packed ? 0.5 * n + n / 16.0 : 2.0 * n) * c.n;
             auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
             printf("%-26s %7.1f %7.1f %5.2fx %6.1f %6.1f %4.0f%% %4.0f%% %5.0f%% %4.0f%% %4s\n",
                    c.name, ref, fast, ref / fast, am, ap, pct(IN + OUT, fast),

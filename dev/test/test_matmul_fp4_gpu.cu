@@ -9,7 +9,7 @@
 // Skips (exit 0) without a GPU; skips the GEMM part (counted) off cc 10.x.
 #include <math.h>
 #include <vector>
-#include "llmc/nvfp4.cuh"
+#include "dev/ref/nvfp4_ref.cuh"
 #include "llmc/matmul_fp4.cuh"
 #include "dev/test/testing.h"
 

@@ -1,11 +1,14 @@
-// test_quant_fast.cu: llmc/quant_fast.cuh against quantize_gpu (llmc/nvfp4.cuh), bit for bit.
+// test_quant_fast.cu: the GPU quantizer (llmc/quant_fast.cuh) against the reference kernels
+// (dev/ref/nvfp4_ref.cuh: quantize_gpu, quant_stats_gpu), bit for bit.
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
-// --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction.
+// --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction,
+// the code index of every grid level (packed output).
 // GPU part (skips without a GPU): quantize_fast_gpu vs quantize_gpu (fake outputs including the padding
-// between rows, amax and scale_dec bits) for every supported configuration on small shapes, trainer-like
-// dual targets and large shapes, on normal, heavy-tailed and special-value data; quant_fast_supported()
-// false for what the fast path does not handle.
+// between rows, packed codes and scales, amax and scale_dec bits) and quant_fast_stats_gpu vs
+// quant_stats_gpu (exact counts) for every supported configuration on small shapes, trainer-like dual
+// targets and large shapes, on normal, heavy-tailed and special-value data; quant_fast_supported() false
+// for what the fast path does not handle. (test_quant_gpu_cpu compares the same kernels with the CPU twin.)
 // Usage: build/test_quant_fast [--exhaustive] [--quick]
 #include <math.h>
 #include <thread>
@@ -13,6 +16,7 @@
 #include <atomic>
 #include <algorithm>
 #include "llmc/quant_fast.cuh"
+#include "dev/ref/nvfp4_ref.cuh"
 #include "dev/test/testing.h"
 
 // ----------------------------------------------------------------------------------------------------
@@ -132,6 +136,16 @@ static void cpu_element_checks(int exhaustive) {
         prev = r;
     }
     CHECK(bad == 0, "bf16_bits_rne monotone on non-NaN magnitudes: %lld exceptions", bad);
+    // packed output: every level's code index from its float bits
+    bad = 0;
+    for (int gi = 0; gi < 3; gi++) {
+        const GridTraits* g = grid_traits((QuantGrid)GRIDS[gi]);
+        float mul;
+        int shift;
+        qf_code_consts(GRIDS[gi], &mul, &shift);
+        for (uint32_t k = 0; k < 8; k++) bad += qf_code_index(g->levels[k], mul, shift) != k;
+    }
+    CHECK(bad == 0, "code index of the grid levels: %lld wrong", bad);
 }
 
 // ----------------------------------------------------------------------------------------------------
@@ -203,6 +217,98 @@ static int expect_supported(const QuantParams* p, int n, const int* axes, const 
 
 static int n_cases = 0, n_skipped_shape = 0, n_fail = 0, n_supp_bad = 0;
 
+static int stats_same(const QuantStats& a, const QuantStats& b) {
+    return a.n == b.n && a.flushed == b.flushed && a.clipped == b.clipped && a.zero_blocks == b.zero_blocks &&
+           a.nonfinite == b.nonfinite && fabs(a.err2 - b.err2) <= 1e-9 * fabs(b.err2) &&
+           fabs(a.src2 - b.src2) <= 1e-9 * fabs(b.src2);
+}
+
+// The packed copies (4-bit grids) and the statistics of one case's targets, fast vs reference: codes, scales,
+// amax and scale_dec bits; statistics counts exactly, sums to 1e-9 (atomics in another order), and the
+// statistics pass leaves *scale_dec alone. Returns the number of targets that differ.
+static int compare_packed_and_stats(const Case& cs, const QuantParams* p, const uint16_t* in, int64_t rows, int64_t cols,
+                                    int64_t ld, uint64_t seed, const char* desc) {
+    int bad_targets = 0;
+    uint8_t *cref[2], *cfast[2];
+    float* sc;
+    QuantStats* st;
+    size_t cbytes[2] = {0, 0}, sbytes[2] = {0, 0};
+    cuda_check(cudaMalloc(&sc, 16 * sizeof(float)));
+    cuda_check(cudaMalloc(&st, 4 * sizeof(QuantStats)));
+    cuda_check(cudaMemset(sc, 0xFF, 16 * sizeof(float)));
+    QuantTarget tr[2], tf[2];
+    int packed = 1;
+    for (int k = 0; k < cs.n; k++) {
+        const int64_t MK = rows * cols;
+        cbytes[k] = MK / 2;
+        sbytes[k] = MK / p[k].block_l;
+        cuda_check(cudaMalloc(&cref[k], cbytes[k] + sbytes[k]));
+        cuda_check(cudaMalloc(&cfast[k], cbytes[k] + sbytes[k]));
+        cuda_check(cudaMemset(cref[k], 0x5A, cbytes[k] + sbytes[k]));
+        cuda_check(cudaMemset(cfast[k], 0x5A, cbytes[k] + sbytes[k]));
+        const uint64_t key = rng_key(seed, 3, 100 + k);
+        tr[k] = quant_target_packed(&p[k], cs.axis[k], key, cref[k], cref[k] + cbytes[k], sc + 4 * k, sc + 4 * k + 1);
+        tf[k] = quant_target_packed(&p[k], cs.axis[k], key, cfast[k], cfast[k] + cbytes[k], sc + 4 * k + 2, sc + 4 * k + 3);
+        packed &= !p[k].grid.e4m3;
+    }
+    if (packed) {
+        CHECK(quant_fast_supported(tf, cs.n, rows, cols, ld), "packed targets not supported where fake ones are: %s", desc);
+        quantize_gpu((const floatX*)in, rows, cols, ld, tr, cs.n, 0);
+        quantize_fast_gpu((const floatX*)in, rows, cols, ld, tf, cs.n, 0);
+    } else {   // the fp8 grid has no packed form: fake targets for the amaxes the statistics need
+        for (int k = 0; k < cs.n; k++) { tr[k].codes = tr[k].scales = tf[k].codes = tf[k].scales = NULL; }
+        quant_amax_gpu((const floatX*)in, rows, cols, ld, tr, cs.n, 0);
+        quant_fast_amax_gpu((const floatX*)in, rows, cols, ld, tf, cs.n, 0);
+    }
+    float s_before[16];   // the scalars of the packed pass
+    cuda_check(cudaMemcpy(s_before, sc, sizeof(s_before), cudaMemcpyDeviceToHost));
+    const float sentinel = 12345.0f;
+    for (int k = 0; k < cs.n; k++) cuda_check(cudaMemcpy(sc + 4 * k + 3, &sentinel, 4, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemset(st, 0, 4 * sizeof(QuantStats)));
+    quant_stats_gpu((const floatX*)in, rows, cols, ld, tr, cs.n, st, 0);
+    quant_fast_stats_gpu((const floatX*)in, rows, cols, ld, tf, cs.n, st + 2, 0);
+    cuda_check(cudaDeviceSynchronize());
+    float s[16];
+    QuantStats hs[4];
+    cuda_check(cudaMemcpy(s, sc, sizeof(s), cudaMemcpyDeviceToHost));
+    cuda_check(cudaMemcpy(hs, st, sizeof(hs), cudaMemcpyDeviceToHost));
+    for (int k = 0; k < cs.n; k++) {
+        int ok = f32_bits(s[4 * k]) == f32_bits(s[4 * k + 2]) && f32_bits(s[4 * k + 3]) == f32_bits(sentinel);
+        int64_t first = -1;
+        if (packed) {
+            std::vector<uint8_t> a(cbytes[k] + sbytes[k]), b(cbytes[k] + sbytes[k]);
+            cuda_check(cudaMemcpy(a.data(), cref[k], a.size(), cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(b.data(), cfast[k], b.size(), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < a.size() && first < 0; i++)
+                if (a[i] != b[i]) first = (int64_t)i;
+            ok = ok && first < 0 && f32_bits(s_before[4 * k + 1]) == f32_bits(s_before[4 * k + 3]);
+        }
+        const int sok = stats_same(hs[2 + k], hs[k]);
+        if (!ok || !sok) {
+            bad_targets++;
+            if (++n_fail <= 12) {
+                printf("FAIL %s t%d (packed %d): amax %08x/%08x, scale_dec %08x/%08x after statistics %08x", desc, k, packed,
+                       f32_bits(s[4 * k]), f32_bits(s[4 * k + 2]), f32_bits(s_before[4 * k + 1]),
+                       f32_bits(s_before[4 * k + 3]), f32_bits(s[4 * k + 3]));
+                if (first >= 0)
+                    printf("; first differing %s byte %lld", first < (int64_t)cbytes[k] ? "code" : "scale",
+                           (long long)(first < (int64_t)cbytes[k] ? first : first - (int64_t)cbytes[k]));
+                printf("%s\n", sok ? "" : "; statistics differ:");
+                if (!sok)
+                    for (int j = 0; j < 2; j++) {
+                        const QuantStats& q = hs[j ? 2 + k : k];
+                        printf("     %s n=%llu flushed=%llu clipped=%llu zero_blocks=%llu nonfinite=%llu err2=%.12g src2=%.12g\n",
+                               j ? "fast" : "ref ", q.n, q.flushed, q.clipped, q.zero_blocks, q.nonfinite, q.err2, q.src2);
+                    }
+            }
+        }
+    }
+    for (int k = 0; k < cs.n; k++) { cudaFree(cref[k]); cudaFree(cfast[k]); }
+    cudaFree(sc);
+    cudaFree(st);
+    return bad_targets;
+}
+
 // Runs one case; returns 1 if it ran (supported), 0 if the fast path does not take it.
 static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int kind, uint64_t seed) {
     const int64_t ld = cols + pad;
@@ -273,6 +379,7 @@ static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int
             }
         }
     }
+    compare_packed_and_stats(cs, p, in, rows, cols, ld, seed, desc);
     n_cases++;
     cudaFree(in);
     for (int k = 0; k < 2; k++) { cudaFree(fref[k]); cudaFree(ffast[k]); }
@@ -286,7 +393,7 @@ static void gpu_checks(int quick) {
     const char* blocks[] = {"1x16", "1x32", "16x16", "32x32"};
     const char* scales[] = {"e4m3", "e8m0", "e8m0ceil"};
     const char* rounds[] = {"rne", "sr"};
-    const char* hads[] = {"h0", "h16", "h32,seed=5", "h16,plain", "h32,fixed", "h8"};
+    const char* hads[] = {"h0", "h16", "h32,seed=5", "h16,plain", "h32,fixed", "h8", "h4,seed=9", "h2,fixed"};
     static char specbuf[2000][96];
     int nspec = 0;
     for (auto g : grids)
@@ -314,7 +421,7 @@ static void gpu_checks(int quick) {
     int nfp8 = 0;
     for (auto b : blocks)
         for (auto s : scales)
-            for (auto h : {"h0", "h16", "h32,seed=5"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
+            for (auto h : {"h0", "h16", "h32,seed=5", "h8"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
     for (int i = 0; i < nfp8; i++)
         for (int axis = 0; axis < 2; axis++)
             for (int sh = 0; sh < (quick ? 2 : 5); sh++) {
@@ -379,9 +486,17 @@ static void gpu_checks(int quick) {
         QuantTarget t = quant_target_fake(&p, 1, 1, buf, 256, sc, sc + 1);
         CHECK(quant_fast_supported(&t, 1, 64, 256, 256), "plain nvfp4 row-wise should be supported");
         QuantTarget tp = quant_target_packed(&p, 1, 1, codes, codes + 8192, sc, sc + 1);
-        CHECK(!quant_fast_supported(&tp, 1, 64, 256, 256), "packed output is not supported");
+        CHECK(quant_fast_supported(&tp, 1, 64, 256, 256), "packed output is supported");
+        QuantTarget tpf = tp;
+        tpf.fake = buf; tpf.ld_fake = 256;
+        CHECK(!quant_fast_supported(&tpf, 1, 64, 256, 256), "fake and packed outputs of one target are not supported");
+        QuantTarget tpm = quant_target_packed(&p, 1, 1, codes + 4, codes + 8192, sc, sc + 1);
+        CHECK(!quant_fast_supported(&tpm, 1, 64, 256, 256), "codes not 8-byte aligned are not supported");
+        QuantParams p8 = parse("mxfp8");
+        QuantTarget tp8 = quant_target_packed(&p8, 1, 1, codes, codes + 8192, sc, sc + 1);
+        CHECK(!quant_fast_supported(&tp8, 1, 64, 256, 256), "the fp8 grid has no packed form");
         QuantTarget t8 = quant_target_fake(&ph8, 1, 1, buf, 256, sc, sc + 1);
-        CHECK(!quant_fast_supported(&t8, 1, 64, 256, 256), "H8 is not supported");
+        CHECK(quant_fast_supported(&t8, 1, 64, 256, 256), "H8 is supported");
         QuantTarget t64 = quant_target_fake(&ph64, 1, 1, buf, 256, sc, sc + 1);
         CHECK(!quant_fast_supported(&t64, 1, 64, 256, 256), "H64 is not supported");
         CHECK(!quant_fast_supported(&t, 1, 64, 256, 260), "ld %% 8 != 0 is not supported");
@@ -400,10 +515,15 @@ static void gpu_checks(int quick) {
         QuantTarget d1[2] = {quant_target_fake(&ph16, 1, 1, buf, 256, sc, sc + 1),
                              quant_target_fake(&ph32, 0, 1, buf, 256, sc + 2, sc + 3)};
         CHECK(!quant_fast_supported(d1, 2, 64, 256, 256), "dual H16 row + H32 col has no kernel");
+        QuantTarget d2[2] = {quant_target_fake(&ph8, 1, 1, buf, 256, sc, sc + 1),
+                             quant_target_fake(&ph8, 0, 1, buf, 256, sc + 2, sc + 3)};
+        CHECK(!quant_fast_supported(d2, 2, 64, 256, 256) && quant_fast_supported(&d2[1], 1, 64, 256, 256),
+              "a pair with H8 runs as two single-target passes");
         cudaFree(buf); cudaFree(codes); cudaFree(sc);
     }
     printf("cases compared: %d (skipped as unsupported shape/config: %d)\n", n_cases, n_skipped_shape);
-    CHECK(n_fail == 0, "fast vs quantize_gpu: %d of %d target comparisons differ (first 12 printed above)", n_fail, n_cases);
+    CHECK(n_fail == 0, "fast vs reference (fake; packed and statistics): %d target comparisons differ in %d cases (first "
+          "12 printed above)", n_fail, n_cases);
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
 }
 
@@ -461,7 +581,7 @@ int main(int argc, char** argv) {
         else fail("usage: %s [--exhaustive] [--quick]", argv[0]);
     }
     cpu_element_checks(exhaustive);
-    {   // the fp8 (E4M3) grid runs on the fast kernels (reference elements); packed outputs do not
+    {   // the fp8 (E4M3) grid runs on the fast kernels (reference elements); it has no packed form
         static uint16_t fake[64] __attribute__((aligned(16)));
         static uint8_t codes[64] __attribute__((aligned(16)));
         static float sc[2];
@@ -469,9 +589,10 @@ int main(int argc, char** argv) {
         QuantTarget t8 = quant_target_fake(&p8, 1, 0, (floatX*)fake, 64, sc, sc + 1);
         QuantTarget t4 = quant_target_fake(&p4, 1, 0, (floatX*)fake, 64, sc, sc + 1);
         QuantTarget tp = quant_target_packed(&p4, 1, 0, codes, codes + 32, sc, sc + 1);
+        QuantTarget tp8 = quant_target_packed(&p8, 1, 0, codes, codes + 32, sc, sc + 1);
         CHECK(quant_fast_supported(&t8, 1, 32, 64, 64) && quant_fast_supported(&t4, 1, 32, 64, 64) &&
-              !quant_fast_supported(&tp, 1, 32, 64, 64), "quant_fast_supported: must take mxfp8 and mxfp4 fake copies, "
-              "refuse packed ones");
+              quant_fast_supported(&tp, 1, 32, 64, 64) && !quant_fast_supported(&tp8, 1, 32, 64, 64),
+              "quant_fast_supported: must take mxfp8 and mxfp4 fake copies and mxfp4 packed ones, refuse mxfp8 packed");
     }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");

@@ -1,77 +1,35 @@
-// nvfp4.cuh: GPU quantize / dequantize kernels for every 4-bit format of fp4_formats.h (NVFP4, MXFP4,
-// INT4/E1M2), with optional Hadamard rotation and stochastic rounding.
-// defines: QuantTarget, quant_target_fake(), quant_target_packed(), quant_amax_gpu(), quant_apply_gpu(),
-//          quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(), quant_amax_accumulate(),
-//          quant_stats_gpu(), quant_compare_gpu(), QUANT_GPU_MAX_HADAMARD
-// The arithmetic is the HD code of fp4_formats.h / hadamard.cuh / stochastic_round.cuh, so the output is
-// bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR indices).
+// nvfp4_ref.cuh: the reference GPU quantizer: plain tile kernels over the HD arithmetic of fp4_formats.h /
+// hadamard.cuh / stochastic_round.cuh, for every 4-bit format (NVFP4, MXFP4, INT4/E1M2) and fp8, with optional
+// Hadamard rotation (up to 32) and stochastic rounding; any mix of fake and packed outputs per target.
+// defines: quant_amax_gpu(), quant_apply_gpu(), quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(),
+//          quant_stats_gpu(), QUANT_GPU_MAX_HADAMARD
+// Not part of the trainer: it runs llmc/quant_fast.cuh. These kernels are the GPU twin that the fast kernels
+// are tested against (dev/test/test_quant_fast.cu) and timed against (dev/bench/bench_quant_fast.cu); they
+// are themselves tested against the numpy golden vectors and the CPU quantizer (dev/test/test_fp4_gpu.cu).
+// The output is bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR
+// indices); targets and their outputs: llmc/quant_target.h.
 //
-// How the trainer uses it. For a GEMM operand held as a rows x cols row-major BF16 view:
-//   axis 1 (row-wise): blocks along cols (fprop X and W, dgrad dY);
-//   axis 0 (column-wise): blocks along rows (dgrad W, wgrad dY and X).
 // Two passes, no host sync: quant_amax_gpu (tensor amax of the possibly rotated view into a device
 // float) then quant_apply_gpu (reads that amax on the device). quantize_gpu runs both. Up to two
 // targets (e.g. the row-wise and the column-wise copy of X, each with its own spec and SR key) are
-// produced from ONE read of the input per pass.
-// Outputs per target (any of fake / codes / scales may be NULL):
-//   fake   BF16, same layout as the input (its own ld): code * block scale, exact in BF16, rotated if the
-//          spec has a Hadamard. Dequantized tensor = fake * (*scale_dec); GEMM alpha = dec_A * dec_B.
-//   codes  packed 4-bit, operand-major: M x K/2 bytes (M = rows, K = cols for axis 1; M = cols, K = rows
-//          for axis 0, i.e. the column-wise copy is stored transposed, TN-ready); element 2i low nibble.
-//   scales M x K/L bytes (E4M3 or E8M0 bits), row-major; 2D tiles repeat their scale on each row.
-//   amax, scale_dec: device floats (amax kept for logging).
+// produced from ONE read of the input per pass; any of a target's fake / codes / scales may be NULL.
 // Shapes: K % L == 0, M % W == 0 (2D blocks), K % hadamard == 0, else a clear error. Hadamard sizes on the
 // GPU: up to 32 (the CPU path goes to 128). The kernels are deterministic (max is order-independent).
-// Diagnostics (not on the hot path): quant_stats_gpu (error, flushed, clipped counts of a quantization,
-// QuantStats in fp4_quant_cpu.h) and quant_compare_gpu (row-wise vs column-wise weight copies).
+// quant_stats_gpu: the error, flushed and clipped counts of a quantization (QuantStats in fp4_quant_cpu.h).
 #pragma once
-#include "cuda_common.cuh"
-#include "fp4_formats.h"
-#include "stochastic_round.cuh"
-#include "hadamard.cuh"
-#include "fp4_quant_cpu.h"   // quant_check_shape, orientation helpers, BF16_CANONICAL_NAN
+#include "llmc/cuda_common.cuh"
+#include "llmc/fp4_formats.h"
+#include "llmc/stochastic_round.cuh"
+#include "llmc/hadamard.cuh"
+#include "llmc/fp4_quant_cpu.h"   // quant_check_shape, orientation helpers, BF16_CANONICAL_NAN
+#include "llmc/quant_target.h"
+#include "llmc/quant_diag.cuh"  // quant_warp_sum
 
 #define QUANT_GPU_MAX_HADAMARD 32
 #define QT_TILE 64      // a CTA owns a 64 x 64 tile of the view
 #define QT_UNIT 32      // a thread owns 32 consecutive elements along the reduction dim
 #define QT_STRIDE 72    // smem row stride in BF16 (64 + 8): 16-byte aligned rows, conflict-free unit reads
 #define QT_THREADS 128  // 64 units along the tile's non-reduction edge x 2 chunks of 32
-
-typedef struct {
-    QuantParams p;
-    int axis;             // 1 row-wise, 0 column-wise
-    uint64_t key;         // SR: rng_key(seed, step, tensor id); bits sr_bits16(key, r, c, cols) of view element (r, c)
-    floatX* fake;         // optional
-    int64_t ld_fake;
-    uint8_t* codes;       // optional
-    uint8_t* scales;      // optional (with codes)
-    float* amax;          // required: device float
-    float* scale_dec;     // required: device float
-    // optional, fast kernels only (quant_fast.cuh): the values folded into E4M3 for FP8 GEMMs (fp8_fold.h),
-    // the reduction axis contiguous (rows x cols for axis 1, cols x rows for axis 0)
-    uint8_t* fp8;
-    uint32_t* fold_max;   // with fp8: per GEMM row (per block_w of them) the amax bits; zeroed by the caller,
-                          // maximized into by the amax pass
-    float* fold_scale;    // with fp8: per GEMM row 2^o, written by the apply pass (the GEMM's outer-vector scale)
-    unsigned* fold_below; // with fp8: the apply pass adds the number of blocks below the exact window
-} QuantTarget;
-
-static inline QuantTarget quant_target_fake(const QuantParams* p, int axis, uint64_t key, floatX* fake,
-                                            int64_t ld_fake, float* amax, float* scale_dec) {
-    QuantTarget t;
-    memset(&t, 0, sizeof(t));
-    t.p = *p; t.axis = axis; t.key = key; t.fake = fake; t.ld_fake = ld_fake;
-    t.amax = amax; t.scale_dec = scale_dec;
-    return t;
-}
-static inline QuantTarget quant_target_packed(const QuantParams* p, int axis, uint64_t key, uint8_t* codes,
-                                              uint8_t* scales, float* amax, float* scale_dec) {
-    QuantTarget t;
-    memset(&t, 0, sizeof(t));
-    t.p = *p; t.axis = axis; t.key = key; t.codes = codes; t.scales = scales;
-    t.amax = amax; t.scale_dec = scale_dec;
-    return t;
-}
 
 typedef struct {
     QuantTarget t[2];
@@ -247,19 +205,10 @@ __device__ void qt_process(const QuantTarget& T, uint16_t (*tile)[QT_STRIDE], ui
 
 // Sum a per-thread accumulator over the CTA (shuffles, then the warps in a fixed order) and add it
 // to *out with one set of atomics. Every thread of the CTA must call it.
-__device__ __forceinline__ double qt_warp_sum(double x) {
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
-    return x;
-}
-__device__ __forceinline__ unsigned long long qt_warp_sum(unsigned long long x) {
-    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xFFFFFFFFu, x, off);
-    return x;
-}
-
 __device__ void qt_stats_reduce(QuantStats a, QuantStats* out, QuantStats* red) {
-    a.err2 = qt_warp_sum(a.err2); a.src2 = qt_warp_sum(a.src2); a.n = qt_warp_sum(a.n);
-    a.flushed = qt_warp_sum(a.flushed); a.clipped = qt_warp_sum(a.clipped);
-    a.zero_blocks = qt_warp_sum(a.zero_blocks); a.nonfinite = qt_warp_sum(a.nonfinite);
+    a.err2 = quant_warp_sum(a.err2); a.src2 = quant_warp_sum(a.src2); a.n = quant_warp_sum(a.n);
+    a.flushed = quant_warp_sum(a.flushed); a.clipped = quant_warp_sum(a.clipped);
+    a.zero_blocks = quant_warp_sum(a.zero_blocks); a.nonfinite = quant_warp_sum(a.nonfinite);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -274,22 +223,6 @@ __device__ void qt_stats_reduce(QuantStats a, QuantStats* out, QuantStats* red) 
         if (s.nonfinite) atomicAdd(&out->nonfinite, s.nonfinite);
     }
     __syncthreads();
-}
-
-__device__ void qt_compare_reduce(QuantCompare a, QuantCompare* out, QuantCompare* red) {
-    a.diff2 = qt_warp_sum(a.diff2); a.ref2 = qt_warp_sum(a.ref2); a.n = qt_warp_sum(a.n);
-    a.differ = qt_warp_sum(a.differ); a.nonfinite = qt_warp_sum(a.nonfinite);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        QuantCompare s = red[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); w++) quant_compare_add(&s, &red[w]);
-        if (s.n) {
-            atomicAdd(&out->diff2, s.diff2); atomicAdd(&out->ref2, s.ref2); atomicAdd(&out->n, s.n);
-            if (s.differ) atomicAdd(&out->differ, s.differ);
-        }
-        if (s.nonfinite) atomicAdd(&out->nonfinite, s.nonfinite);
-    }
 }
 
 template <int MODE>
@@ -320,16 +253,6 @@ __global__ void __launch_bounds__(QT_THREADS) quant_tile_kernel(const floatX* __
             __syncthreads();
         }
     }
-}
-
-// For a kernel that PRODUCES a tensor (layernorm, gelu, ...): fold the max |x| of the values this thread
-// wrote (as amax_bits_update() bits) into the device amax, so that quant_apply_gpu can run without the
-// amax pass (saves one read of the tensor). The amax float must be zeroed before the producer runs.
-// Only valid for specs without a Hadamard (a rotated copy's amax is taken after the rotation).
-// Every lane of the warp must call it.
-__device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
-    m = qt_warp_max(m, 32);
-    if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)amax, m);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -472,47 +395,5 @@ static inline void quant_stats_gpu(const floatX* in, int64_t rows, int64_t cols,
     fail_if(grid.y > 65535, "quant_stats_gpu: %lld rows is too many for one launch", (long long)rows);
     quant_tile_kernel<QMODE_STATS><<<grid, QT_THREADS, 0, stream>>>(in, rows, cols, ld, qt_aligned16(in, ld, cols),
                                                                      qt_pack_targets(t, n), 0, so);
-    cuda_check_last();
-}
-
-#define QC_THREADS 256
-__global__ void __launch_bounds__(QC_THREADS) quant_compare_kernel(const uint16_t* __restrict__ a,
-                                                                    const float* dec_a,
-                                                                    const uint16_t* __restrict__ b,
-                                                                    const float* dec_b, int64_t n, bool vec,
-                                                                    QuantCompare* out) {
-    __shared__ QuantCompare red[QC_THREADS / 32];
-    const float da = *dec_a, db = *dec_b;
-    QuantCompare acc;
-    memset(&acc, 0, sizeof(acc));
-    const int64_t stride = (int64_t)gridDim.x * QC_THREADS * 8;
-    for (int64_t i = ((int64_t)blockIdx.x * QC_THREADS + threadIdx.x) * 8; i < n; i += stride) {
-        if (vec && i + 8 <= n) {
-            uint4 wa = *(const uint4*)(a + i), wb = *(const uint4*)(b + i);
-            const uint16_t* pa = (const uint16_t*)&wa;
-            const uint16_t* pb = (const uint16_t*)&wb;
-#pragma unroll
-            for (int e = 0; e < 8; e++) quant_compare_element(&acc, pa[e], da, pb[e], db);
-        } else {
-            for (int64_t j = i; j < i + 8 && j < n; j++) quant_compare_element(&acc, a[j], da, b[j], db);
-        }
-    }
-    qt_compare_reduce(acc, out, red);
-}
-
-// The forward/backward disagreement of a weight (QuantCompare, fp4_quant_cpu.h): a and b are its two
-// fake copies (row-wise and column-wise), n contiguous BF16 values each in the weight's layout;
-// dec_a, dec_b their device S_dec floats. Adds into *out (device, zeroed by the caller). Callers skip
-// it for specs with a Hadamard (the copies are rotated along different dimensions). Counts are exact;
-// the double sums use atomics (last bits order-dependent).
-static inline void quant_compare_gpu(const floatX* a, const float* dec_a, const floatX* b, const float* dec_b,
-                                     int64_t n, QuantCompare* out, cudaStream_t stream) {
-    fail_if(n <= 0, "quant_compare_gpu: empty tensor");
-    fail_if(!dec_a || !dec_b || !out, "quant_compare_gpu: needs device dec_a, dec_b and out");
-    bool vec = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0;
-    int64_t blocks = ceil_div(ceil_div(n, 8), QC_THREADS);
-    if (blocks > 2048) blocks = 2048;
-    quant_compare_kernel<<<(unsigned)blocks, QC_THREADS, 0, stream>>>((const uint16_t*)a, dec_a, (const uint16_t*)b,
-                                                                      dec_b, n, vec, out);
     cuda_check_last();
 }
