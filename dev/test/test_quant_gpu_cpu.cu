@@ -7,8 +7,9 @@
 //     with plain, fixed and seeded signs), each row-wise and column-wise, with fake and packed outputs (the
 //     fp8 grid has no packed form), on normal, heavy-tailed, special (zeros, subnormals, tiny and huge blocks),
 //     tie (values on the grid's decision points) and non-finite (inf, NaN) data, on shapes with partial warp
-//     tiles and padded rows: fake values (and the padding left alone), codes, scales, amax and scale_dec bits,
-//     and the diagnostics' statistics (quant_fast_stats_gpu vs quant_stats_cpu: counts exact);
+//     tiles and padded rows: fake values (and the padding left alone), codes, scales, amax (a NaN amax: any
+//     NaN, see compare) and scale_dec bits, and the diagnostics' statistics (quant_fast_stats_gpu vs
+//     quant_stats_cpu: counts exact);
 //   - the trainer's passes for each preset: dY's two copies from one pass, X's and W's forward copy with the
 //     backward copy's amax taken ahead and its apply pass later;
 //   - the golden quantization records, through the fast kernels (fake and packed).
@@ -204,6 +205,9 @@ static Copy gpu_read(Dev& d, int k, const QuantTarget& t, int form, int64_t rows
 }
 
 // Compares a GPU copy with the CPU twin's; prints the first failures. with_stats: the GPU statistics were taken.
+// A NaN amax may be any NaN: with a Hadamard, a NaN input reaches the amax through FP32 arithmetic, whose NaN
+// results are canonical on the GPU and carry an input's payload on x86 (the scales, and so every output, are
+// the same for any NaN amax).
 static void compare(const Copy& g, const Copy& c, int with_stats, const char* what) {
     n_cases++;
     // a NaN amax (a rotation of inf - inf) carries the platform's NaN payload: the GPU's arithmetic makes
