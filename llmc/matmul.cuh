@@ -60,6 +60,23 @@ void matmul_destroy(void) {
     cublasLtDestroy(g_matmul.handle);
 }
 
+// cuBLASLt's first choice of algorithm for a descriptor and layouts (C = D), within our workspace;
+// CUBLAS_STATUS_NOT_SUPPORTED when it has none.
+static cublasStatus_t matmul_heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                       cublasLtMatrixLayout_t d, cublasLtMatmulAlgo_t* algo) {
+    cublasLtMatmulPreference_t pref;
+    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &g_matmul.workspace_bytes, sizeof(size_t)));
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, desc, a, b, d, d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && !found) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_SUCCESS) *algo = result.algo;
+    return st;
+}
+
 static MatmulPlan* matmul_plan(const MatmulKey* key) {
     for (int i = 0; i < g_matmul.num_plans; i++)
         if (memcmp(&g_matmul.plans[i].key, key, sizeof(MatmulKey)) == 0) return &g_matmul.plans[i];
@@ -90,20 +107,11 @@ static MatmulPlan* matmul_plan(const MatmulKey* key) {
     cublas_check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, b_rows, b_cols, key->ldb));
     cublas_check(cublasLtMatrixLayoutCreate(&p->d, dt, key->m, key->n, key->ldd));
 
-    cublasLtMatmulPreference_t pref;
-    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &g_matmul.workspace_bytes, sizeof(size_t)));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, p->desc, p->a, p->b, p->d, p->d,
-                                                       pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    fail_if(st != CUBLAS_STATUS_SUCCESS || found == 0,
+    const cublasStatus_t st = matmul_heuristic(p->desc, p->a, p->b, p->d, &p->algo);
+    fail_if(st != CUBLAS_STATUS_SUCCESS,
             "cuBLASLt has no algorithm for m=%d n=%d k=%d (transA=%d transB=%d out_fp32=%d bias=%d); "
             "dimensions must be multiples of 8", key->m, key->n, key->k, key->trans_a, key->trans_b,
             key->out_fp32, key->bias);
-    p->algo = result.algo;
     return p;
 }
 

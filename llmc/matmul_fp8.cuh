@@ -69,18 +69,7 @@ static cublasStatus_t matmul_fp8_try_plan(Fp8Plan* p, const Fp8Key* key) {
     cublas_check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, key->K, key->Nn, key->K));
     cublas_check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, key->K, key->M, key->K));
     cublas_check(cublasLtMatrixLayoutCreate(&p->d, key->out_fp32 ? CUDA_R_32F : CUDA_R_16BF, key->Nn, key->M, key->ldd));
-    cublasLtMatmulPreference_t pref;
-    cublas_check(cublasLtMatmulPreferenceCreate(&pref));
-    cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &g_matmul.workspace_bytes, sizeof(size_t)));
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, p->desc, p->a, p->b, p->d, p->d, pref, 1,
-                                                       &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && !found) st = CUBLAS_STATUS_NOT_SUPPORTED;
-    p->algo = result.algo;
-    return st;
+    return matmul_heuristic(p->desc, p->a, p->b, p->d, &p->algo);
 }
 
 static void matmul_fp8_release(Fp8Plan* p) {

@@ -948,27 +948,9 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
                 cacc[2 * i + 1] = qf_max(cacc[2 * i + 1], m2 & 0xFFFF0000u);
             }
         }
-        if (HB > 0 && fold_c) {   // the rotated columns' maxima (before the passes below consume w)
-            uint32_t wf[QF_ROWS][4];
-#pragma unroll
-            for (int r = 0; r < QF_ROWS; r++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) wf[r][i] = w[r][i];
-            qf_col_signs(A.t[1], HB, rg, wf);
-#pragma unroll
-            for (int p = 0; p < 4; p++) {
-                float lo[QF_ROWS], hi[QF_ROWS];
-                qf_rot_cols<HB>(wf, p, A.t[1].hscale, rg, lo, hi, qf_hrun<HB>(A.t[1]));
-                uint32_t ml = 0, mh = 0;
-#pragma unroll
-                for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
-                ml = qf_shfl_max(qf_rmax(ml, lo), 16);
-                mh = qf_shfl_max(qf_rmax(mh, hi), 16);
-                cacc[2 * p] = qf_max(cacc[2 * p], ml);
-                cacc[2 * p + 1] = qf_max(cacc[2 * p + 1], mh);
-            }
-        }
-        if (HB == 16) {
+        // column-wise with a Hadamard: H16's tensor amax needs only the last butterfly stage's |a| + |b|
+        // (qf_col16_amax); an FP8 target's column maxima need the rotated columns themselves
+        if (HB == 16 && !fold_c) {
             qf_col_signs(A.t[1], HB, rg, w);
 #pragma unroll
             for (int p = 0; p < 4; p++) {
@@ -989,6 +971,10 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
                 for (int r = 0; r < QF_ROWS; r++) { ml = qf_max(ml, qf_absbits(lo[r])); mh = qf_max(mh, qf_absbits(hi[r])); }
                 if (qf_max(ml, mh) <= 0x7F800000u) mb = qf_max(mb, qf_max(ml, mh));
                 else mb_nan = qf_max(mb_nan, qf_max(qf_rmax(ml, lo), qf_rmax(mh, hi)));
+                if (fold_c) {   // the column pair's rounded maxima, both row groups
+                    cacc[2 * p] = qf_max(cacc[2 * p], qf_shfl_max(qf_rmax(ml, lo), 16));
+                    cacc[2 * p + 1] = qf_max(cacc[2 * p + 1], qf_shfl_max(qf_rmax(mh, hi), 16));
+                }
             }
         }
     }
