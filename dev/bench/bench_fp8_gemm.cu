@@ -175,9 +175,11 @@ int main(int argc, char** argv) {
                 double mx = 0, md = 0;
                 for (size_t i = 0; i < nd; i++) { mx = std::max(mx, (double)fabsf(ref[i])); md = std::max(md, (double)fabsf(got[i] - ref[i])); }
                 err[mode] = md / mx;
-                // FP32 accumulation in a different order: ~K * 2^-24 relative to the row's magnitude; BF16
-                // outputs round once more (2^-8)
-                const double tol = g.out_f32 ? 1e-5 : 8e-3;
+                // the same exact products, accumulated differently: Hopper's FP8 MMAs keep fewer bits than
+                // FP32 inside each MMA chain (measured 1.1e-4 to 1.3e-4 of the largest output at K = 65536,
+                // 2026-12-01; dev/test/test_fp8_fold.cu bounds it against sum |ab|); BF16 outputs round once
+                // more (2^-8)
+                const double tol = g.out_f32 ? 1e-3 : 8e-3;
                 if (!(err[mode] <= tol)) { printf("  FAIL %s %s: error %.3g > %.3g\n", g.name, MODE_NAMES[mode], err[mode], tol); failures++; }
             }
         }
