@@ -2031,6 +2031,11 @@ int main(int argc, char** argv) {
                 "quantizes fprop", tc.bf16_forward_from, tc.recipe, recipe_is_bf16(&recipe) ? "a BF16 recipe"
                 : !tc.fp4_gemm[0] ? "--fp4-fprop off" : !recipe_quantizes(&recipe, config.num_layers)
                 ? "every block is kept in BF16" : "both fprop slots are BF16");
+        const Recipe tail = recipe_with_bf16_forward(&recipe);   // what the switch will ask of --fp4-gemm fp8
+        fail_if(!strcmp(tc.fp4_gemm_mode, "fp8") && !recipe_fp8_gemms(&tail), "--bf16-forward-from %s with --fp4-gemm "
+                "fp8: once the forward GEMMs are BF16, no GEMM of recipe %s has two operands with power-of-two (E8M0) "
+                "block scales for the FP8 path; use --fp4-gemm auto (FP8 where the operands fold, emulation elsewhere)",
+                tc.bf16_forward_from, tc.recipe);
     }
     RecipeSchedule schedule;
     recipe_schedule_init(&schedule, bf16_forward_from, tc.steps);

@@ -20,7 +20,8 @@
 // band of block_w rows, whose blocks the row shares). fp8_fold_cpu derives it the other way, from the
 // row's block scales, which the CPU test then checks against the kernels.
 // Rows holding inf or NaN: their blocks are NaN (E8M0 has no inf) and so is every output they touch,
-// whatever the offset; the offset is 0.
+// whatever the offset; the offset is 0, and their finite blocks are counted against it like any others
+// (a count that means nothing there, kept the same in the kernels and the CPU twin).
 #pragma once
 #include "fp4_formats.h"
 
@@ -46,13 +47,14 @@ HD int fp8_foldable(const QuantParams* p) {
 }
 
 // The offset o of a row from its amax bits (as the kernels take them: FP32 bits of the largest BF16
-// magnitude, NaN above 0x7F800000). Clamped to >= -127 so that 2^-o is a normal float: rows whose largest
-// value is below 2^-118 may then have blocks below the window (counted).
+// magnitude, NaN above 0x7F800000). Clamped to >= -126 so that 2^o and 2^-o are normal floats (cuBLASLt need
+// not honour a subnormal scale); the clamp loses nothing: where it applies, every block exponent e of the
+// row (>= -127, E8M0's smallest) has -1 <= e - o < dmax, inside the window.
 // dmax: fp8_fold_window's (the kernels take it precomputed).
 HD int fp8_fold_offset(const QuantParams* p, int dmax, uint32_t amax_bits) {
     if (amax_bits >= 0x7F800000u) return 0;
     const int o = e8m0_exponent(f32_from_bits(amax_bits), &p->grid, p->scale == QSCALE_E8M0_CEIL) - dmax;
-    return o < -127 ? -127 : o;
+    return o < -126 ? -126 : o;
 }
 
 // The GEMM's scale of a row: 2^o.
@@ -92,7 +94,7 @@ static inline int64_t fp8_fold_cpu(const QuantParams* p, int axis, const uint16_
             else if (s[b] - 127 > emax) emax = s[b] - 127;
         }
         int o = nan ? 0 : emax - win.dmax;
-        if (o < -127) o = -127;
+        if (o < -126) o = -126;
         row_scale[m] = fp8_fold_scale(o);
         for (int64_t k = 0; k < K; k++) {
             const int64_t r = axis ? m : k, c = axis ? k : m;
@@ -100,7 +102,7 @@ static inline int64_t fp8_fold_cpu(const QuantParams* p, int axis, const uint16_
         }
         if (m % p->block_w) continue;   // a 2D block is counted once, at its first row
         for (int64_t b = 0; b < nbk; b++)
-            if (!nan && fp8_fold_counted(s[b], o, win.dmin)) below++;
+            if (fp8_fold_counted(s[b], o, win.dmin)) below++;
     }
     return below;
 }

@@ -413,6 +413,12 @@ static void test_bf16_forward(void) {
            "-i", train_shard, "--recipe", "nvfp4", "--bf16-forward-from", "10%");
     EXPECT("--bf16-forward-from with the bf16 recipe", NULL, "runs no forward GEMM in FP4", "a BF16 recipe",
            "-i", train_shard, "--bf16-forward-from", "0.1");
+    EXPECT("--bf16-forward-from with --fp4-gemm fp8, only fprop folding", NULL, "once the forward GEMMs are BF16",
+           "use --fp4-gemm auto", "-i", train_shard, "--recipe", "mxfp4", "--dgrad-dy", "nvfp4", "--wgrad-dy", "nvfp4",
+           "--fp4-gemm", "fp8", "--bf16-forward-from", "0.1");
+    EXPECT("--bf16-forward-from with --fp4-gemm fp8 reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "mxfp4", "-b", "4", "-t", "16", "--fp4-gemm", "fp8",
+           "--bf16-forward-from", "0.1");
     EXPECT("--bf16-forward-from with --fp4-fprop off", NULL, "nothing to switch to BF16", "--fp4-fprop off",
            "-i", train_shard, "--recipe", "nvfp4", "--fp4-fprop", "off", "--bf16-forward-from", "0.1");
     EXPECT("valid --bf16-forward-from reaches the GPU check", NULL, "no CUDA GPU found", NULL,
