@@ -90,7 +90,6 @@ typedef struct {
 typedef struct {
     float amax, scale_dec;
     unsigned fold_below;   // FORM_FP8: blocks below the exact window (fp8_fold.h), since the forward began
-    float pad;
 } OperandScalars;
 
 typedef struct {

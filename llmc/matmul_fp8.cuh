@@ -16,7 +16,6 @@ typedef struct {
 
 typedef struct {
     Fp8Key key;
-    int bias_after;     // cuBLASLt has no bias epilogue for this GEMM: bias_add_kernel adds it afterwards
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -87,35 +86,11 @@ static Fp8Plan* matmul_fp8_plan(const Fp8Key* key) {
     Fp8Plan* p = &g_fp8.plans[g_fp8.num_plans++];
     memset(p, 0, sizeof(*p));
     p->key = *key;
-    cublasStatus_t st = matmul_fp8_try_plan(p, key);
-    if (st != CUBLAS_STATUS_SUCCESS && key->bias) {   // no bias epilogue with per-row scales: add it afterwards
-        matmul_fp8_release(p);
-        Fp8Key plain = *key;
-        plain.bias = 0;
-        st = matmul_fp8_try_plan(p, &plain);
-        p->bias_after = 1;
-        static int said = 0;
-        if (!said++) printf("note: cuBLASLt %zu has no bias epilogue for FP8 GEMMs with per-row scales; the bias is added by a separate kernel\n", cublasLtGetVersion());
-    }
+    const cublasStatus_t st = matmul_fp8_try_plan(p, key);
     fail_if(st != CUBLAS_STATUS_SUCCESS,
             "cuBLASLt %zu has no FP8 GEMM with per-row scales for M=%d N=%d K=%d (out_fp32=%d, status %d); "
             "use --fp4-gemm emulated", cublasLtGetVersion(), key->M, key->Nn, key->K, key->out_fp32, (int)st);
     return p;
-}
-
-// out (M x Nn BF16, rows ldd apart) += bias (Nn), 8 columns per thread (Nn % 8 == 0, 16-byte aligned rows).
-__global__ void fp8_bias_add_kernel(floatX* out, int ldd, const floatX* bias, int M, int Nn) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, per_row = Nn / 8;
-    if (i >= (int64_t)M * per_row) return;
-    const int64_t r = i / per_row, c = (i % per_row) * 8;
-    uint4 o = *(uint4*)(out + r * ldd + c);
-    const uint4 b = *(const uint4*)(bias + c);
-    __nv_bfloat162* po = (__nv_bfloat162*)&o;
-    const __nv_bfloat162* pb = (const __nv_bfloat162*)&b;
-#pragma unroll
-    for (int k = 0; k < 4; k++) po[k] = __float22bfloat162_rn(make_float2(__low2float(po[k]) + __low2float(pb[k]),
-                                                                         __high2float(po[k]) + __high2float(pb[k])));
-    *(uint4*)(out + r * ldd + c) = o;
 }
 
 static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const float* sa, const uint8_t* b,
@@ -125,18 +100,11 @@ static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const f
     Fp8Plan* p = matmul_fp8_plan(&key);
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)));
-    if (bias && !p->bias_after)
-        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (bias) cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const float* alpha = alpha_dev ? alpha_dev : g_matmul.constants + 1;
     const float* beta = g_matmul.constants + (accumulate ? 1 : 0);
     cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, b, p->a, a, p->b, beta, d, p->d, d, p->d, &p->algo,
                                 g_matmul.workspace, g_matmul.workspace_bytes, stream));
-    if (bias && p->bias_after) {
-        fail_if(out_fp32 || Nn % 8 || ldd % 8, "matmul_fp8: the separate bias add takes BF16 outputs, N and ld multiples of 8");
-        const int64_t n = (int64_t)M * (Nn / 8);
-        fp8_bias_add_kernel<<<(unsigned)ceil_div(n, (int64_t)256), 256, 0, stream>>>((floatX*)d, ldd, bias, M, Nn);
-        cuda_check_last();
-    }
 }
 
 static void matmul_fp8_destroy(void) {

@@ -122,20 +122,15 @@ def hf_tensors(h, params, dtype):
         return np.ascontiguousarray(x.T)
 
     out = {"transformer.wte.weight": conv(params["wte"][:V]), "transformer.wpe.weight": conv(params["wpe"])}
+    # (our tensor, transformers' name, transposed: the linears' weights, which Conv1D stores as (in, out))
+    layer = [("ln1w", "ln_1.weight", 0), ("ln1b", "ln_1.bias", 0), ("qkvw", "attn.c_attn.weight", 1),
+             ("qkvb", "attn.c_attn.bias", 0), ("attprojw", "attn.c_proj.weight", 1), ("attprojb", "attn.c_proj.bias", 0),
+             ("ln2w", "ln_2.weight", 0), ("ln2b", "ln_2.bias", 0), ("fcw", "mlp.c_fc.weight", 1),
+             ("fcb", "mlp.c_fc.bias", 0), ("fcprojw", "mlp.c_proj.weight", 1), ("fcprojb", "mlp.c_proj.bias", 0)]
     for l in range(L):
-        p = f"transformer.h.{l}."
-        out[p + "ln_1.weight"] = conv(params["ln1w"][l])
-        out[p + "ln_1.bias"] = conv(params["ln1b"][l])
-        out[p + "attn.c_attn.weight"] = t(conv(params["qkvw"][l]))
-        out[p + "attn.c_attn.bias"] = conv(params["qkvb"][l])
-        out[p + "attn.c_proj.weight"] = t(conv(params["attprojw"][l]))
-        out[p + "attn.c_proj.bias"] = conv(params["attprojb"][l])
-        out[p + "ln_2.weight"] = conv(params["ln2w"][l])
-        out[p + "ln_2.bias"] = conv(params["ln2b"][l])
-        out[p + "mlp.c_fc.weight"] = t(conv(params["fcw"][l]))
-        out[p + "mlp.c_fc.bias"] = conv(params["fcb"][l])
-        out[p + "mlp.c_proj.weight"] = t(conv(params["fcprojw"][l]))
-        out[p + "mlp.c_proj.bias"] = conv(params["fcprojb"][l])
+        for ours, theirs, transposed in layer:
+            x = conv(params[ours][l])
+            out[f"transformer.h.{l}.{theirs}"] = t(x) if transposed else x
     out["transformer.ln_f.weight"] = conv(params["lnfw"])
     out["transformer.ln_f.bias"] = conv(params["lnfb"])
     return out

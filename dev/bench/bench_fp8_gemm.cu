@@ -24,7 +24,7 @@ struct Gemm {
 
 // D row-major M x N is column-major N x M: cuBLASLt computes D^T = B A^T with m' = N, n' = M ("TN").
 static cublasStatus_t run_gemm(int mode, const Gemm& g, const void* a, const void* b, void* d, const float* sa,
-                               const float* sb, const float* alpha, const float* beta, cudaStream_t s, int time_only) {
+                               const float* sb, const float* alpha, const float* beta, cudaStream_t s) {
     static cublasLtMatmulDesc_t desc[NUM_MODES][8];
     static cublasLtMatrixLayout_t la[NUM_MODES][8], lb[NUM_MODES][8], ld[NUM_MODES][8];
     static cublasLtMatmulAlgo_t algo[NUM_MODES][8];
@@ -59,21 +59,9 @@ static cublasStatus_t run_gemm(int mode, const Gemm& g, const void* a, const voi
         TRY(cublasLtMatrixLayoutCreate(&la[mode][gi], in_t, g.K, g.N, g.K));
         TRY(cublasLtMatrixLayoutCreate(&lb[mode][gi], in_t, g.K, g.M, g.K));
         TRY(cublasLtMatrixLayoutCreate(&ld[mode][gi], g.out_f32 ? CUDA_R_32F : CUDA_R_16BF, g.N, g.M, g.N));
-        cublasLtMatmulPreference_t pref;
-        TRY(cublasLtMatmulPreferenceCreate(&pref));
-        TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &g_matmul.workspace_bytes, sizeof(size_t)));
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, dd, la[mode][gi], lb[mode][gi], ld[mode][gi],
-                                            ld[mode][gi], pref, 1, &res, &found);
-        cublasLtMatmulPreferenceDestroy(pref);
-        if (st != CUBLAS_STATUS_SUCCESS) return st;
-        if (!found) return CUBLAS_STATUS_NOT_SUPPORTED;
-        algo[mode][gi] = res.algo;
+        TRY(matmul_heuristic(dd, la[mode][gi], lb[mode][gi], ld[mode][gi], &algo[mode][gi]));
         ready[mode][gi] = 1;
     }
-    (void)time_only;
     return cublasLtMatmul(g_matmul.handle, desc[mode][gi], alpha, b, la[mode][gi], a, lb[mode][gi], beta, d,
                           ld[mode][gi], d, ld[mode][gi], &algo[mode][gi], g_matmul.workspace,
                           g_matmul.workspace_bytes, s);
@@ -148,7 +136,7 @@ int main(int argc, char** argv) {
         cuda_check(cudaMemcpy(b8, B8.data(), B.size(), cudaMemcpyHostToDevice));
         cuda_check(cudaMemcpy(sa, ones.data(), 65536 * 4, cudaMemcpyHostToDevice));
         cuda_check(cudaMemcpy(sb, ones.data(), 65536 * 4, cudaMemcpyHostToDevice));
-        const size_t nd = (size_t)g.M * g.N, esz = g.out_f32 ? 4 : 2;
+        const size_t nd = (size_t)g.M * g.N;
         double ms[NUM_MODES];
         double err[NUM_MODES] = {0, 0, 0};
         std::vector<float> ref(nd), got(nd);
@@ -156,13 +144,13 @@ int main(int argc, char** argv) {
             const void* A_ = mode == MODE_BF16 ? a16 : a8;
             const void* B_ = mode == MODE_BF16 ? b16 : b8;
             void* D_ = mode == MODE_BF16 ? dref : d;
-            cublasStatus_t st = run_gemm(mode, g, A_, B_, D_, sa, sb, consts, consts + 1, 0, 0);
+            cublasStatus_t st = run_gemm(mode, g, A_, B_, D_, sa, sb, consts, consts + 1, 0);
             if (st != CUBLAS_STATUS_SUCCESS) {
                 printf("  %s %s: cuBLASLt status %d (not supported here)\n", g.name, MODE_NAMES[mode], (int)st);
                 ms[mode] = NAN;
                 continue;
             }
-            ms[mode] = bench_ms(bench, [&] { cublas_check(run_gemm(mode, g, A_, B_, D_, sa, sb, consts, consts + 1, 0, 0)); });
+            ms[mode] = bench_ms(bench, [&] { cublas_check(run_gemm(mode, g, A_, B_, D_, sa, sb, consts, consts + 1, 0)); });
             cuda_check(cudaDeviceSynchronize());
             std::vector<uint16_t> h16(nd);
             std::vector<float>& out = mode == MODE_BF16 ? ref : got;
@@ -183,7 +171,6 @@ int main(int argc, char** argv) {
                 if (!(err[mode] <= tol)) { printf("  FAIL %s %s: error %.3g > %.3g\n", g.name, MODE_NAMES[mode], err[mode], tol); failures++; }
             }
         }
-        (void)esz;
         printf("%-14s %8.3f %8.3f %8.3f   tensor %.3f outer %.3f; err %.2g %.2g\n", g.name, ms[0], ms[1], ms[2],
                ms[1] / ms[0], ms[2] / ms[0], err[1], err[2]);
     }
