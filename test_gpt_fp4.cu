@@ -565,6 +565,10 @@ static const RecipeVariant EXACT_VARIANTS[] = {
     {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "emulated", 0},
     {"ufp4", {NULL}, -1, 1, -1, 0, "emulated", 0},
     {"ufp4", {"e1m2,h16,seed=1", "e1m2,h16,seed=1", NULL, NULL, NULL, NULL}, 2, -1, -1, 1, "emulated", 0},
+    // Four Over Six (quant_group.cuh): the preset (2D weight tiles, SR, H16), and 1D weights with H32
+    {"nvfp4-4o6", {NULL}, -1, 0, 0, 0, "emulated", 0},
+    {"nvfp4-4o6", {NULL, "nvfp4,4o6", NULL, "nvfp4,4o6,32x32", "nvfp4,4o6,sr,h32,seed=3", "nvfp4,4o6,h32,seed=3"}, -1, 0, 0, 0,
+     "emulated", 0},
     // the FP8 path (GEMMs whose two operands have E8M0 scales; the others stay emulated)
     {"mxfp4", {NULL}, -1, -1, -1, 0, "fp8", 0},
     {"mxfp4-2d", {NULL}, -1, -1, -1, 1, "fp8", 1},

@@ -150,6 +150,8 @@ typedef struct {
     const uint8_t* b_fp8; const float* b_rs;        // contiguous, and their per-row scales (a, b unused)
 } GemmProbe;
 
+enum { PHASE_QUANT, PHASE_GEMM, NUM_PHASES };   // what the phase timer measures (see phase_begin)
+
 typedef struct {
     GPTConfig config;
     int B, T;                       // largest batch the buffers hold
@@ -204,9 +206,11 @@ typedef struct {
     QuantStats* diag_stats;         // device, L * NUM_LINEARS * NUM_SLOTS
     QuantCompare* diag_compare;     // device, L * NUM_LINEARS
     // time spent quantizing: event pairs around each quantization, summed once per step
+    // phase timer: CUDA event pairs around each quantization pass and each linear layer's GEMM
     cudaEvent_t* qt_events;
+    uint8_t* qt_phase;              // per pair: PHASE_QUANT or PHASE_GEMM
     int qt_count, qt_capacity;
-    float quant_ms;                 // harvested so far this step
+    float phase_ms[NUM_PHASES];     // harvested so far this step
     void (*probe)(void* ctx, const GemmProbe* p);   // test hook, NULL in training
     void* probe_ctx;
 } GPT;
@@ -340,6 +344,7 @@ static void gpt_free(GPT* m) {
     cudaFree(m->diag_compare);
     for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
     free(m->qt_events);
+    free(m->qt_phase);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
@@ -595,6 +600,15 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
             size_t b = linear_scratch_bytes(lp, N, K, OC);
             need = need > b ? need : b;
         }
+    if (!m->qt_events) {   // the phase timer, for every recipe (bf16 too: its GEMM time is the baseline's)
+        // one event pair per quantization pass and per GEMM; a harvest window (a backward and the next
+        // forward) holds at most 17 per linear: forward 2 passes + 1 GEMM (twice that for a split QKV),
+        // backward 3 passes + 2 GEMMs (twice split) + 1 diagnostic copy
+        m->qt_capacity = 2 * 18 * NUM_LINEARS * L;
+        m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
+        m->qt_phase = (uint8_t*)xmalloc(m->qt_capacity / 2);
+        for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
+    }
     if (!m->fp4_any) return;
     if (need > m->fp4_scratch_bytes) {
         if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
@@ -616,11 +630,6 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     size_t nstats = (size_t)L * NUM_LINEARS * NUM_SLOTS;
     cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
     cuda_check(cudaMalloc(&m->diag_compare, (size_t)L * NUM_LINEARS * sizeof(QuantCompare)));
-    // one event pair per quantization pass; a harvest window (a backward and the next forward) holds at
-    // most 11 per linear: forward 2 (4 for a split QKV), backward 3 (6 split) + 1 diagnostic copy
-    m->qt_capacity = 2 * 12 * NUM_LINEARS * L;
-    m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
-    for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
 }
 
 // --bf16-forward-from: from its switch step on, the run's recipe with the forward GEMMs (fprop's two slots
@@ -631,35 +640,41 @@ static void gpt_set_bf16_forward(GPT* m, const Recipe* r, int bf16_forward, uint
     gpt_set_recipe(m, &now, seed, gemm_mode);
 }
 
-// Event pairs around each quantization pass. The pool holds one micro-step's worth; gpt_forward harvests
-// it after its synchronisation (when every recorded event has completed), the step's end once more.
-static int fp4_time_begin(GPT* m) {
-    if (m->qt_count + 2 > m->qt_capacity) return 0;
+// The phase timer: event pairs around each quantization pass (PHASE_QUANT) and each linear layer's GEMM
+// (PHASE_GEMM, the matmul call alone), for every recipe, so that a recipe's extra step time over BF16's splits
+// into its quantization, the difference of its GEMMs' time and the difference of everything else
+// (dev/bench/bench_train.sh). The pool holds one micro-step's worth; gpt_forward harvests it after its
+// synchronisation (when every recorded event has completed), the step's end once more.
+static int phase_begin(GPT* m) {
+    if (!m->qt_events || m->qt_count + 2 > m->qt_capacity) return 0;
     cuda_check(cudaEventRecord(m->qt_events[m->qt_count], m->stream));
     return 1;
 }
 
-static void fp4_time_end(GPT* m, int timed) {
+static void phase_end(GPT* m, int timed, int phase) {
     if (!timed) return;
     cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
+    m->qt_phase[m->qt_count / 2] = (uint8_t)phase;
     m->qt_count += 2;
 }
 
-static void fp4_harvest_quant_ms(GPT* m) {
+static void phase_harvest(GPT* m) {
     for (int i = 0; i + 1 < m->qt_count; i += 2) {
         float ms = 0.0f;
         cuda_check(cudaEventElapsedTime(&ms, m->qt_events[i], m->qt_events[i + 1]));
-        m->quant_ms += ms;
+        m->phase_ms[m->qt_phase[i / 2]] += ms;
     }
     m->qt_count = 0;
 }
 
-// Milliseconds spent in quantization kernels since the last call. Call after the stream is synchronized.
-static float fp4_take_quant_ms(GPT* m) {
-    fp4_harvest_quant_ms(m);
-    float total = m->quant_ms;
-    m->quant_ms = 0.0f;
-    return total;
+// Milliseconds spent in each phase since the last call (out may be NULL: drop them). Call after the stream
+// is synchronized.
+static void phase_take_ms(GPT* m, float out[NUM_PHASES]) {
+    phase_harvest(m);
+    for (int i = 0; i < NUM_PHASES; i++) {
+        if (out) out[i] = m->phase_ms[i];
+        m->phase_ms[i] = 0.0f;
+    }
 }
 
 static QuantStats* diag_stats_at(GPT* m, int l, int kind, Slot slot) {
@@ -756,14 +771,14 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
     QuantTarget all[3];
     for (int i = 0; i < n; i++) all[i] = t[i];
     int took_ahead = 0;
-    const int timed = fp4_time_begin(m);
+    const int timed = phase_begin(m);
     if (ahead && !have_amax) {
         all[n] = *ahead;
         took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
     }
     if (!have_amax) quant_fast_amax_gpu(v->ptr, R, Cc, ld, all, n + took_ahead, m->stream, 1);
     quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
-    fp4_time_end(m, timed);
+    phase_end(m, timed, PHASE_QUANT);
     return took_ahead;
 }
 
@@ -848,6 +863,7 @@ static void gemm_run(GPT* m, LinearRun* r, int g, const GemmOut* out) {
     const int N = (int)r->src[SRC_X].rows, K = (int)r->src[SRC_X].cols, n = r->plan->n;
     const float* alpha = gemm_alpha(m, r, g);
     cudaStream_t s = m->stream;
+    const int timed = phase_begin(m);
     if (a->form == FORM_FP8) {   // both operands stored with the reduction axis contiguous (see fp8_fold.h)
         switch (g) {
         case GEMM_FPROP: matmul_fp8(out->ptr, out->ld, 0, a->fp8, a->row_scale, b->fp8, b->row_scale, N, n, K, out->bias,
@@ -874,6 +890,7 @@ static void gemm_run(GPT* m, LinearRun* r, int g, const GemmOut* out) {
         default:         matmul_wgrad_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, alpha, s);
         }
     }
+    phase_end(m, timed, PHASE_GEMM);
     probe_gemm(m, r, g);
 }
 
@@ -997,7 +1014,7 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     fused_classifier(a->logits, a->losses, dloss, m->targets_device, N, V, Vp, backward, s);
     cuda_check(cudaMemcpyAsync(m->losses_host, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
     cuda_check(cudaStreamSynchronize(s));
-    if (m->fp4_any) fp4_harvest_quant_ms(m);
+    phase_harvest(m);
     double sum = 0.0;
     for (int i = 0; i < N; i++) sum += m->losses_host[i];
     return (float)(sum / N);
@@ -1867,7 +1884,7 @@ int main(int argc, char** argv) {
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
         {"zero", 0, OPT_CHOICE, &tc.zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc.nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
-        {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4",
+        {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4|nvfp4-4o6",
          "precision recipe of the linear layers' GEMMs (see README)"},
         {"fprop-x", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_X], NULL, "override slot fprop.x: a spec like bf16, nvfp4, 'nvfp4,sr', 'mxfp4-2d,h32'"},
         {"fprop-w", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_W], NULL, "override slot fprop.w"},
@@ -2270,7 +2287,7 @@ int main(int argc, char** argv) {
                         json_escape(sample, sample_esc, sizeof(sample_esc)));
         }
 
-        if (model.fp4_any) fp4_take_quant_ms(&model);   // drop what validation and samples quantized
+        phase_take_ms(&model, NULL);                     // drop what validation and samples quantized and multiplied
         dist_take_comm_ms(&dist);                        // and what validation and checkpoints communicated
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -2306,7 +2323,9 @@ int main(int argc, char** argv) {
         cuda_check(cudaStreamSynchronize(model.stream));
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        double quant_ms = model.fp4_any ? fp4_take_quant_ms(&model) : 0.0;
+        float phase[NUM_PHASES];
+        phase_take_ms(&model, phase);
+        const double quant_ms = phase[PHASE_QUANT], gemm_ms = phase[PHASE_GEMM];
         double comm_ms = dist_take_comm_ms(&dist);
         if (diag) diag_end(&model, &logger, step + 1);
         if (step > rs.step) ema_ms = ema_ms == 0.0 ? ms : 0.9 * ema_ms + 0.1 * ms;  // the first step builds plans
@@ -2317,9 +2336,10 @@ int main(int argc, char** argv) {
                step + 1, tc.steps, loss, lr, norm, ms, tok_s, 100.0 * mfu, (int)(eta_s / 3600),
                (int)fmod(eta_s / 60, 60), (int)fmod(eta_s, 60), skipped ? " (skipped)" : "");
         logger_line(&logger, "{\"type\":\"train\",\"step\":%d,\"tokens\":%lld,\"loss\":%.6f,\"lr\":%.6e,"
-                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"compute_ms\":%.3f,\"quant_ms\":%.3f,\"comm_ms\":%.3f,"
-                    "\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1, (long long)(step + 1) * total_batch,
-                    loss, lr, norm, ms, ms - quant_ms - comm_ms, quant_ms, comm_ms, tok_s, mfu, skipped);
+                    "\"grad_norm\":%.6f,\"ms\":%.3f,\"compute_ms\":%.3f,\"quant_ms\":%.3f,\"gemm_ms\":%.3f,"
+                    "\"comm_ms\":%.3f,\"tok_per_s\":%.1f,\"mfu\":%.4f,\"skipped\":%d}", step + 1,
+                    (long long)(step + 1) * total_batch, loss, lr, norm, ms, ms - quant_ms - comm_ms, quant_ms, gemm_ms,
+                    comm_ms, tok_s, mfu, skipped);
 
         if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
             // an update can leave NaN or Inf weights behind a finite loss: never checkpoint them

@@ -55,7 +55,7 @@ static inline void fp4_swizzle_scales_cpu(uint8_t* dst, const uint8_t* src, int 
 // 1 if an operand quantized with this spec can go to the native GEMM (see the header comment).
 static inline int matmul_fp4_spec_ok(const QuantParams* p) {
     const GridTraits* e2m1 = grid_traits(QGRID_E2M1);
-    return p->scale == QSCALE_E4M3 && p->block_l == 16 && (p->block_w == 1 || p->block_w == 16) &&
+    return quant_scale_is_e4m3(p->scale) && p->block_l == 16 && (p->block_w == 1 || p->block_w == 16) &&
            memcmp(p->grid.levels, e2m1->levels, sizeof(e2m1->levels)) == 0;
 }
 

@@ -1012,7 +1012,7 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
         if ((k == 0 && HA < 0) || (k == 1 && HB < 0)) continue;
         s_enc[k] = quant_tensor_scale_enc(&A.t[k].p, *A.t[k].amax);
         if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0)   // statistics write nothing else
-            *A.t[k].scale_dec = A.t[k].p.scale == QSCALE_E4M3 ? 1.0f / s_enc[k] : 1.0f;
+            *A.t[k].scale_dec = quant_tensor_scale_dec(&A.t[k].p, s_enc[k]);
     }
     const int64_t t = (int64_t)blockIdx.x * QF_WARPS + warp;
     if (t >= A.tiles) return;
@@ -1081,8 +1081,10 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols,
     if (gid != QGRID_E2M1 && gid != QGRID_INT4 && gid != QGRID_E1M2 && gid != QGRID_E4M3) return 0;
     if (gid == QGRID_E4M3 && p->rounding != QROUND_RNE) return 0;
     if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
-    if (p->scale < QSCALE_E4M3 || p->scale > QSCALE_E8M0_CEIL || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
+    if (p->scale < QSCALE_E4M3 || p->scale >= QSCALE_COUNT || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
+    // 4o6 (quant_group.cuh's apply pass): E2M1 only, no FP8 form (its scales are E4M3)
+    if (p->scale == QSCALE_E4M3_4O6 && (gid != QGRID_E2M1 || t->fp8)) return 0;
     if (!qf_h_ok(p->hadamard)) return 0;
     if (!t->amax || !t->scale_dec || (outputs && !qf_outputs_ok(t, rows, cols))) return 0;
     return qf_shape_ok(p, rows, cols, t->axis);
@@ -1177,6 +1179,8 @@ static inline QFLaunch qf_prepare(const floatX* in, int64_t rows, int64_t cols, 
     return L;
 }
 
+#include "quant_group.cuh"   // Four Over Six's apply pass (needs QFArgs, QFLaunch)
+
 static inline int qf_num_sms(void) {
     static int sms = 0;
     if (!sms) {
@@ -1221,16 +1225,18 @@ static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
 
-// The apply kernels of the targets whose output form is OUT.
+// The apply kernels of the targets whose output form is OUT (4o6 targets: quant_group.cuh's kernel).
 template <int OUT>
 static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
-    if (L.ha >= 0 && L.a.t[0].out == OUT) {
+    for (int k = 0; k < 2; k++)
+        if ((k ? L.hb : L.ha) >= 0 && L.a.t[k].out == OUT && L.a.t[k].p.scale == QSCALE_E4M3_4O6) qg_launch_4o6<OUT>(L, k, s);
+    if (L.ha >= 0 && L.a.t[0].out == OUT && L.a.t[0].p.scale != QSCALE_E4M3_4O6) {
         if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
-    if (L.hb >= 0 && L.a.t[1].out == OUT) {
+    if (L.hb >= 0 && L.a.t[1].out == OUT && L.a.t[1].p.scale != QSCALE_E4M3_4O6) {
         if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
         else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);

@@ -36,6 +36,9 @@ typedef struct {
 // so its forward and backward copies stay identical).
 // ufp4 follows seed 003: the uniform INT4 grid with NVFP4's two-level scaling, a random Hadamard (16,
 // signs drawn from seed 1) on all three GEMMs, SR on dY only.
+// nvfp4-4o6 is nvfp4 with the 4o6 scale rule on all six operands, as the Four Over Six authors train
+// (their recipe: every linear operand 4o6, weights and activations RTN, gradients SR, 2D weight blocks,
+// some last blocks BF16; docs/NUMERICS_NEXT.md 1.5).
 typedef struct {
     const char* name;
     const char* slot[NUM_SLOTS];
@@ -59,6 +62,9 @@ static const RecipePreset RECIPE_PRESETS[] = {
      {"int4,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1",
       "int4,h16,seed=1"}, 0, 0,
      "seed 003: uniform INT4 grid, 1x16 E4M3 + FP32 scales, random H16 on all GEMMs, SR on dY"},
+    {"nvfp4-4o6",
+     {"nvfp4,4o6", "nvfp4-2d,4o6", "nvfp4,4o6,sr", "nvfp4-2d,4o6", "nvfp4,4o6,sr,h16,fixed", "nvfp4,4o6,h16,fixed"},
+     2, 8, "nvfp4 with Four Over Six (arXiv 2512.02010) on every operand: each block's max to 6 or 4, lower MSE"},
 };
 #define NUM_RECIPE_PRESETS ((int)(sizeof(RECIPE_PRESETS) / sizeof(RECIPE_PRESETS[0])))
 
@@ -149,16 +155,21 @@ static inline void recipe_check(const Recipe* r) {
 
 // Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The
 // trainer refuses such a recipe before the GPU starts rather than let the kernels run a spec they do not
-// know as another one. Now: the 4o6 scale rule (Four Over Six, docs/NUMERICS_NEXT.md section 1).
+// know as another one. Now: none (4o6 runs in quant_group.cuh since 2026-12-01).
+static inline const char* quant_spec_gpu_missing(const QuantSpec* s) {
+    (void)s;
+    return NULL;
+}
 static inline int recipe_gpu_obstacle(const Recipe* r, char* err, size_t n) {
     for (int s = 0; s < NUM_SLOTS; s++) {
-        if (quant_spec_is_bf16(&r->slot[s]) || r->slot[s].scale != QSCALE_E4M3_4O6) continue;
+        const char* what = quant_spec_is_bf16(&r->slot[s]) ? NULL : quant_spec_gpu_missing(&r->slot[s]);
+        if (!what) continue;
         char flag[32];
         snprintf(flag, sizeof(flag), "--%s", SLOT_NAMES[s]);
         for (char* p = flag; *p; p++) if (*p == '.') *p = '-';
-        snprintf(err, n, "slot %s: the 4o6 scale rule (Four Over Six) is not yet on the GPU: the CPU twin and the "
-                 "numpy reference implement it (docs/NUMERICS_NEXT.md), the quantization kernels do not yet; give %s "
-                 "a spec without 4o6 (e.g. nvfp4)", SLOT_NAMES[s], flag);
+        snprintf(err, n, "slot %s: %s is not yet on the GPU: the CPU twin and the numpy reference implement it "
+                 "(docs/NUMERICS_NEXT.md), the quantization kernels do not yet; give %s another spec",
+                 SLOT_NAMES[s], what, flag);
         return 1;
     }
     return 0;

@@ -5,12 +5,12 @@
 #   build/bench_fp8_fold    fold vs fake-quant copy timings, matmul_fp8 vs BF16 GEMM at d12 shapes
 #   build/bench_fp8_gemm    BF16 vs FP8 (tensor and per-row scales) cuBLASLt GEMMs at GPT-2 d12 shapes
 GPU_TESTS += build/test_fp8_fold
-build/test_fp8_fold: llmc/fp8_fold.h llmc/quant_fast.cuh llmc/matmul_fp8.cuh $(FP4_HEADERS)
+build/test_fp8_fold: llmc/fp8_fold.h llmc/quant_fast.cuh llmc/quant_group.cuh llmc/matmul_fp8.cuh $(FP4_HEADERS)
 
 build/bench_fp8_gemm: dev/bench/bench_fp8_gemm.cu dev/bench/bench_common.cuh llmc/matmul.cuh
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
 
-build/bench_fp8_fold: dev/bench/bench_fp8_fold.cu dev/bench/bench_common.cuh llmc/quant_fast.cuh llmc/matmul_fp8.cuh $(FP4_HEADERS)
+build/bench_fp8_fold: dev/bench/bench_fp8_fold.cu dev/bench/bench_common.cuh llmc/quant_fast.cuh llmc/quant_group.cuh llmc/matmul_fp8.cuh $(FP4_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

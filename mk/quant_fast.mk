@@ -8,7 +8,7 @@
 #   build/bench_quant_fast     reference vs fast kernels vs device copy at training shapes
 GPU_TESTS += build/test_quant_fast
 GPU_TESTS += build/test_quant_gpu_cpu
-QUANT_FAST_HEADERS := llmc/quant_fast.cuh llmc/quant_target.h llmc/quant_diag.cuh dev/ref/nvfp4_ref.cuh $(FP4_HEADERS)
+QUANT_FAST_HEADERS := llmc/quant_fast.cuh llmc/quant_group.cuh llmc/quant_target.h llmc/quant_diag.cuh dev/ref/nvfp4_ref.cuh $(FP4_HEADERS)
 build/test_quant_fast: $(QUANT_FAST_HEADERS)
 build/test_quant_gpu_cpu: $(QUANT_FAST_HEADERS) llmc/recipe.h
 

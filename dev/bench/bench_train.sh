@@ -36,18 +36,23 @@ for r in recipes:
         ms = statistics.median(d["ms"] for d in warm)
         tok = statistics.median(d["tok_per_s"] for d in warm)
         mfu = statistics.median(d["mfu"] for d in warm)
-        quant = statistics.median(d.get("quant_ms", 0.0) for d in warm)   # time inside quantization kernels
+        quant = statistics.median(d.get("quant_ms", 0.0) for d in warm)   # time inside quantization passes
+        gemm = statistics.median(d.get("gemm_ms", 0.0) for d in warm)     # time inside the linear layers' GEMMs
         mem = [d for d in log if d.get("event") == "done"]
-        row = (r, ms, tok, mfu, quant, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"])
+        row = (r, ms, tok, mfu, quant, gemm, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"])
         if best is None or ms < best[1]:
             best = row
     rows.append(best)
-base = rows[0][1]
-# extra ms: step time over the baseline's; quant ms: of it, spent in the quantization kernels (CUDA events
-# around each quantization call); the rest of the extra is scale products, launches and GEMM differences
-print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'extra ms':>10}{'quant ms':>10}"
-      f"{'GPU GiB':>9}{'last loss':>11}")
-for r, ms, tok, mfu, quant, mem, loss in rows:
-    print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{ms - base:>10.1f}{quant:>10.1f}"
+base, bq, bg = rows[0][1], rows[0][4], rows[0][5]
+# The step splits into quant (CUDA events around each quantization pass), gemm (around each linear layer's
+# GEMM) and rest (everything else: attention, norms, optimizer, scale products, launch gaps), each a median
+# over the warm steps. extra = step - the baseline's step, and its parts: d quant + d gemm + d rest (up to the
+# medians' rounding), so a recipe's cost reads as what its quantization adds and what its GEMMs save or add.
+print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'extra ms':>10}"
+      f"{'quant ms':>10}{'gemm ms':>9}{'rest ms':>9}{'d quant':>9}{'d gemm':>8}{'d rest':>8}{'GPU GiB':>9}{'last loss':>11}")
+for r, ms, tok, mfu, quant, gemm, mem, loss in rows:
+    rest, brest = ms - quant - gemm, base - bq - bg
+    print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{ms - base:>10.1f}"
+          f"{quant:>10.1f}{gemm:>9.1f}{rest:>9.1f}{quant - bq:>9.1f}{gemm - bg:>8.1f}{rest - brest:>8.1f}"
           f"{mem:>9.1f}{loss:>11.4f}")
 PY

@@ -173,6 +173,8 @@ RECIPE_PRESETS = [
     ("mxfp4-2d", ["mxfp4-ceil", "mxfp4-2d", "mxfp4-2d,sr", "mxfp4-2d", "mxfp4-2d,sr", "mxfp4-ceil,sr"], 0, 0),
     ("ufp4", ["int4,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1", "int4,h16,seed=1", "int4,sr,h16,seed=1",
               "int4,h16,seed=1"], 0, 0),
+    ("nvfp4-4o6", ["nvfp4,4o6", "nvfp4-2d,4o6", "nvfp4,4o6,sr", "nvfp4-2d,4o6", "nvfp4,4o6,sr,h16,fixed",
+                   "nvfp4,4o6,h16,fixed"], 2, 8),
 ]
 RECIPE_NAMES = [r[0] for r in RECIPE_PRESETS]
 # The dumps kept in the repository (~2.2 MB each; all six would exceed the ~10 MB budget). --recipe all
@@ -296,7 +298,11 @@ class QuantState:
             return t2d  # BF16 slot: passes through (reference precision)
         x = to_bf16_f32(t2d)
         key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, slot)))
-        fake, sdec = quantize_fast(sp, x, axis, key)
+        if sp["scale"] == "4o6":   # Four Over Six: fp4_ref.quantize itself (block by block; the dumps are small)
+            r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key)
+            fake, sdec = r["fake"], np.float32(r["scale_dec"])
+        else:
+            fake, sdec = quantize_fast(sp, x, axis, key)
         self.calls += 1
         if self.check:
             r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key)

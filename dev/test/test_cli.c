@@ -234,8 +234,6 @@ static void test_options_and_batch(void) {
 static void test_recipes(void) {
     EXPECT("bad slot spec", NULL, "--fprop-x 'nvfp4,7x7'", NULL,
            "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "nvfp4,7x7");
-    EXPECT("4o6 is not on the GPU yet", NULL, "slot fprop.x: the 4o6 scale rule", "not yet on the GPU",
-           "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "nvfp4,4o6");
     EXPECT("4o6 needs e2m1", NULL, "4o6 (Four Over Six)", "e2m1 only",
            "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", "int4,4o6");
     EXPECT("Hadamard conflict", NULL, "must use the same Hadamard transform", NULL,

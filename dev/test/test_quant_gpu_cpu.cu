@@ -3,7 +3,7 @@
 // test_quant_fast compares the same kernels with the reference GPU kernels.
 //   - every spec a recipe can name: the slot specs of every recipe preset and of --qk-fp8 (mxfp8), the named
 //     quantization presets, and every combination of the slot options (grids e2m1 / int4 / e1m2 / fp8, blocks
-//     1x16 / 1x32 / 16x16 / 32x32, scales e4m3 / e8m0 / e8m0ceil, rne / sr, Hadamard 0 / 2 / 4 / 8 / 16 / 32
+//     1x16 / 1x32 / 16x16 / 32x32, scales e4m3 / e8m0 / e8m0ceil / 4o6 (e2m1 only), rne / sr, Hadamard 0 / 2 / 4 / 8 / 16 / 32
 //     with plain, fixed and seeded signs), each row-wise and column-wise, with fake and packed outputs (the
 //     fp8 grid has no packed form), on normal, heavy-tailed, special (zeros, subnormals, tiny and huge blocks),
 //     tie (values on the grid's decision points) and non-finite (inf, NaN) data, on shapes with partial warp
@@ -305,7 +305,7 @@ static std::vector<std::string> option_specs(void) {
     std::vector<std::string> v;
     const char* grids[] = {"e2m1", "int4", "e1m2", "fp8"};
     const char* blocks[] = {"1x16", "1x32", "16x16", "32x32"};
-    const char* scales[] = {"e4m3", "e8m0", "e8m0ceil"};
+    const char* scales[] = {"e4m3", "e8m0", "e8m0ceil", "4o6"};
     const char* rounds[] = {"rne", "sr"};
     const char* hads[] = {"h2", "h4", "h8", "h16", "h32"};
     const char* signs[] = {"plain", "fixed", "seed=7"};
@@ -315,6 +315,7 @@ static std::vector<std::string> option_specs(void) {
             for (auto s : scales)
                 for (auto r : rounds) {
                     if (!strcmp(g, "fp8") && !strcmp(r, "sr")) continue;   // the fp8 grid rounds to nearest only
+                    if (!strcmp(s, "4o6") && strcmp(g, "e2m1")) continue;   // 4o6 is an e2m1 rule
                     snprintf(buf, sizeof(buf), "%s,%s,%s,%s,h0", g, b, s, r);
                     v.push_back(buf);
                     for (auto h : hads)

@@ -281,10 +281,7 @@ int main(void) {
     recipe_preset(&r, "nvfp4");
     CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "nvfp4 runs on the GPU: %s", gerr);
     recipe_set_slot(&r, SLOT_DGRAD_DY, "nvfp4,4o6,sr");
-    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 1 && strstr(gerr, "slot dgrad.dy") &&
-          strstr(gerr, "not yet on the GPU") && strstr(gerr, "--dgrad-dy"), "4o6 refused: %s", gerr);
-    recipe_disable_gemm(&r, 1);
-    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "a 4o6 slot switched to BF16 is no obstacle: %s", gerr);
+    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "4o6 runs on the GPU: %s", gerr);
     test_shapes();
     test_schedule();
     return test_summary("test_recipe");
