@@ -23,9 +23,17 @@ Golden file: b"FP4GOLD1", then records (u32 type, u32 payload bytes, payload), l
   5 GRID_SR   u32 grid; u32 n; f32 in[n]; u32 r16[n]; u8 code[n]
   6 BF16      u32 n; f32 in[n]; u32 rbits[n]; u16 rne[n]; u16 sr[n]
   7 HADAMARD  u32 size; u32 groups; u32 signs[4]; f32 in[groups*size]; f32 out[groups*size]
-  8 QUANT     char name[48]; char spec[80]; u32 rows, cols, axis, pad; u64 key; u16 in[rows*cols];
-              f32 amax; f32 scale_dec; u16 fake[rows*cols]; u8 codes[M*K/2]; u8 scales[M*K/L];
+  8 QUANT     char name[48]; char spec[80]; u32 rows, cols, axis, flags; u64 key; [u64 sign_key];
+              u16 in[rows*cols]; f32 amax; f32 scale_dec; u16 fake[rows*cols]; u8 codes[M*K/2]; u8 scales[M*K/L];
               u16 deq[rows*cols]   (deq = BF16(FP32(q*block_scale)*scale_dec), view layout)
+              [f32 corr[M*K/128]]
+              flags bit 0: the u64 sign_key is there: the key of the spec's "step" Hadamard signs (eden records;
+              golden() takes rng_key(0x5EED, len(name), 9), the record key being rng_key(0x5EED, len(name), 7)).
+              flags bit 1: corr is there: MS-EDEN's corrections C, one per 128-group, operand row-major (the scale
+              SR hides a last-bit change of C, so the outputs alone do not pin its arithmetic down).
+              Other records have flags 0, neither field (the layout of the earlier records).
+  9 EDEN      u32 n; f32 terms[n*128]; f32 sum[n]; u32 m; f32 t[m]; u32 r16[m]; f32 sr[m]
+              (eden_sum128 of each 128 terms; eden_scale_sr(t, r16))
 """
 import argparse
 import os
@@ -209,10 +217,18 @@ def hadamard_scale(n):
     return s
 
 
-def sign_mask(spec):
+def sign_mask(spec, sign_key=None):
+    """The Hadamard sign mask (bit i of the 128-bit mask set -> s_i = -1). "step" signs (eden) are not fixed
+    by the spec: they are drawn from the caller's sign_key, s_i = the top bit of draw 2^62 + i."""
     n = spec["hadamard"]
     mask = [0, 0, 0, 0]
     if not n or spec["signs"] == "plain":
+        return mask
+    if spec["signs"] == "step":
+        assert sign_key is not None, "step signs need a sign key"
+        top = rng_bits32(np.uint64(sign_key), np.uint64(2**62) + np.arange(n, dtype=np.uint64)) >> np.uint32(31)
+        for i in range(n):
+            mask[i // 32] |= int(top[i]) << (i % 32)
         return mask
     key = rng_key(spec["seed"], 0, 0xFFFFFFF0)
     for i in range(n):
@@ -263,10 +279,20 @@ PRESETS = {
 
 
 def parse_spec(text):
-    s = dict(grid="e2m1", w=1, l=16, scale="e4m3", rounding="rne", hadamard=0, signs="plain", seed=0)
+    s = dict(grid="e2m1", w=1, l=16, scale="e4m3", rounding="rne", hadamard=0, signs="plain", seed=0, src="bf16")
+    had_given = False
     for j, tok in enumerate(text.split(",")):
         if j == 0 and tok in PRESETS:
             s.update(PRESETS[tok])
+        elif tok == "eden":                     # MS-EDEN; brings h128 with per-call signs unless a hadamard came first
+            s["rounding"] = "eden"
+            if not had_given:
+                s["hadamard"], s["signs"] = 128, "step"
+        elif tok == "step":
+            s["signs"] = "step"
+        elif tok.startswith("src="):
+            assert tok[4:] in ("bf16", "fprop"), tok
+            s["src"] = tok[4:]
         elif tok in GRIDS:
             s["grid"] = tok
         elif tok in ("e4m3", "e8m0", "e8m0ceil", "4o6"):
@@ -278,7 +304,7 @@ def parse_spec(text):
         elif tok.startswith("seed="):
             s["signs"], s["seed"] = "seeded", int(tok[5:], 0)
         elif tok.startswith("h"):
-            s["hadamard"] = int(tok[1:])
+            s["hadamard"], had_given = int(tok[1:]), True
             if s["hadamard"] and s["signs"] == "plain":
                 s["signs"] = "fixed"
         elif "x" in tok:
@@ -286,6 +312,10 @@ def parse_spec(text):
             s["w"], s["l"] = int(w), int(l)
         else:
             raise ValueError("unknown option " + tok)
+    if s["rounding"] == "eden":
+        assert (s["grid"], s["w"], s["l"], s["scale"], s["hadamard"], s["signs"]) == ("e2m1", 1, 16, "e4m3", 128, "step"), \
+            "eden needs e2m1, 1x16, e4m3, h128, step: " + text
+    assert s["signs"] != "step" or s["rounding"] == "eden", "step signs only with eden: " + text
     if not s["hadamard"]:
         s["signs"] = "plain"
     return s
@@ -338,8 +368,78 @@ def err_4o6(grid, codes, sdec, blk, s_enc):
         return np.add.accumulate((d * d).astype(np.float32).ravel(), dtype=np.float32)[-1]
 
 
-def quantize(spec, x_bits, rows, cols, axis, key):
-    """x_bits: uint16 BF16 array (rows, cols). Returns dict with amax, scale_dec, fake, codes, scales, deq."""
+# ---------------------------------------------------------------------------------------------------
+# MS-EDEN (docs/NUMERICS_NEXT.md section 2), from its definitions: numpy float32 arithmetic (every operation
+# rounded once, no FMA), E4M3 neighbours from the table of all E4M3 values, the FP32 sums in the order of the
+# spec (4 terms per lane, then a xor butterfly over 32 lanes).
+
+EDEN_V = np.float32(9600.0 / 1581.0)     # 6 / ((17/16) * 0.93) = 9600 / 1581, nearest FP32: 0x40C24EB2
+assert EDEN_V.view(np.uint32) == 0x40C24EB2
+
+
+def eden_sum128(terms):
+    """terms: (..., 128) float32 -> (...,) float32, summed as 32 lanes of 4 and a xor butterfly."""
+    lanes = f32(terms).reshape(terms.shape[:-1] + (32, 4))
+    acc = lanes[..., 0]
+    for m in range(1, 4):
+        acc = (acc + lanes[..., m]).astype(np.float32)
+    partner = np.arange(32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        for d in (16, 8, 4, 2, 1):
+            acc = (acc + acc[..., partner ^ d]).astype(np.float32)
+    assert (acc == acc[..., :1]).all() or np.isnan(acc).any()
+    return acc[..., 0]
+
+
+def e4m3_sr(t, r16):
+    """Stochastic rounding of t >= 0 (float32) to the E4M3 value below or above it: above with probability
+    (t - lo) / (hi - lo), decided as (r16 + 1/2) / 2^16 < that fraction (float64: every quantity is exact);
+    t >= 448 or NaN -> 448."""
+    t = f32(t).astype(np.float64)
+    sat = ~(t < 448.0)
+    tc = np.where(sat, 0.0, t)
+    lo_idx = np.searchsorted(E4M3_VALS, tc, side="right") - 1
+    lo = E4M3_VALS[lo_idx]
+    hi = E4M3_VALS[np.minimum(lo_idx + 1, len(E4M3_VALS) - 1)]
+    frac = (tc - lo) / (hi - lo)
+    up = (np.asarray(r16, dtype=np.float64) + 0.5) / 65536.0 < frac
+    return np.where(sat, 448.0, np.where(up, hi, lo)).astype(np.float32)
+
+
+def eden_quantize(T, key):
+    """T: the rotated operand (M, K) float32. Returns amax, S_enc, S_dec, codes (M, K), the stored scale values
+    (M, K/16) float32 and the pre-correction ones."""
+    M, K = T.shape
+    fmax = np.float32(np.finfo(np.float32).max)
+    amax = amax_nan(T)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s_enc = np.fmin(np.float32(np.float32(256) * EDEN_V) / amax, fmax)
+        if amax == 0 or s_enc == 0:
+            s_enc = np.float32(1)
+        s_enc = np.float32(s_enc)
+        s_dec = np.float32(np.float32(1) / s_enc)
+        G = T.reshape(M, K // 16, 16)
+        bamax = np.where(np.isnan(G).any(-1), np.float32(np.nan), np.abs(G).max(-1)).astype(np.float32)
+        mult = np.float32(s_enc * np.float32(np.float32(1) / EDEN_V))
+        sg, _ = e4m3_rne_satfinite(np.fmin((bamax * mult).astype(np.float32), fmax))
+        sg = np.where(sg == 0, np.float32(1), sg).astype(np.float32)
+        inv = np.fmin(np.float32(1) / (sg * s_dec).astype(np.float32), fmax).astype(np.float32)
+        u = (G * inv[..., None]).astype(np.float32)
+        codes = grid_rne("e2m1", u)
+        num_t = (u * u).astype(np.float32).reshape(M, K // 128, 128)
+        den_t = (u * code_value("e2m1", codes)).astype(np.float32).reshape(M, K // 128, 128)
+        num, den = eden_sum128(num_t), eden_sum128(den_t)
+        bad = (den == 0) | ~np.isfinite(num) | ~np.isfinite(den)
+        corr = np.where(bad, np.float32(1), (num / np.where(bad, np.float32(1), den)).astype(np.float32))
+        t = (sg * np.repeat(corr.astype(np.float32), 8, axis=1)).astype(np.float32)
+    j = np.arange(M * (K // 16), dtype=np.uint64).reshape(M, K // 16)
+    r16 = rng_bits32(np.uint64(key), np.uint64(2**63) + j) >> np.uint32(16)
+    return amax, s_enc, s_dec, codes.reshape(M, K), e4m3_sr(t, r16), sg, corr.astype(np.float32)
+
+
+def quantize(spec, x_bits, rows, cols, axis, key, sign_key=None):
+    """x_bits: uint16 BF16 array (rows, cols). Returns dict with amax, scale_dec, fake, codes, scales, deq.
+    sign_key: the key of "step" Hadamard signs (eden specs)."""
     sp = parse_spec(spec)
     grid, W, L, n = sp["grid"], sp["w"], sp["l"], sp["hadamard"]
     maxval = np.float32(GRIDS[grid][-1])
@@ -349,8 +449,16 @@ def quantize(spec, x_bits, rows, cols, axis, key):
     assert K % L == 0 and M % W == 0 and (n == 0 or K % n == 0)
     T = T.astype(np.float32)
     if n:
-        mask = sign_mask(sp)
+        mask = sign_mask(sp, sign_key)
         T = round_bf16(hadamard_f32(T.reshape(M, K // n, n), n, mask).reshape(M, K))
+    if sp["rounding"] == "eden":
+        amax, s_enc, s_dec_t, codes, sval, _, corr = eden_quantize(T, key)
+        _, sbits = e4m3_rne_satfinite(sval)                       # sval are E4M3 values: their bit patterns
+        sdec_full = np.repeat(sval, 16, axis=1)
+        fake = bf16_rne_bits((code_value(grid, codes) * sdec_full).astype(np.float32))
+        r = pack_outputs(grid, codes, fake, sbits.reshape(M, K // 16), sdec_full, amax, s_dec_t, axis)
+        r["corr"] = corr
+        return r
     amax = amax_nan(T)
     if sp["scale"] in ("e4m3", "4o6"):
         top = np.float32(256 if sp["scale"] == "4o6" else 448)   # 4o6: its 4-candidate then stays <= 384
@@ -404,6 +512,11 @@ def quantize(spec, x_bits, rows, cols, axis, key):
             fake[i0:i0 + W, k0:k0 + L] = fk
             scales[i0:i0 + W, k0 // L] = sbits
             sdec_full[i0:i0 + W, k0:k0 + L] = sdec
+    return pack_outputs(grid, codes, fake, scales, sdec_full, amax, s_dec_t, axis)
+
+
+def pack_outputs(grid, codes, fake, scales, sdec_full, amax, s_dec_t, axis):
+    """The record's outputs from the operand's (M, K) codes, fake values and per-element block scales."""
     packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
     with np.errstate(over="ignore", invalid="ignore"):
         deqf = (code_value(grid, codes) * sdec_full).astype(np.float32) * s_dec_t
@@ -422,7 +535,57 @@ def to_bf16_bits(a):
     return bf16_rne_bits(f32(a))
 
 
-def make_data(kind, rows, cols, rng, axis=1):
+def eden_rotate_inverse(z, mask):
+    """The operand row (float64) whose 128-point Hadamard with signs mask is z: x = diag(s) H z (H symmetric,
+    orthonormal, its own inverse)."""
+    return f32(z.reshape(-1, 128) @ hadamard_matrix(128, mask).T).reshape(z.shape).astype(np.float64)
+
+
+def eden_spike(y0, mask):
+    """A BF16 row of 128 whose rotation is exactly (y0, 0, ..., 0): x_i = s_i * b (all butterflies exact; y0 =
+    BF16(128 b * hadamard_scale(128))), b the BF16 value that gives y0."""
+    s = np.array([-1.0 if (mask[i // 32] >> (i % 32)) & 1 else 1.0 for i in range(128)])
+    b0 = int(bf16_rne_bits(f32([y0 / (128 * float(hadamard_scale(128)))]))[0])
+    for b in (b0, b0 + 1, b0 - 1, b0 + 2, b0 - 2):
+        x = s * float(bf16_to_f32(np.array([b], dtype=np.uint16))[0])
+        y = round_bf16(hadamard_f32(f32(x)[None, :], 128, mask))[0]
+        if y[0] == np.float32(y0) and (y[1:] == 0).all():
+            return x
+    raise AssertionError("no BF16 spike for %r" % y0)
+
+
+def make_eden_craft(rows, cols, rng, mask):
+    """Row-wise, cols = 256: the MS-EDEN edge cases that need the rotated values under control (built by the
+    inverse rotation). Row 0: an inf (the rotated 128-group all +-inf: amax = inf, so S_enc = 1 and its own
+    correction is 1). Row 1, first group: a 16-group at ~1e4 (scale 448, u ~ 22, codes 6: a correction of ~3)
+    next to a group with max 2000 (scale 320): its corrected scale goes past 448 and saturates. Row 1, second
+    group: y ~ N(0,1) (C within a few % of 1). Row 2: single spikes 6 * 2^k, u = 6 exactly: C = 1, t = 2^k
+    exact (kept); the 7 all-zero 16-groups beside each spike have scale 1 (0 -> 1). Row 3: a spike 9 * 2^-9
+    (scale 2^-9, u = 9 -> code 6: C = 81 / 54 = 1.5 exactly, t = 1.5 * 2^-9 between two E4M3 subnormals: SR
+    with f = 1/2; its zero groups' scales 1 -> t = 1.5, exact), and a spike 9 * 2^-8 (scale 3 * 2^-9, u = 6)."""
+    assert cols == 256 and rows >= 4
+    a = rng.standard_normal((rows, cols))
+    a[0, 7] = np.inf
+    z = rng.standard_normal(128)
+    z[0:16] = rng.choice([-1.0, 1.0], 16) * rng.uniform(9000, 11000, 16)
+    z[16:32] = rng.standard_normal(16)
+    z[16 + int(rng.integers(16))] = 2000.0
+    a[1, :128] = eden_rotate_inverse(z, mask)
+    a[1, 128:] = eden_rotate_inverse(rng.standard_normal(128), mask)
+    a[2, :128] = eden_spike(6.0 * 4, mask)
+    a[2, 128:] = eden_spike(6.0 / 8, mask)
+    a[3, :128] = eden_spike(9.0 / 512, mask)
+    a[3, 128:] = eden_spike(9.0 / 256, mask)
+    return to_bf16_bits(a)
+
+
+def make_data(kind, rows, cols, rng, axis=1, mask=None):
+    if kind == "eden_craft":
+        return make_eden_craft(rows, cols, rng, mask)
+    if kind == "eden_zero_group":                  # an all-zero 128-group (rotation keeps it zero)
+        a = rng.standard_normal((rows, cols))
+        a[1, 128:256] = 0.0
+        return to_bf16_bits(a)
     if kind == "normal":
         a = rng.standard_normal((rows, cols))
     elif kind == "heavy":                       # Student t, 2 degrees of freedom, plus rare spikes
@@ -529,6 +692,15 @@ CASES = [
     ("nvfp4_4o6_2d", "nvfp4-2d,4o6", 48, 80, 0, "heavy"),
     ("nvfp4_4o6_2d_sr", "nvfp4-2d,4o6,sr", 32, 48, 1, "normal"),
     ("nvfp4_4o6_h16_col", "nvfp4,4o6,h16,fixed", 48, 80, 0, "heavy"),
+    # MS-EDEN (docs/NUMERICS_NEXT.md section 2): CPU twin only so far; records carry a sign key (flags bit 0)
+    ("eden_normal_row", "nvfp4,eden", 8, 256, 1, "normal"),
+    ("eden_normal_col_k256_m16", "nvfp4,eden", 256, 16, 0, "normal"),
+    ("eden_heavy_row", "e2m1,1x16,e4m3,eden,h128,step", 4, 256, 1, "heavy"),
+    ("eden_zero_group", "nvfp4,eden", 2, 256, 1, "eden_zero_group"),
+    ("eden_nan", "nvfp4,eden", 4, 128, 1, "nan"),
+    ("eden_inf", "nvfp4,eden,src=fprop", 4, 128, 1, "inf"),
+    ("eden_subnormal_scale", "nvfp4,eden", 4, 256, 1, "subnormal_scale"),
+    ("eden_craft", "nvfp4,eden", 4, 256, 1, "eden_craft"),
 ]
 
 
@@ -570,11 +742,52 @@ def rec_hadamard(size, mask, xin):
     return struct.pack("<II4I", size, xin.shape[0], *mask) + xin.tobytes() + xout.tobytes()
 
 
-def rec_quant(name, spec, rows, cols, axis, key, x):
-    r = quantize(spec, x, rows, cols, axis, key)
-    hdr = struct.pack("<48s80sIIIIQ", name.encode(), spec.encode(), rows, cols, axis, 0, key)
+def rec_quant(name, spec, rows, cols, axis, key, x, sign_key=None):
+    r = quantize(spec, x, rows, cols, axis, key, sign_key)
+    flags = (0 if sign_key is None else 1) | (2 if "corr" in r else 0)
+    hdr = struct.pack("<48s80sIIIIQ", name.encode(), spec.encode(), rows, cols, axis, flags, key)
+    if sign_key is not None:
+        hdr += struct.pack("<Q", sign_key)
     return (hdr + x.tobytes() + struct.pack("<ff", r["amax"], r["scale_dec"]) + r["fake"].tobytes()
-            + r["codes"].tobytes() + r["scales"].tobytes() + r["deq"].tobytes())
+            + r["codes"].tobytes() + r["scales"].tobytes() + r["deq"].tobytes()
+            + (r["corr"].tobytes() if "corr" in r else b""))
+
+
+def rec_eden(terms, ts, r16):
+    sums = eden_sum128(terms)
+    return (struct.pack("<I", terms.shape[0]) + terms.tobytes() + sums.tobytes() + struct.pack("<I", len(ts))
+            + ts.tobytes() + r16.tobytes() + e4m3_sr(ts, r16).tobytes())
+
+
+def eden_primitive_inputs(rng):
+    """Terms whose FP32 sum depends on the order (magnitudes over 2^-30 .. 2^30, mixed signs, inf, NaN), and
+    t values for the scale SR: every E4M3 interval at f = 0, 1/2 and on an SR threshold (f = (2r+1)/2^17,
+    with r16 = r - 1, r, r + 1), just below each value, 448 and above, NaN, 0, FP32 subnormals, random."""
+    n = 12
+    terms = (rng.standard_normal((n, 128)) * 2.0 ** rng.integers(-30, 30, (n, 128))).astype(np.float32)
+    terms[:4] = np.abs(terms[:4])
+    terms[8, 5] = np.inf
+    terms[9, 7] = np.nan
+    terms[10, 3], terms[10, 90] = np.inf, -np.inf
+    terms[11] = 0
+    v = E4M3_VALS[E4M3_VALS < 448]
+    hi = E4M3_VALS[1:len(v) + 1]
+    q = hi - v
+    r = rng.integers(0, 65536, len(v))
+    ts = [v, v + q / 2, np.nextafter(f32(hi), f32(0)).astype(np.float64), v + q * (2 * r + 1) / 131072.0,
+          v + q * (2 * r + 1) / 131072.0, v + q * (2 * r + 1) / 131072.0, v + q * (2 * r + 1) / 131072.0]
+    rs = [rng.integers(0, 65536, len(v)), np.full(len(v), 32767), np.full(len(v), 65535), r, r - 1, r + 1,
+          np.zeros(len(v), dtype=np.int64)]
+    extra = np.array([448.0, 449.0, 1e30, np.inf, np.nan, 0.0, 1e-45, 1e-40, 2.0 ** -10, 3.0 * 2.0 ** -11])
+    ts.append(extra)
+    rs.append(rng.integers(0, 65536, len(extra)))
+    rnd = 10.0 ** rng.uniform(-5, 2.7, 100)
+    ts.append(rnd)
+    rs.append(rng.integers(0, 65536, len(rnd)))
+    t = f32(np.concatenate(ts))
+    r16 = np.clip(np.concatenate(rs), 0, 65535).astype(np.uint32)
+    assert (f32(np.concatenate(ts[3:6])).astype(np.float64) == np.concatenate(ts[3:6])).all()   # thresholds exact
+    return terms, t, r16
 
 
 def golden(path):
@@ -625,14 +838,18 @@ def golden(path):
                 write_record(f, 7, rec_hadamard(size, mask, xin))
         # quantization cases
         for name, spec, rows, cols, axis, kind in CASES:
-            x = make_data(kind, rows, cols, rng, axis)
+            sp = parse_spec(spec)
+            sign_key = int(rng_key(0x5EED, len(name), 9)) if sp["signs"] == "step" else None
+            x = make_data(kind, rows, cols, rng, axis, sign_mask(sp, sign_key))
             key = int(rng_key(0x5EED, len(name), 7))
-            write_record(f, 8, rec_quant(name, spec, rows, cols, axis, key, x))
+            write_record(f, 8, rec_quant(name, spec, rows, cols, axis, key, x, sign_key))
+        # MS-EDEN's primitives: the sum order of eden_sum128 and the scale SR (after every earlier record)
+        write_record(f, 9, rec_eden(*eden_primitive_inputs(rng)))
     return os.path.getsize(path)
 
 
 GRID_NAME = {v: k for k, v in GRID_ID.items()}
-RECORD_NAMES = {1: "rng", 3: "e4m3", 4: "grid rne", 5: "grid sr", 6: "bf16", 7: "hadamard", 8: "quant"}
+RECORD_NAMES = {1: "rng", 3: "e4m3", 4: "grid rne", 5: "grid sr", 6: "bf16", 7: "hadamard", 8: "quant", 9: "eden"}
 
 
 def recompute(rtype, p):
@@ -656,10 +873,17 @@ def recompute(rtype, p):
     if rtype == 7:
         size, groups, *mask = struct.unpack_from("<II4I", p)
         return rec_hadamard(size, list(mask), arr(np.float32, 24, groups * size).reshape(groups, size))
+    if rtype == 9:
+        (n,) = struct.unpack_from("<I", p)
+        off = 4 + 4 * 128 * n + 4 * n
+        (m,) = struct.unpack_from("<I", p, off)
+        return rec_eden(arr(np.float32, 4, 128 * n).reshape(n, 128), arr(np.float32, off + 4, m),
+                        arr(np.uint32, off + 4 + 4 * m, m))
     if rtype == 8:
-        name, spec, rows, cols, axis, _, key = struct.unpack_from("<48s80sIIIIQ", p)
-        x = arr(np.uint16, 152, rows * cols).reshape(rows, cols)
-        return rec_quant(name.rstrip(b"\0").decode(), spec.rstrip(b"\0").decode(), rows, cols, axis, key, x)
+        name, spec, rows, cols, axis, flags, key = struct.unpack_from("<48s80sIIIIQ", p)
+        sign_key = struct.unpack_from("<Q", p, 152)[0] if flags & 1 else None
+        x = arr(np.uint16, 160 if flags & 1 else 152, rows * cols).reshape(rows, cols)
+        return rec_quant(name.rstrip(b"\0").decode(), spec.rstrip(b"\0").decode(), rows, cols, axis, key, x, sign_key)
     raise ValueError("unknown record type %d" % rtype)
 
 
@@ -695,7 +919,7 @@ def verify(path):
               "%s record %d%s: the reference computes different bytes from its inputs" %
               (RECORD_NAMES[rtype], k, " (" + quant_cases[-1][0] + ")" if rtype == 8 else ""))
     check(pos == len(data), "%s: %d bytes after the last whole record" % (path, len(data) - pos))
-    want = {1: 1, 3: 1, 4: 3, 5: 3, 6: 1, 7: 21, 8: len(CASES)}
+    want = {1: 1, 3: 1, 4: 3, 5: 3, 6: 1, 7: 21, 8: len(CASES), 9: 1}
     for rtype, n in want.items():
         check(counts.get(rtype, 0) == n, "%s: %d %s records, golden() writes %d" %
               (path, counts.get(rtype, 0), RECORD_NAMES[rtype], n))
@@ -732,6 +956,23 @@ def self_checks():
     bias = np.abs(vals.mean(0) - xs).max()
     print("SR e2m1 max |mean - x| over %d draws: %.4f" % (reps, bias))
     ok &= bias < 0.05
+    # MS-EDEN: the vectorized tree sum == the definition evaluated one float32 addition at a time; the scale
+    # SR's probability of rounding up is the fraction f (within 2^-17) on every E4M3 interval
+    t = (np.random.default_rng(4).standard_normal((6, 128)) * 2.0 ** np.arange(-40, 40, 80 / 128)).astype(np.float32)
+    bad = 0
+    for row in t:
+        lanes = [((row[4 * j] + row[4 * j + 1]) + row[4 * j + 2]) + row[4 * j + 3] for j in range(32)]
+        for d in (16, 8, 4, 2, 1):
+            lanes = [np.float32(lanes[j] + lanes[j ^ d]) for j in range(32)]
+        bad += len({float(v) for v in lanes}) != 1 or lanes[0] != eden_sum128(row[None, :])[0]
+    lo = f32(E4M3_VALS[:126])
+    tt = f32(lo + (E4M3_VALS[1:127] - E4M3_VALS[:126]) * 0.3)
+    r = np.arange(65536, dtype=np.uint32)
+    p_up = np.array([(e4m3_sr(np.full(65536, v, dtype=np.float32), r) > l).mean() for v, l in zip(tt, lo)])
+    f = (tt.astype(np.float64) - lo) / (E4M3_VALS[1:127] - E4M3_VALS[:126])
+    worst = np.abs(p_up - f).max()
+    print("eden: tree sums vs one addition at a time: %d of 6 differ; scale SR worst |P(up) - f| %.3g" % (bad, worst))
+    ok &= bad == 0 and worst <= 2.0 ** -17
     print("self checks:", "OK" if ok else "FAILED")
     return ok
 

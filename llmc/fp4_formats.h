@@ -6,7 +6,10 @@
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
 //          quant_scale_is_e4m3(), quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale,
 //          quant_block_scale_e4m3_to(), quant_block_scale(), f32_mul_rn(), quant_4o6_err_add(),
-//          quant_packed_scale_value(), nvfp4_swizzled_scale_offset()
+//          quant_packed_scale_value(), nvfp4_swizzled_scale_offset(), QuantSource, quant_source_names[],
+//          quant_spec_eden_problem(), quant_step_sign_mask(), quant_params_set_step_signs(), EDEN_SIGN_DRAW_BASE,
+//          EDEN_SCALE_DRAW_BASE, EDEN_V, EDEN_SCALE_MAX, f32_div_rn(), eden_tensor_scale_enc(), eden_group_scale(),
+//          eden_scale_sr(), eden_scale_r16(), eden_sum128(), eden_correction()
 // Every function the quantizer applies to a number lives here as an HD function, so the CPU path
 // (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
 // dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
@@ -185,8 +188,17 @@ HD float grid_code_value(const GridTraits* g, uint8_t code) {
 // scale bounded at 256, each block mapping its max to 6 or to 4, whichever quantizes it with the smaller
 // squared error. E2M1 only. On the CPU (twin and oracle) only so far: the trainer refuses it.
 typedef enum { QSCALE_E4M3 = 0, QSCALE_E8M0_FLOOR, QSCALE_E8M0_CEIL, QSCALE_E4M3_4O6, QSCALE_COUNT } QuantScaleRule;
-typedef enum { QROUND_RNE = 0, QROUND_SR } QuantRounding;
-typedef enum { QSIGNS_NONE = 0, QSIGNS_FIXED, QSIGNS_SEEDED } QuantSigns;
+// QROUND_EDEN: MS-EDEN (Quartet II, docs/NUMERICS_NEXT.md section 2): 128-point Hadamard with signs re-drawn
+// every call (QSIGNS_STEP), RTN codes, one correction factor per 128 elements folded into the E4M3 block
+// scales by stochastic rounding. e2m1, 1x16, e4m3, h128, step only. CPU (twin and oracle) only so far.
+typedef enum { QROUND_RNE = 0, QROUND_SR, QROUND_EDEN, QROUND_COUNT } QuantRounding;
+// QSIGNS_STEP: the Hadamard signs are drawn for every call from a key the caller supplies
+// (quant_params_set_step_signs); the spec alone does not fix them. Only with eden.
+typedef enum { QSIGNS_NONE = 0, QSIGNS_FIXED, QSIGNS_SEEDED, QSIGNS_STEP, QSIGNS_COUNT } QuantSigns;
+// Where the operand comes from (docs/NUMERICS_NEXT.md 2.4): the BF16 tensor (default), or the forward pass's
+// dequantized FP4 copy of the same tensor. The quantizer ignores it (the caller hands it the source tensor);
+// only the parser, the canonical format and the validity check know it.
+typedef enum { QSRC_BF16 = 0, QSRC_FPROP, QSRC_COUNT } QuantSource;
 
 // Block shape "W x L": L elements along the operand's reduction dimension, W along the other one.
 // 1x16 and 1x32 are 1D blocks; 16x16 and 32x32 are 2D tiles (one scale for the whole tile, so the
@@ -197,44 +209,65 @@ typedef struct {
     QuantScaleRule scale;     // e4m3 block scale + fp32 tensor scale, or e8m0 (floor / ceil rule)
     QuantRounding rounding;   // rne, or sr (keyed on seed, step, tensor id, element position)
     int hadamard;             // 0 (none) or a power of two 2..128, applied along the reduction dim
-    QuantSigns signs;         // Hadamard sign vector: none (plain), fixed (0xD7E8 pattern), seeded
+    QuantSigns signs;         // Hadamard sign vector: none (plain), fixed (0xD7E8 pattern), seeded, step (per call)
+    QuantSource source;       // the operand's source: bf16 (default) or the forward's dequantized copy (fprop)
     uint64_t sign_seed;       // for QSIGNS_SEEDED
-} QuantSpec;
+} QuantSpec;                  // no padding bytes (8 x 4 + 8): specs compare with memcmp
 
 static const char* const quant_scale_names[QSCALE_COUNT] = {"e4m3", "e8m0", "e8m0ceil", "4o6"};
-static const char* const quant_round_names[] = {"rne", "sr"};
-static const char* const quant_sign_names[] = {"plain", "fixed", "seeded"};
+static const char* const quant_round_names[QROUND_COUNT] = {"rne", "sr", "eden"};
+static const char* const quant_sign_names[QSIGNS_COUNT] = {"plain", "fixed", "seeded", "step"};
+static const char* const quant_source_names[QSRC_COUNT] = {"bf16", "fprop"};
 
 // Named presets (FP4_NUMERICS.md, RECIPES.md); options after the preset override its fields.
 typedef struct { const char* name; QuantSpec spec; } QuantPreset;
 static const QuantPreset quant_presets[] = {
-    {"bf16",       {QGRID_BF16, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"nvfp4",      {QGRID_E2M1, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"nvfp4-2d",   {QGRID_E2M1, 16, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"mxfp4",      {QGRID_E2M1, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"mxfp4-ceil", {QGRID_E2M1, 1, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"mxfp4-2d",   {QGRID_E2M1, 32, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"int4",       {QGRID_INT4, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"e1m2",       {QGRID_E1M2, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, 0}},
-    {"mxfp8",      {QGRID_E4M3, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, 0}},
+    {"bf16",       {QGRID_BF16, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"nvfp4",      {QGRID_E2M1, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"nvfp4-2d",   {QGRID_E2M1, 16, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"mxfp4",      {QGRID_E2M1, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"mxfp4-ceil", {QGRID_E2M1, 1, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"mxfp4-2d",   {QGRID_E2M1, 32, 32, QSCALE_E8M0_CEIL, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"int4",       {QGRID_INT4, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"e1m2",       {QGRID_E1M2, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
+    {"mxfp8",      {QGRID_E4M3, 1, 32, QSCALE_E8M0_FLOOR, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
 };
 #define QUANT_NUM_PRESETS ((int)(sizeof(quant_presets) / sizeof(quant_presets[0])))
+
+// What makes a spec's eden / step / src options inconsistent: NULL when they are fine, else the reason.
+// Shared by quant_spec_parse and quant_spec_is_valid so both refuse the same specs with the same words.
+static inline const char* quant_spec_eden_problem(const QuantSpec* s) {
+    if ((int)s->source < 0 || s->source >= QSRC_COUNT) return "unknown operand source (use src=bf16 or src=fprop)";
+    if (s->signs == QSIGNS_STEP && s->rounding != QROUND_EDEN)
+        return "'step' Hadamard signs (re-drawn every call from the caller's key) are only valid with eden "
+               "(MS-EDEN); use fixed or seed=N signs otherwise";
+    if (s->rounding != QROUND_EDEN) return NULL;
+    if (s->grid != QGRID_E2M1) return "eden (MS-EDEN) needs the e2m1 grid";
+    if (s->block_w != 1 || s->block_l != 16) return "eden (MS-EDEN) needs 1x16 blocks";
+    if (s->scale != QSCALE_E4M3) return "eden (MS-EDEN) needs e4m3 block scales (not 4o6, not e8m0)";
+    if (s->hadamard != 128) return "eden (MS-EDEN) needs the 128-point Hadamard (h128)";
+    if (s->signs != QSIGNS_STEP) return "eden (MS-EDEN) needs 'step' Hadamard signs (re-drawn every call)";
+    return NULL;
+}
 
 // Parse "PRESET[,OPTION...]" or "OPTION[,OPTION...]" (starting from nvfp4), OPTION one of
 //   grid:   e2m1 | int4 | e1m2 | fp8 (8-bit E4M3 elements, rne only) | bf16
 //   block:  1x16 | 1x32 | 16x16 | 32x32
 //   scale:  e4m3 | e8m0 (= e8m0floor, the OCP rule) | e8m0ceil | 4o6 (Four Over Six: e4m3, max to 6 or 4)
-//   round:  rne | sr
+//   round:  rne | sr | eden (MS-EDEN; when no hadamard was given before it, also h128 with step signs, so
+//           "nvfp4,eden" is "e2m1,1x16,e4m3,eden,h128,step"; needs exactly e2m1, 1x16, e4m3, h128, step)
 //   hadamard: h0 | h2 .. h128 (power of two; turns on fixed signs unless signs were given);
-//   signs:  plain (none) | fixed | seed=N
-// e.g. "nvfp4,sr", "nvfp4,h16", "nvfp4,h16,plain", "mxfp4,e8m0ceil,32x32,sr", "int4,h32,seed=7".
+//   signs:  plain (none) | fixed | seed=N | step (drawn per call from the caller's key; eden only)
+//   source: src=bf16 (default) | src=fprop (the forward's dequantized FP4 copy of the tensor)
+// e.g. "nvfp4,sr", "nvfp4,h16", "nvfp4,h16,plain", "mxfp4,e8m0ceil,32x32,sr", "int4,h32,seed=7",
+// "nvfp4,eden,src=fprop".
 // Returns 0 on success; on failure writes a message to err (if given) and returns -1.
 static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, size_t errlen) {
     QuantSpec s = quant_presets[1].spec;  // nvfp4
     char buf[256];
     if (strlen(text) >= sizeof(buf)) { if (err) snprintf(err, errlen, "spec too long"); return -1; }
     strcpy(buf, text);
-    int first = 1;
+    int first = 1, hadamard_given = 0;
     char* save = NULL;
     for (char* tok = strtok_r(buf, ",: ", &save); tok; tok = strtok_r(NULL, ",: ", &save), first = 0) {
         int found = 0;
@@ -246,15 +279,23 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         for (int i = 0; i < QSCALE_COUNT; i++)
             if (!strcmp(tok, quant_scale_names[i])) { s.scale = (QuantScaleRule)i; found = 1; }
         if (!strcmp(tok, "e8m0floor")) { s.scale = QSCALE_E8M0_FLOOR; found = 1; }
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < QROUND_COUNT; i++)
             if (!strcmp(tok, quant_round_names[i])) { s.rounding = (QuantRounding)i; found = 1; }
+        if (!strcmp(tok, "eden") && !hadamard_given) { s.hadamard = 128; s.signs = QSIGNS_STEP; }
         if (!strcmp(tok, "plain")) { s.signs = QSIGNS_NONE; found = 1; }
         if (!strcmp(tok, "fixed")) { s.signs = QSIGNS_FIXED; found = 1; }
+        if (!strcmp(tok, "step")) { s.signs = QSIGNS_STEP; found = 1; }
         if (!strncmp(tok, "seed=", 5)) {
             char* end;
             unsigned long long v = strtoull(tok + 5, &end, 0);
             if (*end || end == tok + 5) { if (err) snprintf(err, errlen, "bad seed in '%s'", tok); return -1; }
             s.signs = QSIGNS_SEEDED; s.sign_seed = v; found = 1;
+        }
+        if (!strncmp(tok, "src=", 4)) {
+            int k = -1;
+            for (int i = 0; i < QSRC_COUNT; i++) if (!strcmp(tok + 4, quant_source_names[i])) k = i;
+            if (k < 0) { if (err) snprintf(err, errlen, "'%s': use src=bf16 or src=fprop", tok); return -1; }
+            s.source = (QuantSource)k; found = 1;
         }
         int w, l, h; char c;
         if (!found && sscanf(tok, "%dx%d%c", &w, &l, &c) == 2) {
@@ -269,17 +310,19 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
                 if (err) snprintf(err, errlen, "hadamard '%s': use h0 or a power of two 2..128", tok);
                 return -1;
             }
-            s.hadamard = h; found = 1;
+            s.hadamard = h; found = 1; hadamard_given = 1;
             if (h && s.signs == QSIGNS_NONE) s.signs = QSIGNS_FIXED;
         }
         if (!found) {
             if (err) snprintf(err, errlen, "unknown quantization option '%s' (presets: bf16 nvfp4 "
                               "nvfp4-2d mxfp4 mxfp4-ceil mxfp4-2d int4 e1m2 mxfp8; options: e2m1|int4|e1m2|fp8|bf16, "
-                              "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil|4o6, rne|sr, h0|h16|h32|.., "
-                              "plain|fixed|seed=N)", tok);
+                              "1x16|1x32|16x16|32x32, e4m3|e8m0|e8m0ceil|4o6, rne|sr|eden, h0..h128, "
+                              "plain|fixed|seed=N|step, src=bf16|fprop)", tok);
             return -1;
         }
     }
+    const char* why = quant_spec_eden_problem(&s);   // before h0 drops the signs: "nvfp4,step" is refused
+    if (why) { if (err) snprintf(err, errlen, "'%s': %s", text, why); return -1; }
     if (s.hadamard == 0) { s.signs = QSIGNS_NONE; s.sign_seed = 0; }
     if (s.signs != QSIGNS_SEEDED) s.sign_seed = 0;
     if (s.grid == QGRID_E4M3 && s.rounding == QROUND_SR) {
@@ -295,9 +338,13 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
     return 0;
 }
 
-// The canonical text form, which quant_spec_parse reads back to the same spec.
+// The canonical text form, which quant_spec_parse reads back to the same spec. The source is printed only
+// when it is not the default (",src=fprop").
 static inline void quant_spec_format(const QuantSpec* s, char* buf, size_t n) {
-    if (s->grid == QGRID_BF16) { snprintf(buf, n, "bf16"); return; }
+    char src[16] = "";
+    if (s->source != QSRC_BF16 && (int)s->source > 0 && s->source < QSRC_COUNT)
+        snprintf(src, sizeof(src), ",src=%s", quant_source_names[s->source]);
+    if (s->grid == QGRID_BF16) { snprintf(buf, n, "bf16%s", src); return; }
     char had[48] = "h0";
     if (s->hadamard) {
         if (s->signs == QSIGNS_SEEDED)
@@ -305,14 +352,18 @@ static inline void quant_spec_format(const QuantSpec* s, char* buf, size_t n) {
         else
             snprintf(had, sizeof(had), "h%d,%s", s->hadamard, quant_sign_names[s->signs]);
     }
-    snprintf(buf, n, "%s,%dx%d,%s,%s,%s", quant_grid_table[s->grid].name, s->block_w, s->block_l,
-             quant_scale_names[s->scale], quant_round_names[s->rounding], had);
+    snprintf(buf, n, "%s,%dx%d,%s,%s,%s%s", quant_grid_table[s->grid].name, s->block_w, s->block_l,
+             quant_scale_names[s->scale], quant_round_names[s->rounding], had, src);
 }
 
 static inline int quant_spec_is_valid(const QuantSpec* s, char* err, size_t errlen) {
     if (s->grid <= QGRID_BF16 || s->grid >= QGRID_COUNT) {
         snprintf(err, errlen, "grid '%s' is not a 4-bit grid (a bf16 slot is not quantized)",
                  s->grid == QGRID_BF16 ? "bf16" : "?");
+        return 0;
+    }
+    if ((int)s->rounding < 0 || s->rounding >= QROUND_COUNT || (int)s->signs < 0 || s->signs >= QSIGNS_COUNT) {
+        snprintf(err, errlen, "rounding %d / signs %d: unknown", (int)s->rounding, (int)s->signs);
         return 0;
     }
     if (s->grid == QGRID_E4M3 && s->rounding != QROUND_RNE) {
@@ -331,6 +382,11 @@ static inline int quant_spec_is_valid(const QuantSpec* s, char* err, size_t errl
         snprintf(err, errlen, "hadamard %d: use 0 or a power of two 2..128", s->hadamard);
         return 0;
     }
+    const char* why = quant_spec_eden_problem(s);
+    if (why) {
+        snprintf(err, errlen, "%s", why);
+        return 0;
+    }
     return 1;
 }
 
@@ -344,6 +400,8 @@ typedef struct {
     int block_w, block_l;
     int hadamard;       // 0 or n
     uint32_t signs[4];  // Hadamard sign mask, bit i (of 128) set -> s_i = -1
+    int step_signs;     // 1: QSIGNS_STEP, the mask is drawn per call (quant_params_set_step_signs)
+    int signs_set;      // 1 when signs holds the mask the rotation uses (always, except a step spec not yet set)
 } QuantParams;
 
 #define HADAMARD_FIXED_SIGNS_16 0xD7E8u     // Transformer Engine's fixed vector for size 16
@@ -352,9 +410,10 @@ typedef struct {
 // The Hadamard sign mask of a spec: fixed signs tile 0xD7E8 every 16 positions (for size 16 that is
 // exactly Transformer Engine's vector); seeded signs take bit 31 of
 // rng_bits32(rng_key(seed, 0, HADAMARD_SIGN_TENSOR_ID), i) for position i.
+// Step signs (eden) are not a function of the spec: their mask stays zero here (quant_step_sign_mask).
 static inline void quant_sign_mask(const QuantSpec* s, uint32_t mask[4]) {
     for (int i = 0; i < 4; i++) mask[i] = 0;
-    if (!s->hadamard || s->signs == QSIGNS_NONE) return;
+    if (!s->hadamard || s->signs == QSIGNS_NONE || s->signs == QSIGNS_STEP) return;
     uint64_t key = rng_key(s->sign_seed, 0, HADAMARD_SIGN_TENSOR_ID);
     for (int i = 0; i < s->hadamard; i++) {
         uint32_t bit = s->signs == QSIGNS_FIXED ? (HADAMARD_FIXED_SIGNS_16 >> (i & 15)) & 1u
@@ -375,7 +434,115 @@ static inline QuantParams quant_params(const QuantSpec* s) {
     p.block_l = s->block_l;
     p.hadamard = s->hadamard;
     quant_sign_mask(s, p.signs);
+    p.step_signs = s->hadamard && s->signs == QSIGNS_STEP;
+    p.signs_set = !p.step_signs;
     return p;
+}
+
+// Draw indices of the MS-EDEN randomness under one key (docs/NUMERICS_NEXT.md 2.1, 2.3): the element SR
+// draws stay below 2^62, the Hadamard signs take 2^62 + i, the block-scale SR 2^63 + j.
+#define EDEN_SIGN_DRAW_BASE (1ull << 62)
+#define EDEN_SCALE_DRAW_BASE (1ull << 63)
+
+// The step sign mask drawn from key: s_i = bit 31 of rng_bits32(key, 2^62 + i), i < 128 (bit set ->
+// s_i = -1), stored as quant_sign_mask stores it (bit i & 31 of word i >> 5). The trainer's key is the
+// dgrad.dy slot's SR key of the micro-step, shared by the four backward operands of that linear.
+HD void quant_step_sign_mask(uint64_t key, uint32_t mask[4]) {
+    for (int w = 0; w < 4; w++) mask[w] = 0;
+    for (int i = 0; i < 128; i++) mask[i >> 5] |= (rng_bits32(key, EDEN_SIGN_DRAW_BASE + (uint64_t)i) >> 31) << (i & 31);
+}
+
+// Fill a step spec's signs for one call (quant_cpu refuses a step spec whose signs were never set).
+static inline void quant_params_set_step_signs(QuantParams* p, uint64_t sign_key) {
+    fail_if(!p->step_signs, "quant_params_set_step_signs: the spec's Hadamard signs are not 'step' (eden) signs");
+    quant_step_sign_mask(sign_key, p->signs);
+    p->signs_set = 1;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MS-EDEN element arithmetic (docs/NUMERICS_NEXT.md section 2): HD, the CPU twin and the GPU kernel call
+// these. All FP32, round to nearest even, no FMA contraction (f32_mul_rn where a product feeds a sum).
+
+// The level a group's max maps to: the FP32 nearest 6 / ((17/16) * 0.93) = 9600/1581 (0x40C24EB2).
+#define EDEN_V 6.0721064f
+// The largest pre-correction block scale (Quartet II's 255.99): leaves 448/256 of headroom for the correction.
+#define EDEN_SCALE_MAX 256.0f
+
+// An FP32 quotient that the device computes correctly rounded whatever the compile flags (the host's '/' is).
+HD float f32_div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
+// S_enc = fminf(256 * V / amax, FLT_MAX) (256 * V exact); amax 0, inf (quotient 0): 1; NaN: FLT_MAX.
+HD float eden_tensor_scale_enc(float amax) {
+    float s = fminf(f32_div_rn(EDEN_SCALE_MAX * EDEN_V, amax), FLT_MAX);
+    if (amax == 0.0f || s == 0.0f) s = 1.0f;
+    return s;
+}
+
+// The pre-correction E4M3 scale of a 16-group: e4m3(fminf(bamax * (S_enc * (1/V)), FLT_MAX)), 0 -> 1.
+HD float eden_group_scale(float bamax, float s_enc) {
+    const float mult = s_enc * (1.0f / EDEN_V);
+    const float s = e4m3_rne_satfinite(fminf(bamax * mult, FLT_MAX));
+    return s == 0.0f ? 1.0f : s;
+}
+
+// Stochastic rounding of t >= 0 (or NaN) to one of its two neighbouring E4M3 values: !(t < 448) -> 448;
+// else lo = the largest E4M3 value <= t, hi = the next one, f = (t - lo) / (hi - lo), and hi iff
+// 2 * r16 + 1 < f * 2^17 (P(hi) = f within 2^-17; an E4M3 t has f = 0 and stays). Below 2^-6 the grid is
+// the subnormal one, spacing 2^-9 (from 0). Every step is exact: t - lo by Sterbenz (or by clearing bits
+// below 2^-9), the spacing q and 1/q powers of two built from the exponent bits.
+HD float eden_scale_sr(float t, uint32_t r16) {
+    if (!(t < 448.0f)) return 448.0f;
+    const uint32_t u = f32_bits(t);
+    const int sub = t < 0.015625f;
+    const uint32_t e = u & 0x7F800000u;                                       // t's exponent field
+    const float lo = sub ? floorf(t * 512.0f) * (1.0f / 512.0f) : f32_from_bits(u & 0xFFF00000u);
+    const float q = sub ? (1.0f / 512.0f) : f32_from_bits(e - (3u << 23));    // 2^(E-3): 3 mantissa bits
+    const float qinv = sub ? 512.0f : f32_from_bits((257u << 23) - e);        // 2^(3-E)
+    const float f = (t - lo) * qinv;
+    const int up = (float)(2u * (r16 & 0xFFFFu) + 1u) < f * 131072.0f;
+    return up ? lo + q : lo;
+}
+
+// The 16 random bits of block scale j (its index in the operand's row-major (M, K/16) scale matrix).
+HD uint32_t eden_scale_r16(uint64_t key, uint64_t j) { return rng_bits32(key, EDEN_SCALE_DRAW_BASE + j) >> 16; }
+
+// The FP32 sum of one 128-element rotation group's terms t[0..127], in the order 32 lanes compute it:
+// p_j = ((t[4j] + t[4j+1]) + t[4j+2]) + t[4j+3], j < 32; then for d = 16, 8, 4, 2, 1 every p_j becomes
+// p_j + p_(j xor d) (from the previous stage's values: a butterfly / shuffle-xor reduction); the result
+// is p_0 (all p_j are then equal: FP32 addition is commutative).
+HD float eden_sum128(const float* t) {
+    float p[32], n[32];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int j = 0; j < 32; j++) p[j] = ((t[4 * j] + t[4 * j + 1]) + t[4 * j + 2]) + t[4 * j + 3];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int d = 16; d >= 1; d >>= 1) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int j = 0; j < 32; j++) n[j] = p[j] + p[j ^ d];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+        for (int j = 0; j < 32; j++) p[j] = n[j];
+    }
+    return p[0];
+}
+
+// EDEN's correction of a 128-group from its sums num = sum u^2 and den = sum u * val(c):
+// 1 when den == 0 (every code 0) or a sum is not finite (a NaN or inf in the group), else num / den.
+HD float eden_correction(float num, float den) {
+    if (den == 0.0f || !(fabsf(num) <= FLT_MAX) || !(fabsf(den) <= FLT_MAX)) return 1.0f;
+    return f32_div_rn(num, den);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -390,8 +557,10 @@ HD int quant_scale_is_e4m3(int scale) { return scale == QSCALE_E4M3 || scale == 
 
 // Tensor-level encode scale S_enc (the FP32 second level of NVFP4 and the uniform grids). amax is the
 // max |x| over the whole tensor view, NaN if any element is NaN. E8M0 formats have none (1).
+// MS-EDEN (rounding eden): eden_tensor_scale_enc, 256 * V / amax.
 HD float quant_tensor_scale_enc(const QuantParams* p, float amax) {
     if (!quant_scale_is_e4m3(p->scale)) return 1.0f;
+    if (p->rounding == QROUND_EDEN) return eden_tensor_scale_enc(amax);
     // maxval * 448 exact: 2688, 3136, 1568; 4o6: 6 * 256 = 1536
     const float top = p->scale == QSCALE_E4M3_4O6 ? QUANT_4O6_SCALE_MAX : 448.0f;
     float s = fminf(p->grid.maxval * top / amax, FLT_MAX);
@@ -427,13 +596,18 @@ HD QuantBlockScale quant_block_scale_e4m3_to(float bamax, float s_enc, float m) 
     return b;
 }
 
-// Block scale from the block amax and the tensor encode scale. E4M3: quant_block_scale_e4m3_to the grid's
+// Block scale from the block amax and the tensor encode scale. MS-EDEN: the pre-correction scale
+// eden_group_scale (the stored one is its corrected, stochastically rounded successor). E4M3: quant_block_scale_e4m3_to the grid's
 // max (for 4o6 that is its 6-candidate; the choice between 6 and 4 needs the block's values, see
 // quant_4o6_err_add). E8M0: sdec = 2^e, inv = 2^-e (x * 2^-e is exactly the correctly rounded x / 2^e).
 HD QuantBlockScale quant_block_scale(const QuantParams* p, float bamax, float s_enc) {
     QuantBlockScale b;
     b.is_nan = 0;
-    if (quant_scale_is_e4m3(p->scale)) {
+    if (p->rounding == QROUND_EDEN) {          // the pre-correction scale (the correction needs the group's values)
+        b.sdec = eden_group_scale(bamax, s_enc);
+        b.bits = e4m3_bits(b.sdec);
+        b.inv = fminf(1.0f / (b.sdec * (1.0f / s_enc)), FLT_MAX);
+    } else if (quant_scale_is_e4m3(p->scale)) {
         b = quant_block_scale_e4m3_to(bamax, s_enc, p->grid.maxval);
     } else if (!(bamax <= FLT_MAX)) {
         b.sdec = NAN; b.inv = 0.0f; b.bits = 0xFF; b.is_nan = 1;

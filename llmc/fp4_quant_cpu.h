@@ -1,6 +1,7 @@
 // fp4_quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
 // defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
-//          quant_amax_cpu(), quant_block_scale_4o6_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
+//          quant_amax_cpu(), quant_block_scale_4o6_cpu(), quant_eden_cpu(), quant_eden_corrections_cpu(),
+//          quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
 // It is the reference twin of the GPU quantizer, llmc/quant_fast.cuh (dev/test/test_quant_gpu_cpu.cu compares
@@ -21,6 +22,9 @@
 //           stored transposed: TN-ready). 2D tiles repeat their scale on each of their W rows.
 // SR random bits: sr_bits16(key, r, c, cols) with (r, c) the element's position in the view; with a
 // Hadamard, (r, c) is the position of the rotated value (the rotated tensor has the view's shape).
+// MS-EDEN (rounding eden, docs/NUMERICS_NEXT.md section 2): RTN codes; the key drives the block-scale SR
+// (eden_scale_r16 of the scale's operand row-major index); the Hadamard signs come from the caller
+// (quant_params_set_step_signs) and must be set before any call.
 #pragma once
 #include "common.h"
 #include "fp4_formats.h"
@@ -67,6 +71,8 @@ static inline uint32_t quant_sr_bits(uint64_t key, int64_t i, int64_t k, int axi
 // The operand as the quantizer sees it: M x K floats (row-major), Hadamard-rotated along K and
 // rounded to BF16 when the spec has a Hadamard. Caller frees.
 static inline float* quant_rotated_operand_cpu(const QuantParams* p, QuantView v, int axis) {
+    fail_if(p->step_signs && !p->signs_set, "quantizer: the spec has 'step' Hadamard signs (eden), drawn per call, "
+            "and this call has none: call quant_params_set_step_signs(&params, sign_key) first");
     int64_t M, K;
     quant_operand_dims(v.rows, v.cols, axis, &M, &K);
     float* t = (float*)xmalloc(sizeof(float) * M * K);
@@ -210,6 +216,58 @@ static inline QuantBlockScale quant_block_scale_4o6_cpu(const QuantParams* p, co
     return err[1] < err[0] ? cand[1] : cand[0];
 }
 
+// MS-EDEN (docs/NUMERICS_NEXT.md section 2) over the rotated operand t (M x K, K a multiple of 128), for
+// quant_cpu_pass: per operand row, per 128-element rotation group, the 8 pre-correction group scales s_g, the
+// scaled values u = y * inv_g and their RTN codes c, the sums num = sum u^2 and den = sum u * val(c) in
+// eden_sum128's order, the correction C, and each group's stored scale s'_g = eden_scale_sr(s_g * C, r16 of
+// the scale's index). Outputs as quant_cpu_pass; the statistics see the block scale s'_g and x = u. corr (if
+// not NULL): the corrections C, M x K/128 row-major (what the golden records pin down: the SR of the scales
+// hides a last-bit difference in C).
+static inline void quant_eden_cpu(const QuantParams* p, const float* t, int64_t M, int64_t K, float s_enc, float tdec,
+                                  uint64_t key, int axis, uint16_t* fake, int64_t ld_fake, uint8_t* codes,
+                                  uint8_t* scales, QuantStats* st, float* corr) {
+    const int64_t NB = K / 16;   // scales per operand row
+    for (int64_t i = 0; i < M; i++) {
+        for (int64_t k0 = 0; k0 < K; k0 += 128) {
+            const float* y = t + i * K + k0;
+            float sg[8], invg[8], u[128], tn[128], td[128];
+            uint8_t c[128];
+            for (int g = 0; g < 8; g++) {
+                uint32_t bb = 0;
+                for (int k = 0; k < 16; k++) bb = amax_bits_update(bb, y[16 * g + k]);
+                sg[g] = eden_group_scale(f32_from_bits(bb), s_enc);
+                invg[g] = fminf(1.0f / (sg[g] * tdec), FLT_MAX);
+            }
+            for (int k = 0; k < 128; k++) {
+                u[k] = y[k] * invg[k / 16];
+                c[k] = grid_round_rne(&p->grid, u[k]);
+                tn[k] = f32_mul_rn(u[k], u[k]);
+                td[k] = f32_mul_rn(u[k], grid_code_value(&p->grid, c[k]));
+            }
+            const float C = eden_correction(eden_sum128(tn), eden_sum128(td));
+            if (corr) corr[i * (K / 128) + k0 / 128] = C;
+            for (int g = 0; g < 8; g++) {
+                const int64_t j = i * NB + k0 / 16 + g;
+                QuantBlockScale bs;
+                bs.sdec = eden_scale_sr(f32_mul_rn(sg[g], C), eden_scale_r16(key, (uint64_t)j));
+                bs.bits = e4m3_bits(bs.sdec);
+                bs.inv = invg[g];
+                bs.is_nan = 0;
+                if (scales) scales[j] = bs.bits;
+                for (int kk = 16 * g; kk < 16 * g + 16; kk++) {
+                    const int64_t k = k0 + kk;
+                    if (st) quant_stats_element(st, &p->grid, y[kk], u[kk], c[kk], &bs, tdec);
+                    if (codes) {
+                        uint8_t* byte = codes + i * (K / 2) + k / 2;
+                        *byte = (k & 1) ? (uint8_t)((*byte & 0x0F) | (c[kk] << 4)) : (uint8_t)((*byte & 0xF0) | c[kk]);
+                    }
+                    if (fake) fake[quant_view_offset(i, k, axis, ld_fake)] = bf16_bits_rne(grid_code_value(&p->grid, c[kk]) * bs.sdec);
+                }
+            }
+        }
+    }
+}
+
 // One pass of the quantizer over a view along `axis`: the outputs that are not NULL (fake, packed
 // codes / scales, amax, statistics accumulated into *st) of the same codes. Returns scale_dec (the
 // tensor-level dequantization factor). quant_cpu and quant_stats_cpu below are its two uses.
@@ -227,6 +285,13 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
     float s_enc = quant_tensor_scale_enc(p, amax);
     float tdec = quant_tensor_scale_dec(p, s_enc);
     const int W = p->block_w, L = p->block_l;
+    if (p->rounding == QROUND_EDEN) {
+        fail_if(p->hadamard != 128 || W != 1 || L != 16 || p->grid.e4m3, "%s: eden needs e2m1, 1x16 and h128", who);
+        quant_eden_cpu(p, t, M, K, s_enc, tdec, key, axis, fake, ld_fake, codes, scales, st, NULL);
+        free(t);
+        if (amax_out) *amax_out = amax;
+        return tdec;
+    }
     for (int64_t i0 = 0; i0 < M; i0 += W) {
         for (int64_t k0 = 0; k0 < K; k0 += L) {
             uint32_t bb = 0;
@@ -257,6 +322,21 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
     free(t);
     if (amax_out) *amax_out = amax;
     return tdec;
+}
+
+// The MS-EDEN corrections C of a view along `axis` (an eden spec with its step signs set), M x K/128
+// row-major, as quant_cpu computes them.
+static inline void quant_eden_corrections_cpu(const QuantParams* p, QuantView v, int axis, float* corr) {
+    fail_if(p->rounding != QROUND_EDEN, "quant_eden_corrections_cpu: not an eden spec");
+    quant_check_shape(p, v.rows, v.cols, axis, "quant_eden_corrections_cpu");
+    int64_t M, K;
+    quant_operand_dims(v.rows, v.cols, axis, &M, &K);
+    float* t = quant_rotated_operand_cpu(p, v, axis);
+    uint32_t mb = 0;
+    for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
+    const float s_enc = quant_tensor_scale_enc(p, f32_from_bits(mb));
+    quant_eden_cpu(p, t, M, K, s_enc, quant_tensor_scale_dec(p, s_enc), 0, axis, NULL, 0, NULL, NULL, NULL, corr);
+    free(t);
 }
 
 // Quantize one view along `axis`. Any of fake / codes / scales may be NULL. Returns scale_dec

@@ -5,7 +5,7 @@
 #include "llmc/common.h"
 
 enum { GOLD_RNG = 1, GOLD_E4M3 = 3, GOLD_GRID_RNE = 4, GOLD_GRID_SR = 5, GOLD_BF16 = 6,
-       GOLD_HADAMARD = 7, GOLD_QUANT = 8 };
+       GOLD_HADAMARD = 7, GOLD_QUANT = 8, GOLD_EDEN = 9 };
 
 typedef struct {
     uint8_t* buf;
@@ -54,13 +54,23 @@ static inline int golden_next(Golden* g, GoldenRecord* r) {
 }
 
 // A QUANT record, with pointers into the record (unaligned data copied out by the user as needed).
+// Records of specs with "step" Hadamard signs (MS-EDEN) carry the sign key after the key (flags bit 0);
+// A reader passes it to quant_params_set_step_signs before quantizing.
+#define GOLDEN_QUANT_SIGN_KEY 1u
+// MS-EDEN records also end with their corrections C (one f32 per 128-group): the scale SR would hide a
+// last-bit difference in C, so the outputs alone do not pin its arithmetic down.
+#define GOLDEN_QUANT_CORR 2u
 typedef struct {
     char name[49], spec[81];
     uint32_t rows, cols, axis;
+    uint32_t flags;      // bit 0 (GOLDEN_QUANT_SIGN_KEY): sign_key is in the record; bit 1 (GOLDEN_QUANT_CORR): corr
     uint64_t key;
+    uint64_t sign_key;   // the key of "step" Hadamard signs (eden records: quant_params_set_step_signs); else 0
     const uint8_t *in, *fake, *codes, *scales, *deq;   // in/fake/deq: BF16 bits, little endian
     float amax, scale_dec;
     size_t ncodes, nscales;
+    const uint8_t* corr;   // MS-EDEN corrections C (f32, one per 128-group, operand row-major), or NULL
+    size_t ncorr;
 } GoldenQuant;
 
 static inline GoldenQuant golden_quant_parse(const GoldenRecord* r, int block_l) {
@@ -68,10 +78,11 @@ static inline GoldenQuant golden_quant_parse(const GoldenRecord* r, int block_l)
     const uint8_t* p = r->p;
     memcpy(q.name, p, 48); q.name[48] = 0; p += 48;
     memcpy(q.spec, p, 80); q.spec[80] = 0; p += 80;
-    uint32_t pad;
-    memcpy(&q.rows, p, 4); memcpy(&q.cols, p + 4, 4); memcpy(&q.axis, p + 8, 4); memcpy(&pad, p + 12, 4);
+    memcpy(&q.rows, p, 4); memcpy(&q.cols, p + 4, 4); memcpy(&q.axis, p + 8, 4); memcpy(&q.flags, p + 12, 4);
     p += 16;
     memcpy(&q.key, p, 8); p += 8;
+    q.sign_key = 0;
+    if (q.flags & GOLDEN_QUANT_SIGN_KEY) { memcpy(&q.sign_key, p, 8); p += 8; }
     size_t n = (size_t)q.rows * q.cols;
     q.in = p; p += 2 * n;
     memcpy(&q.amax, p, 4); memcpy(&q.scale_dec, p + 4, 4); p += 8;
@@ -79,6 +90,8 @@ static inline GoldenQuant golden_quant_parse(const GoldenRecord* r, int block_l)
     q.ncodes = n / 2; q.codes = p; p += q.ncodes;
     q.nscales = n / block_l; q.scales = p; p += q.nscales;
     q.deq = p; p += 2 * n;
+    q.corr = NULL; q.ncorr = 0;
+    if (q.flags & GOLDEN_QUANT_CORR) { q.ncorr = n / 128; q.corr = p; p += 4 * q.ncorr; }
     fail_if((size_t)(p - r->p) != r->len, "golden quant record '%s': size mismatch", q.name);
     return q;
 }

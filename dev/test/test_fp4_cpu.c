@@ -113,6 +113,8 @@ static void check_quant(const GoldenRecord* r) {
     if (!ok) return;
     QuantParams p = quant_params(&spec);
     GoldenQuant g = golden_quant_parse(r, p.block_l);
+    CHECK(p.step_signs == !!(g.flags & GOLDEN_QUANT_SIGN_KEY), "%s: a sign key goes with step signs", g.name);
+    if (p.step_signs) quant_params_set_step_signs(&p, g.sign_key);
     size_t n = (size_t)g.rows * g.cols;
     uint16_t* in = (uint16_t*)xmalloc(2 * n);
     uint16_t* fake = (uint16_t*)xmalloc(2 * n);
@@ -138,13 +140,53 @@ static void check_quant(const GoldenRecord* r) {
     CHECK(bad == 0, "%s: %d of %zu dequantized values differ", g.name, bad, n);
     dequant_packed_cpu(&p, codes, scales, sdec, g.rows, g.cols, (int)g.axis, 0, deq0, g.cols);
     CHECK(memcmp(deq0, fake, 2 * n) == 0, "%s: dequant without tensor scale != fake-quant output", g.name);
+    CHECK(!g.corr == (p.rounding != QROUND_EDEN), "%s: eden records carry their corrections, others none", g.name);
+    if (g.corr) {
+        float* corr = (float*)xmalloc(4 * g.ncorr);
+        quant_eden_corrections_cpu(&p, v, (int)g.axis, corr);
+        int badk = 0;
+        for (size_t j = 0; j < g.ncorr; j++) {
+            float w; memcpy(&w, g.corr + 4 * j, 4);
+            if (f32_bits(w) != f32_bits(corr[j]) && badk++ < 3) printf("  %s C[%zu]: got %.9g want %.9g\n", g.name, j, corr[j], w);
+        }
+        CHECK(badk == 0, "%s: %d of %zu eden corrections differ", g.name, badk, g.ncorr);
+        free(corr);
+    }
     free(in); free(fake); free(deq); free(deq0); free(codes); free(scales);
+}
+
+// MS-EDEN's primitives: eden_sum128 (its order: FP32 results depend on it) and eden_scale_sr.
+static void check_eden(const GoldenRecord* r) {
+    uint32_t n, m;
+    memcpy(&n, r->p, 4);
+    const uint8_t* p = r->p + 4;
+    int bad = 0;
+    for (uint32_t gi = 0; gi < n; gi++) {
+        float t[128], want;
+        memcpy(t, p + 4 * 128 * gi, 4 * 128);
+        memcpy(&want, p + 4 * 128 * n + 4 * gi, 4);
+        const float got = eden_sum128(t);
+        if (f32_bits(got) != f32_bits(want) && !(isnan(got) && isnan(want)) && bad++ < 3)
+            printf("  eden_sum128 group %u: got %.9g want %.9g\n", gi, got, want);
+    }
+    CHECK(bad == 0, "eden_sum128: %d of %u sums differ from the reference", bad, n);
+    p += 4 * 129 * n;
+    memcpy(&m, p, 4);
+    p += 4;
+    bad = 0;
+    for (uint32_t i = 0; i < m; i++) {
+        float t, want; uint32_t r16;
+        memcpy(&t, p + 4 * i, 4); memcpy(&r16, p + 4 * m + 4 * i, 4); memcpy(&want, p + 8 * m + 4 * i, 4);
+        const float got = eden_scale_sr(t, r16);
+        if (f32_bits(got) != f32_bits(want) && bad++ < 5) printf("  eden_scale_sr(%.9g, %u): got %.9g want %.9g\n", t, r16, got, want);
+    }
+    CHECK(bad == 0, "eden_scale_sr: %d of %u differ from the reference", bad, m);
 }
 
 static void run_golden(void) {
     Golden g = golden_load(golden_find_file());
     GoldenRecord r;
-    int counts[9] = {0};
+    int counts[10] = {0};
     while (golden_next(&g, &r)) {
         switch (r.type) {
             case GOLD_RNG: check_rng(&r); break;
@@ -154,18 +196,19 @@ static void run_golden(void) {
             case GOLD_BF16: check_bf16(&r); break;
             case GOLD_HADAMARD: check_hadamard(&r); break;
             case GOLD_QUANT: check_quant(&r); break;
+            case GOLD_EDEN: check_eden(&r); break;
             default: CHECK(0, "unknown golden record type %u", r.type);
         }
-        if (r.type < 9) counts[r.type]++;
+        if (r.type < 10) counts[r.type]++;
     }
-    printf("golden: %d rng, %d e4m3, %d grid rne, %d grid sr, %d bf16, %d hadamard, %d quant records\n",
-           counts[1], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8]);
+    printf("golden: %d rng, %d e4m3, %d grid rne, %d grid sr, %d bf16, %d hadamard, %d quant, %d eden records\n",
+           counts[1], counts[3], counts[4], counts[5], counts[6], counts[7], counts[8], counts[9]);
     // every record dev/fp4_ref.py writes: a file cut short or a kind of record left out would otherwise
     // pass on what remains. One RNG, E4M3 and BF16 record; RNE and SR for each of the 3 grids; Hadamard
     // sizes 2..128 with 3 sign choices each; one per entry of its CASES table.
     const struct { int type, want; const char* what; } expect[] = {
         {GOLD_RNG, 1, "rng"}, {GOLD_E4M3, 1, "e4m3"}, {GOLD_GRID_RNE, 3, "grid rne"}, {GOLD_GRID_SR, 3, "grid sr"},
-        {GOLD_BF16, 1, "bf16"}, {GOLD_HADAMARD, 7 * 3, "hadamard"}, {GOLD_QUANT, 57, "quantization"},
+        {GOLD_BF16, 1, "bf16"}, {GOLD_HADAMARD, 7 * 3, "hadamard"}, {GOLD_QUANT, 65, "quantization"}, {GOLD_EDEN, 1, "eden"},
     };
     for (size_t i = 0; i < sizeof(expect) / sizeof(expect[0]); i++)
         CHECK(counts[expect[i].type] == expect[i].want, "golden file: %d %s records, want %d", counts[expect[i].type],
@@ -225,14 +268,16 @@ static void test_formats_exhaustive(void) {
 static int spec_equal(const QuantSpec* a, const QuantSpec* b) {
     return a->grid == b->grid && a->block_w == b->block_w && a->block_l == b->block_l && a->scale == b->scale &&
            a->rounding == b->rounding && a->hadamard == b->hadamard && a->signs == b->signs &&
-           a->sign_seed == b->sign_seed;
+           a->sign_seed == b->sign_seed && a->source == b->source;
 }
 
 static void test_parser(void) {
     const char* good[] = {"nvfp4", "nvfp4-2d", "mxfp4", "mxfp4-ceil", "mxfp4-2d", "int4", "e1m2", "nvfp4,sr",
                           "nvfp4,h16,fixed", "nvfp4,h16,plain", "mxfp4,h32,seed=7", "e2m1,32x32,e8m0ceil,sr",
                           "int4,h128,sr", "e1m2,16x16", "mxfp8", "fp8,1x16,e4m3", "nvfp4,4o6", "nvfp4-2d,4o6,sr",
-                          "e2m1,1x16,4o6,rne,h16,fixed"};
+                          "e2m1,1x16,4o6,rne,h16,fixed", "nvfp4,eden", "e2m1,1x16,e4m3,eden,h128,step",
+                          "nvfp4,eden,src=fprop", "nvfp4,h128,eden,step", "nvfp4,src=fprop", "mxfp4,h32,seed=7,src=fprop",
+                          "bf16,src=fprop", "nvfp4,eden,src=bf16"};
     int bad = 0;
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         QuantSpec a, b; char err[256], txt[128];
@@ -243,7 +288,11 @@ static void test_parser(void) {
         }
     }
     CHECK(bad == 0, "spec parser: %d good specs failed", bad);
-    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256", "mxfp8,sr", "int4,4o6", "mxfp8,4o6"};
+    const char* badspecs[] = {"nvfp5", "1x8", "h12", "8x16", "seed=x", "nvfp4,h256", "mxfp8,sr", "int4,4o6", "mxfp8,4o6",
+                              "nvfp4,step", "nvfp4,h128,step", "nvfp4,sr,h16,step", "nvfp4,h128,eden", "nvfp4,h16,eden",
+                              "nvfp4,eden,h64", "nvfp4,eden,h0", "nvfp4,eden,fixed", "nvfp4,eden,seed=3", "mxfp4,eden",
+                              "nvfp4,eden,e8m0", "nvfp4,eden,4o6", "nvfp4-2d,eden", "nvfp4,eden,1x32", "int4,eden",
+                              "nvfp4,eden,sr", "src=x", "nvfp4,src=fp32"};
     int nbad = 0;
     for (size_t i = 0; i < sizeof(badspecs) / sizeof(badspecs[0]); i++) {
         QuantSpec a; char err[256] = "";
@@ -254,6 +303,37 @@ static void test_parser(void) {
     QuantSpec s; quant_spec_parse("nvfp4,h16,fixed", &s, NULL, 0);
     QuantParams p = quant_params(&s);
     CHECK(p.signs[0] == 0xD7E8u, "fixed signs for 16: 0x%x", p.signs[0]);
+    CHECK(p.signs_set && !p.step_signs, "fixed signs are set by quant_params");
+    // eden: "nvfp4,eden" is the canonical e2m1,1x16,e4m3,eden,h128,step; src is printed only when not bf16
+    QuantSpec e, c; char txt[128], err[256] = "";
+    quant_spec_parse("nvfp4,eden", &e, NULL, 0);
+    quant_spec_parse("e2m1,1x16,e4m3,eden,h128,step", &c, NULL, 0);
+    quant_spec_format(&e, txt, sizeof(txt));
+    CHECK(!memcmp(&e, &c, sizeof(e)) && !strcmp(txt, "e2m1,1x16,e4m3,eden,h128,step") && e.rounding == QROUND_EDEN &&
+          e.signs == QSIGNS_STEP && e.hadamard == 128 && e.source == QSRC_BF16, "nvfp4,eden -> '%s'", txt);
+    quant_spec_parse("nvfp4,eden,src=fprop", &e, NULL, 0);
+    quant_spec_format(&e, txt, sizeof(txt));
+    CHECK(e.source == QSRC_FPROP && !strcmp(txt, "e2m1,1x16,e4m3,eden,h128,step,src=fprop"), "src=fprop -> '%s'", txt);
+    quant_spec_parse("nvfp4", &c, NULL, 0);
+    quant_spec_format(&c, txt, sizeof(txt));
+    CHECK(c.source == QSRC_BF16 && !strstr(txt, "src"), "the default source is not printed: '%s'", txt);
+    // the messages say what is wrong
+    CHECK(quant_spec_parse("nvfp4,step", &e, err, sizeof(err)) && strstr(err, "only valid with eden"), "step: '%s'", err);
+    CHECK(quant_spec_parse("mxfp4,eden", &e, err, sizeof(err)) && strstr(err, "1x16"), "mxfp4,eden: '%s'", err);
+    CHECK(quant_spec_parse("nvfp4,eden,4o6", &e, err, sizeof(err)) && strstr(err, "e4m3"), "eden,4o6: '%s'", err);
+    CHECK(quant_spec_parse("nvfp4,h16,eden", &e, err, sizeof(err)) && strstr(err, "h128"), "h16,eden: '%s'", err);
+    CHECK(quant_spec_parse("nvfp4,h128,eden", &e, err, sizeof(err)) && strstr(err, "'step'"), "h128,eden: '%s'", err);
+    // quant_spec_is_valid refuses the same combinations in specs built by hand
+    quant_spec_parse("nvfp4,eden", &e, NULL, 0);
+    c = e; c.signs = QSIGNS_FIXED;
+    int v1 = quant_spec_is_valid(&c, err, sizeof(err)) == 0 && strstr(err, "'step'");
+    c = e; c.scale = QSCALE_E8M0_FLOOR;
+    int v2 = quant_spec_is_valid(&c, err, sizeof(err)) == 0 && strstr(err, "e4m3");
+    c = e; c.rounding = QROUND_SR;
+    int v3 = quant_spec_is_valid(&c, err, sizeof(err)) == 0 && strstr(err, "only valid with eden");
+    c = e; c.source = QSRC_FPROP;
+    int v4 = quant_spec_is_valid(&c, err, sizeof(err)) == 1;
+    CHECK(quant_spec_is_valid(&e, err, sizeof(err)) && v1 && v2 && v3 && v4, "quant_spec_is_valid on eden specs");
 }
 
 // SR is unbiased: for values spread over each grid, the mean of many stochastic roundings (independent

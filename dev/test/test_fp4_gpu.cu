@@ -112,6 +112,10 @@ static void golden_quant(const GoldenRecord* r) {
         test_skip(spec_txt, "4o6: not in the reference GPU kernels (build/test_quant_gpu_cpu checks quant_fast's 4o6)");
         return;
     }
+    if (spec.rounding == QROUND_EDEN) {    // MS-EDEN: CPU twin and oracle only so far
+        test_skip(spec_txt, "eden (MS-EDEN) is not yet on the GPU reference kernels (docs/NUMERICS_NEXT.md)");
+        return;
+    }
     QuantParams p = quant_params(&spec);
     GoldenQuant g = golden_quant_parse(r, p.block_l);
     size_t n = (size_t)g.rows * g.cols;
