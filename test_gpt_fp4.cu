@@ -89,6 +89,12 @@ typedef struct {
 } Tolerances;
 static const Tolerances TOL_BF16 = {1e-2, 1e-3, 2e-2, 2e-3, 2e-2, 0.08, 0.15};
 static const Tolerances TOL_FP4 = {8e-2, 2e-3, 0.30, 1e-3, 0.25, 0.30, 0.40};
+// The 128-channel model of the quartet2 dump (MS-EDEN needs 128 | C): FP4 rounding flips amplify the BF16
+// activations' noise more on it. Measured on the H200 with nvfp4-naive on that model and batch (whose forward is
+// quartet2's exactly; every GEMM bit-exact in check_every_gemm): logits 0.0888 relative L2, training loss up
+// to 0.34% from the reference's by step 9 (quartet2: 0.0888 and 0.27%). 5e-3 stays below the FP4-vs-BF16
+// gap on that model (the reference's quartet2 is 0.92% above its BF16 at step 9, nvfp4-naive 0.97%).
+static const Tolerances TOL_FP4_C128 = {0.12, 2e-3, 0.30, 5e-3, 0.25, 0.30, 0.40};
 
 static const char* g_gemm_mode = "emulated";   // --fp4-gemm for the dumps' recipes
 
@@ -264,6 +270,21 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
         QuantSpec spec = split && p->o0 == 0 ? recipe_qk_spec(&m->recipe, slot) : m->recipe.slot[slot];
         quant_spec_format(&spec, spec_text, sizeof(spec_text));
         QuantParams qp = quant_params(&spec);
+        // MS-EDEN's per-call signs: keyed on the linear's dgrad.dy key (docs/NUMERICS_NEXT.md 2.1)
+        if (qp.step_signs) quant_params_set_step_signs(&qp, fp4_key(m, p->l, p->kind, SLOT_DGRAD_DY));
+        // src=fprop (dgrad.w, wgrad.x): the source is the forward's copy of W or X, dequantized to BF16, when the
+        // forward quantized it (docs/NUMERICS_NEXT.md 2.4)
+        const Slot fs = slot == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+        if (spec.source == QSRC_FPROP && (slot == SLOT_DGRAD_W || slot == SLOT_WGRAD_X) &&
+            !quant_spec_is_bf16(&m->recipe.slot[fs])) {
+            const QuantSpec fspec = m->recipe.slot[fs];
+            const QuantParams fq = quant_params(&fspec);
+            uint16_t* fk = (uint16_t*)xmalloc(n * sizeof(uint16_t));
+            const QuantView fv = {source, rows, cols, cols};
+            const float fdec = quant_cpu(&fq, fv, 1, fp4_key(m, p->l, p->kind, fs), fk, cols, NULL, NULL, NULL);
+            for (size_t i = 0; i < n; i++) source[i] = bf16_bits_rne(bf16_to_float(fk[i]) * fdec);
+            free(fk);
+        }
         want = (uint16_t*)xmalloc((size_t)(rows * cols) * sizeof(uint16_t));
         QuantView v = {source, rows, cols, cols};
         float amax;
@@ -477,7 +498,7 @@ static void check_dump(const char* path) {
     gpt_allocate(&m, &c, B, T, 1);
     gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
     set_recipe_from_dump(&m, &d);
-    const Tolerances* tol = m.fp4_any ? &TOL_FP4 : &TOL_BF16;
+    const Tolerances* tol = !m.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
     char recipe_text[1024];
     recipe_describe(&m.recipe, recipe_text, sizeof(recipe_text));
     printf("== %s: L=%d NH=%d C=%d V=%d B=%d T=%d, reference loss %.6f\n   recipe %s\n", path, c.num_layers,
@@ -576,13 +597,22 @@ static const RecipeVariant EXACT_VARIANTS[] = {
     {"mxfp4", {"nvfp4", NULL, NULL, NULL, "mxfp4,sr,h16", "mxfp4,h16"}, -1, -1, -1, 0, "fp8", 0},
 };
 
-static void check_every_variant(const char* path) {
+// MS-EDEN rotates 128 elements along every backward reduction dimension: these run on the quartet2 dump's
+// model (128 channels). The BF16 forward switch makes dgrad.w and wgrad.x read the BF16 W and X again.
+static const RecipeVariant EDEN_VARIANTS[] = {
+    {"quartet2", {NULL}, -1, -1, -1, 0, "emulated", 1},
+    {"quartet2-4o6", {NULL}, -1, -1, -1, 0, "emulated", 0},
+    {"quartet2", {NULL}, -1, 0, 1, 1, "emulated", 0},
+    {"quartet2", {NULL, NULL, NULL, "nvfp4,eden", NULL, "nvfp4,eden"}, 0, -1, -1, 0, "emulated", 0},
+};
+
+static void check_every_variant(const char* path, const RecipeVariant* variants, size_t count) {
     RefDump d;
     read_dump(&d, path);
     GPTConfig c = dump_config(&d);
     printf("== every GEMM of every linear, exactly, on %s's model and batch\n", path);
-    for (size_t i = 0; i < sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]); i++) {
-        const RecipeVariant* v = &EXACT_VARIANTS[i];
+    for (size_t i = 0; i < count; i++) {
+        const RecipeVariant* v = &variants[i];
         GPT m;
         gpt_allocate(&m, &c, d.header[8], d.header[9], 1);
         gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
@@ -629,7 +659,7 @@ int main(int argc, char** argv) {
     attention_init();
     printf("attention backend: %s\n", attention_backend_name());
     const char* dumps[] = {"dev/ref/gpt_ref.bin", "dev/ref/gpt_ref_nvfp4.bin", "dev/ref/gpt_ref_mxfp4-2d.bin",
-                           "dev/ref/gpt_ref_ufp4.bin"};
+                           "dev/ref/gpt_ref_ufp4.bin", "dev/ref/gpt_ref_quartet2.bin"};
     if (argc > 1) {
         for (int i = 1; i < argc; i++) check_dump(argv[i]);
     } else {
@@ -641,7 +671,8 @@ int main(int argc, char** argv) {
         } else {
             test_skip("test_gpt_fp4 mxfp4-2d on the FP8 path", matmul_fp8_reason());
         }
-        check_every_variant(dumps[0]);
+        check_every_variant(dumps[0], EXACT_VARIANTS, sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]));
+        check_every_variant("dev/ref/gpt_ref_quartet2.bin", EDEN_VARIANTS, sizeof(EDEN_VARIANTS) / sizeof(EDEN_VARIANTS[0]));
     }
     attention_destroy();
     matmul_destroy();

@@ -418,7 +418,9 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 // power-of-two (E8M0) block scales runs on FP8 tensor cores instead (--fp4-gemm fp8, the default where it
 // applies): its operands are written as E4M3 with a power-of-two offset per GEMM row, exact within a
 // window of 14 binades below the row's largest block (llmc/fp8_fold.h). Every copy is quantized from the
-// BF16 source, never from another copy. The copies live in the logits buffer, which holds nothing
+// BF16 source, except that a src=fprop slot (Quartet II's dgrad.w and wgrad.x) quantizes the forward's
+// dequantized copy of W or X, which the backward makes again (same spec, key and amax: the same copy; no
+// memory kept from the forward). The copies live in the logits buffer, which holds nothing
 // between the classifier's forward and backward uses, so an FP4 run needs no more activation memory
 // than a BF16 run.
 
@@ -501,6 +503,11 @@ static size_t part_scratch_bytes(const LinearPart* p, int backward, int N, int K
         bytes += operand_bytes(&p->op[s], v.rows, v.cols);
     }
     if (backward && p->compare_w) bytes += operand_bytes(&p->op[SLOT_FPROP_W], p->n, K);
+    for (int s = SLOT_DGRAD_W; backward && s < NUM_SLOTS; s += 2)   // the forward's copies made again (src=fprop)
+        if (p->op[s].from_fprop) {
+            TensorView v = linear_source(p, p->op[s].src, NULL, NULL, NULL, N, K, OC);
+            bytes += scratch_round((size_t)(v.rows * v.cols) * sizeof(floatX));
+        }
     return bytes;
 }
 static size_t split_sum_offset(const LinearPlan* lp, int N, int K, int OC) {
@@ -724,15 +731,19 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
     g->form = o->form;
     g->dec = &sc->scale_dec;
     const uint64_t key = fp4_key(m, r->l, r->kind, s);
+    QuantParams q = o->q;
+    // MS-EDEN's signs: one draw per (step, micro-batch, layer, linear), from the linear's dgrad.dy key, shared by
+    // its four backward operands (docs/NUMERICS_NEXT.md 2.1)
+    if (o->step_signs) quant_params_set_step_signs(&q, fp4_key(m, r->l, r->kind, SLOT_DGRAD_DY));
     if (o->form == FORM_FAKE) {
         floatX* copy = (floatX*)scratch_take(m, &r->scratch, operand_bytes(o, v->rows, v->cols));
         g->ptr = copy;
         g->ld = (int)v->cols;
-        return quant_target_fake(&o->q, o->axis, key, copy, v->cols, &sc->amax, &sc->scale_dec);
+        return quant_target_fake(&q, o->axis, key, copy, v->cols, &sc->amax, &sc->scale_dec);
     }
     const int64_t R = o->axis ? v->rows : v->cols, K = o->axis ? v->cols : v->rows;
     if (o->form == FORM_FP8) {
-        QuantTarget t = quant_target_fake(&o->q, o->axis, key, NULL, 0, &sc->amax, &sc->scale_dec);
+        QuantTarget t = quant_target_fake(&q, o->axis, key, NULL, 0, &sc->amax, &sc->scale_dec);
         t.fp8 = scratch_take(m, &r->scratch, (size_t)(R * K));
         t.fold_scale = (float*)scratch_take(m, &r->scratch, (size_t)R * sizeof(float));
         const size_t nmax = (size_t)ceil_div(R, o->q.block_w);
@@ -748,7 +759,7 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
     uint8_t* raw_scales = scratch_take(m, &r->scratch, (size_t)(R * K / 16));
     g->codes = codes;
     g->scales = scratch_take(m, &r->scratch, matmul_fp4_scale_bytes((int)R, (int)(K / 16)));
-    return quant_target_packed(&o->q, o->axis, key, codes, raw_scales, &sc->amax, &sc->scale_dec);
+    return quant_target_packed(&q, o->axis, key, codes, raw_scales, &sc->amax, &sc->scale_dec);
 }
 
 // Quantizes a view for 1 or 2 targets (fake or packed copies), amax pass and apply pass, on the quantizer's
@@ -782,6 +793,23 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
     return took_ahead;
 }
 
+// A src=fprop slot's source (docs/NUMERICS_NEXT.md 2.4): the forward's copy of W or X made again, fake, in the
+// source's layout (its fprop slot's spec, key and the amax the forward took: the same bits). The target then
+// reads it through src_dec, the forward copy's tensor scale: BF16(FP32(fake) * scale_dec) per element.
+static TensorView fprop_copy_again(GPT* m, LinearRun* r, Slot s, QuantTarget* t) {
+    const TensorView* v = &r->src[r->plan->op[s].src];
+    const Slot fs = s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+    const OperandPlan* fo = &r->plan->op[fs];
+    OperandScalars* fsc = &r->sc->op[fs];
+    floatX* copy = (floatX*)scratch_take(m, &r->scratch, (size_t)(v->rows * v->cols) * sizeof(floatX));
+    QuantTarget ft = quant_target_fake(&fo->q, fo->axis, fp4_key(m, r->l, r->kind, fs), copy, v->cols, &fsc->amax,
+                                       &fsc->scale_dec);
+    quantize_view(m, v, &ft, 1, NULL, 1);
+    t->src_dec = &fsc->scale_dec;
+    TensorView c = {copy, v->rows, v->cols, v->cols};
+    return c;
+}
+
 // One pass of the plan: the copies it asks of one source from one read, their scales, and the
 // diagnostics' statistics of each.
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
@@ -806,7 +834,10 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
             cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t), m->stream));
         }
     }
-    if (quantize_view(m, v, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
+    TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
+    if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
+        from = fprop_copy_again(m, r, pass->target[0], &t[0]);
+    if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
     for (int i = 0; i < pass->ntargets; i++) {
         const OperandPlan* o = &r->plan->op[pass->target[i]];
         if (o->form != FORM_PACKED) continue;   // the native GEMM reads its scales swizzled
@@ -815,7 +846,7 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
     }
     if (m->diag_active && !r->plan->qk)   // the statistics describe the recipe's own formats
         for (int i = 0; i < pass->ntargets; i++)
-            quant_fast_stats_gpu(v->ptr, v->rows, v->cols, v->ld, &t[i], 1,
+            quant_fast_stats_gpu(from.ptr, from.rows, from.cols, from.ld, &t[i], 1,
                                  diag_stats_at(m, r->l, r->kind, pass->target[i]), m->stream);
 }
 
@@ -1884,7 +1915,7 @@ int main(int argc, char** argv) {
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
         {"zero", 0, OPT_CHOICE, &tc.zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc.nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
-        {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4|nvfp4-4o6",
+        {"recipe", 'r', OPT_CHOICE, &tc.recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4|nvfp4-4o6|quartet2|quartet2-4o6",
          "precision recipe of the linear layers' GEMMs (see README)"},
         {"fprop-x", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_X], NULL, "override slot fprop.x: a spec like bf16, nvfp4, 'nvfp4,sr', 'mxfp4-2d,h32'"},
         {"fprop-w", 0, OPT_STRING, &tc.slot_override[SLOT_FPROP_W], NULL, "override slot fprop.w"},

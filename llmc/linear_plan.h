@@ -59,6 +59,10 @@ typedef struct {
     OperandForm form;
     QuantSpec spec;       // form != FORM_BF16
     QuantParams q;        // resolved from spec (what the kernels take)
+    int from_fprop;       // dgrad.w / wgrad.x with src=fprop (MS-EDEN, docs/NUMERICS_NEXT.md 2.4): quantized from
+                          // the forward's dequantized copy of the source, which the backward makes again (the
+                          // same spec, key and amax give the same copy); 0 when the forward reads BF16
+    int step_signs;       // Hadamard signs drawn per call (eden): the trainer keys them on the linear's dgrad.dy
 } OperandPlan;
 
 // One read of one source: the copies it writes, and (forward only) a backward slot of the same source
@@ -129,6 +133,8 @@ static inline void linear_part_ahead(LinearPart* p) {
             const QuantPass* b = &p->pass[1][j];
             if (b->src != f->src || b->ntargets != 1 || f->ntargets != 1) continue;
             const OperandForm ff = p->op[f->target[0]].form, bf = p->op[b->target[0]].form;
+            const OperandPlan* bo = &p->op[b->target[0]];
+            if (bo->from_fprop || bo->step_signs) continue;   // another source, or MS-EDEN's own amax pass
             if (ff == bf && (ff == FORM_FAKE || ff == FORM_FP8)) f->ahead = b->target[0];
         }
     }
@@ -158,6 +164,12 @@ static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer,
             o->spec = p->qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
             o->q = quant_params(&o->spec);
             o->form = FORM_FAKE;
+            o->step_signs = o->q.step_signs;
+        }
+        for (int s = SLOT_DGRAD_W; s < NUM_SLOTS; s += 2) {   // dgrad.w, wgrad.x: from the forward's copy?
+            OperandPlan* o = &p->op[s];
+            const Slot fs = s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+            o->from_fprop = o->form != FORM_BF16 && o->spec.source == QSRC_FPROP && p->op[fs].form != FORM_BF16;
         }
         for (int g = 0; g < NUM_GEMMS; g++) {
             OperandPlan* a = &p->op[2 * g];

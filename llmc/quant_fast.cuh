@@ -202,6 +202,9 @@ typedef struct {
     unsigned* fold_below;
     int dmin, dmax;   // fp8_fold_window
     int bw_log2;      // log2(bw): the fold's row index / bw as a shift (a 64-bit division is a long subroutine)
+    const float* src_dec;   // MS-EDEN's dequantized source (QuantTarget.src_dec), or NULL
+    float* eden_corr;       // MS-EDEN's corrections C (QuantTarget.eden_corr, tests), or NULL
+    int eden;         // rounding eden: quant_group.cuh's MS-EDEN kernels
 } QFTarget;
 
 typedef struct {
@@ -1081,6 +1084,14 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols,
     if (gid != QGRID_E2M1 && gid != QGRID_INT4 && gid != QGRID_E1M2 && gid != QGRID_E4M3) return 0;
     if (gid == QGRID_E4M3 && p->rounding != QROUND_RNE) return 0;
     if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
+    if (p->rounding == QROUND_EDEN)   // MS-EDEN (quant_group.cuh): e2m1 1x16 e4m3 h128, the call's signs set
+        return gid == QGRID_E2M1 && p->block_w == 1 && p->block_l == 16 && p->scale == QSCALE_E4M3 &&
+               p->hadamard == 128 && p->signs_set && !t->fp8 && t->amax && t->scale_dec &&
+               (!outputs || (t->fake && !t->codes && (uintptr_t)t->fake % 4 == 0 && t->ld_fake % 2 == 0 &&
+                             t->ld_fake >= cols) ||
+                (!t->fake && t->codes && t->scales && (uintptr_t)t->codes % 2 == 0)) &&
+               qf_shape_ok(p, rows, cols, t->axis);
+    if (t->src_dec) return 0;   // a dequantized source is MS-EDEN's operand source only
     if (p->scale < QSCALE_E4M3 || p->scale >= QSCALE_COUNT || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
     // 4o6 (quant_group.cuh's apply pass): E2M1 only, no FP8 form (its scales are E4M3)
@@ -1097,6 +1108,7 @@ static inline int qf_supported(const QuantTarget* t, int n, int64_t rows, int64_
     int h[2] = {-1, -1};
     for (int k = 0; k < n; k++) {
         if (!qf_target_ok(&t[k], rows, cols, outputs)) return 0;
+        if (t[k].p.rounding == QROUND_EDEN) return n == 1;   // its own kernels, one target at a time
         h[t[k].axis ? 0 : 1] = t[k].p.hadamard;
     }
     return qf_combo_ok(h[0], h[1]);
@@ -1143,6 +1155,9 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.codes = t->codes;
     q.scales = t->scales;
     qf_code_consts(qf_grid_id(&t->p.grid), &q.code_mul, &q.code_shift);
+    q.src_dec = t->src_dec;
+    q.eden_corr = t->eden_corr;
+    q.eden = t->p.rounding == QROUND_EDEN;
     return q;
 }
 
@@ -1215,6 +1230,8 @@ static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
 // single-target kernels together (bench_quant_fast, nvfp4 dY pair at 65536 x 3072: 1323 us dual vs
 // 1113 us split), although it reads the input once instead of twice.
 static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
+    for (int k = 0; k < 2; k++)   // MS-EDEN: a single target, quant_group.cuh's amax kernel
+        if ((k ? L.hb : L.ha) >= 0 && L.a.t[k].eden) { qg_launch_eden_amax(L, k, s); return; }
     const bool fold = L.a.t[0].fold_max || L.a.t[1].fold_max;   // FP8 targets: also the per-row maxima
 #define QF_CASE(A, B) if (L.ha == A && L.hb == B) { \
         if (fold) qf_launch_amax<A, B, true>(L, s); else qf_launch_amax<A, B, false>(L, s); return; }
@@ -1228,15 +1245,18 @@ static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
 // The apply kernels of the targets whose output form is OUT (4o6 targets: quant_group.cuh's kernel).
 template <int OUT>
 static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
-    for (int k = 0; k < 2; k++)
-        if ((k ? L.hb : L.ha) >= 0 && L.a.t[k].out == OUT && L.a.t[k].p.scale == QSCALE_E4M3_4O6) qg_launch_4o6<OUT>(L, k, s);
-    if (L.ha >= 0 && L.a.t[0].out == OUT && L.a.t[0].p.scale != QSCALE_E4M3_4O6) {
+    for (int k = 0; k < 2; k++) {   // quant_group.cuh's rules
+        if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT) continue;
+        if (L.a.t[k].eden) qg_launch_eden_apply<OUT>(L, k, s);
+        else if (L.a.t[k].p.scale == QSCALE_E4M3_4O6) qg_launch_4o6<OUT>(L, k, s);
+    }
+    if (L.ha >= 0 && L.a.t[0].out == OUT && L.a.t[0].p.scale != QSCALE_E4M3_4O6 && !L.a.t[0].eden) {
         if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
-    if (L.hb >= 0 && L.a.t[1].out == OUT && L.a.t[1].p.scale != QSCALE_E4M3_4O6) {
+    if (L.hb >= 0 && L.a.t[1].out == OUT && L.a.t[1].p.scale != QSCALE_E4M3_4O6 && !L.a.t[1].eden) {
         if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
         else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);

@@ -1,9 +1,11 @@
 // quant_group.cuh: the GPU quantizer for the rules whose block decision needs sums over a whole block in a
-// fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1).
-// defines: qg_launch_4o6()
-// Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header): the amax pass
-// is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
+// fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) and MS-EDEN (rounding eden,
+// section 2).
+// defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply()
+// Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header). 4o6: the amax
+// pass is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
 // statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks).
+// MS-EDEN: both passes here (its 128-point rotation), one target per call.
 // Bit-identical to the CPU twin (fp4_quant_cpu.h, quant_cpu_pass with
 // quant_block_scale_4o6_cpu); dev/test/test_quant_gpu_cpu.cu compares them.
 //
@@ -13,8 +15,10 @@
 //   2. rounds every element with both candidates (the block max to 6, and to 4; the same SR bits) and sums
 //      each candidate's squared error in the twin's order (operand row by row, along k; no FMA),
 //   3. keeps the 4-candidate iff its sum is strictly smaller, and writes the outputs of the chosen one.
-// Elements go through the reference functions (grid_round_rne / grid_round_sr / bf16_bits_rne): this path
-// is about exactness, not speed (a 1D unit is loaded once; a 2D unit reads its rows once per step).
+// Elements of a block whose amax is finite take quant_fast's magnitude functions (qf_rne_mag / qf_sr_mag,
+// checked against the reference rounding in test_quant_fast); a block holding inf or NaN keeps 6 and takes
+// the reference element path. SR bits: one draw per 2 x 2 square, shared by the candidates and the outputs.
+// A 1D unit loads its row and draws its bits once; a 2D unit (weights) reads its rows once per step.
 // Coalescing: row-wise (axis 1), consecutive threads take consecutive units along K of one operand row;
 // column-wise (axis 0), consecutive operand rows (view columns), so each element load of a warp is 32
 // neighbouring view columns.
@@ -24,13 +28,22 @@
 
 // v[0..U) <- operand row i, elements [k0, k0 + U) as the quantizer sees them: rotated by H (groups of H,
 // the spec's sign mask) and rounded to BF16 when the spec has a Hadamard (hadamard_bf16's arithmetic).
+// Row-wise the U elements are contiguous and 16-byte aligned (k0 % 16 == 0, ld % 8 == 0): 16-byte loads.
 template <int U>
 __device__ __forceinline__ void qg_load_row(const QFTarget& T, const QFArgs& A, int axis, int64_t i, int64_t k0,
                                             float (&v)[U]) {
+    if (axis) {
+        const uint4* p = (const uint4*)(A.in + i * A.ld + k0);
 #pragma unroll
-    for (int j = 0; j < U; j++) {
-        const int64_t off = axis ? i * A.ld + k0 + j : (k0 + j) * A.ld + i;
-        v[j] = bf16_bits_to_float(A.in[off]);
+        for (int q = 0; q < U / 8; q++) {
+            const uint4 w = p[q];
+            const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int h = 0; h < 4; h++) { v[8 * q + 2 * h] = qf_lo(ws[h]); v[8 * q + 2 * h + 1] = qf_hi(ws[h]); }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < U; j++) v[j] = bf16_bits_to_float(A.in[(k0 + j) * A.ld + i]);
     }
     const int H = T.p.hadamard;
     if (!H) return;
@@ -49,68 +62,99 @@ __device__ __forceinline__ void qg_load_row(const QFTarget& T, const QFArgs& A, 
     for (int j = 0; j < U; j++) v[j] = bf16_bits_to_float(bf16_bits_rne(v[j]));
 }
 
-// The code of x (already multiplied by the block's inverse scale) under the target's rounding; SR bits of
-// operand element (i, k), i.e. of view element (i, k) row-wise or (k, i) column-wise.
-__device__ __forceinline__ uint8_t qg_round(const QFTarget& T, const QFArgs& A, int axis, float x, int64_t i,
-                                            int64_t k) {
-    if (!T.sr) return grid_round_rne(&T.p.grid, x);
-    const uint32_t r16 = axis ? sr_bits16(T.key, (uint64_t)i, (uint64_t)k, (uint64_t)A.cols)
-                              : sr_bits16(T.key, (uint64_t)k, (uint64_t)i, (uint64_t)A.cols);
-    return grid_round_sr(&T.p.grid, x, r16);
-}
-
-// Step 2 for one operand row of the unit: both candidates' error terms of each block, added in order.
-template <int U, int NB>
-__device__ __forceinline__ void qg_4o6_err_row(const QFTarget& T, const QFArgs& A, int axis, int64_t i, int64_t k0,
-                                               const float (&v)[U], const QuantBlockScale (&c6)[NB],
-                                               const QuantBlockScale (&c4)[NB], float s_enc, float (&e6)[NB],
-                                               float (&e4)[NB]) {
-    const int L = U / NB;
+// SR bits of operand row i's elements [k0, k0 + U): sr_bits16 of each element's view position, element j in
+// half j & 1 of rb[j / 2]. Elements 2q and 2q + 1 lie in one 2 x 2 square (k0 even): one draw per pair.
+template <int U>
+__device__ __forceinline__ void qg_sr_row(const QFTarget& T, const QFArgs& A, int axis, int64_t i, int64_t k0,
+                                          uint32_t (&rb)[U / 2]) {
+    const uint64_t half = (uint64_t)((A.cols + 1) >> 1);
 #pragma unroll
-    for (int j = 0; j < U; j++) {
-        const int b = j / L;
-        const uint8_t q6 = qg_round(T, A, axis, QF_MUL(v[j], c6[b].inv), i, k0 + j);
-        const uint8_t q4 = qg_round(T, A, axis, QF_MUL(v[j], c4[b].inv), i, k0 + j);
-        quant_4o6_err_add(&e6[b], &T.p.grid, q6, c6[b].sdec, v[j], s_enc);
-        quant_4o6_err_add(&e4[b], &T.p.grid, q4, c4[b].sdec, v[j], s_enc);
+    for (int q = 0; q < U / 2; q++) {
+        const int64_t k = k0 + 2 * q;
+        // row-wise: view (i, k), (i, k + 1), sub-squares 2 (i & 1) + 0 / 1; column-wise: view (k, i),
+        // (k + 1, i), sub-squares 0 / 2 + (i & 1)
+        const uint64_t w = axis ? rng_bits64(T.key, (uint64_t)(i >> 1) * half + (uint64_t)(k >> 1))
+                                : rng_bits64(T.key, (uint64_t)(k >> 1) * half + (uint64_t)(i >> 1));
+        const int s0 = axis ? (int)((i & 1) << 1) : (int)(i & 1), ds = axis ? 1 : 2;
+        rb[q] = ((uint32_t)(w >> (16 * s0)) & 0xFFFFu) | (((uint32_t)(w >> (16 * (s0 + ds))) & 0xFFFFu) << 16);
     }
 }
 
-// Step 3 for one operand row: the chosen candidate's codes, written in the target's output form.
+// |code value| of v * inv (the block's candidate), as grid_round_rne / grid_round_sr round it: the fast
+// magnitude functions of quant_fast for a block whose amax is finite, the reference ones otherwise.
+__device__ __forceinline__ float qg_mag(const QFTarget& T, float v, float inv, uint32_t r16, bool fast) {
+    if (fast) {
+        const float a = fabsf(QF_MUL(v, inv));
+        return T.sr ? qf_sr_mag(T.g, a, r16) : qf_rne_mag(T.g, a);
+    }
+    const float x = QF_MUL(v, inv);
+    const uint8_t c = T.sr ? grid_round_sr(&T.p.grid, x, r16) : grid_round_rne(&T.p.grid, x);
+    return fabsf(grid_code_value(&T.p.grid, c));
+}
+
+// One candidate's squared-error term (quant_4o6_err_add with code value +-m and x = +-|v|: the signs cancel
+// exactly), added to err.
+__device__ __forceinline__ void qg_err_add(float& err, float m, float sdec, float v, float s_enc) {
+    const float d = QF_SUB(QF_MUL(m, sdec), QF_MUL(fabsf(v), s_enc));
+    err = QF_ADD(err, QF_MUL(d, d));
+}
+
+// Step 3 for one operand row: the chosen candidates' codes, written in the target's output form (fast blocks:
+// sign(v) | BF16(m * sdec) by truncation, exact; others: the reference element).
 template <int U, int NB, int OUT>
 __device__ __forceinline__ void qg_4o6_out_row(const QFTarget& T, const QFArgs& A, int axis, int64_t i, int64_t k0,
-                                               const float (&v)[U], const QuantBlockScale (&bs)[NB], float tdec,
+                                               const float (&v)[U], const uint32_t (&rb)[U / 2],
+                                               const QuantBlockScale (&bs)[NB], const bool (&fb)[NB], float tdec,
                                                QuantStats* st) {
-    const int L = U / NB;
+    constexpr int L = U / NB;
     const int64_t K = axis ? A.cols : A.rows;
-    uint32_t packed[U / 8];
+    uint32_t o[U / 2];   // fake: BF16 pairs; packed: 8 codes per word in o[0 .. U / 8)
 #pragma unroll
-    for (int q = 0; q < U / 8; q++) packed[q] = 0;
+    for (int q = 0; q < U / 2; q++) o[q] = 0;
 #pragma unroll
     for (int j = 0; j < U; j++) {
-        const int b = j / L;
-        const float x = QF_MUL(v[j], bs[b].inv);
-        const uint8_t c = qg_round(T, A, axis, x, i, k0 + j);
+        const QuantBlockScale& b = bs[j / L];
+        const uint32_t r16 = (rb[j / 2] >> (16 * (j & 1))) & 0xFFFFu;
+        const uint32_t vs = f32_bits(v[j]) & 0x80000000u;
         if constexpr (OUT == QF_OUT_STATS) {
-            quant_stats_element(st, &T.p.grid, v[j], x, c, &bs[b], tdec);
-        } else if constexpr (OUT == QF_OUT_PACKED) {
-            packed[j / 8] |= (uint32_t)c << (4 * (j % 8));
+            const float x = QF_MUL(v[j], b.inv);
+            const uint8_t c = T.sr ? grid_round_sr(&T.p.grid, x, r16) : grid_round_rne(&T.p.grid, x);
+            quant_stats_element(st, &T.p.grid, v[j], x, c, &b, tdec);
+        } else if (fb[j / L]) {
+            const float m = qg_mag(T, v[j], b.inv, r16, true);
+            if constexpr (OUT == QF_OUT_PACKED)
+                o[j / 8] |= (qf_code_index(m, T.code_mul, T.code_shift) | (vs >> 28)) << (4 * (j % 8));
+            else
+                o[j / 2] |= ((f32_bits(QF_MUL(m, b.sdec)) >> 16) | (vs >> 16)) << (16 * (j & 1));
         } else {
-            const uint16_t o = bf16_bits_rne(grid_code_value(&T.p.grid, c) * bs[b].sdec);
-            T.fake[axis ? i * T.ld_fake + k0 + j : (k0 + j) * T.ld_fake + i] = o;
+            const float x = QF_MUL(v[j], b.inv);
+            const uint8_t c = T.sr ? grid_round_sr(&T.p.grid, x, r16) : grid_round_rne(&T.p.grid, x);
+            if constexpr (OUT == QF_OUT_PACKED) o[j / 8] |= (uint32_t)c << (4 * (j % 8));
+            else o[j / 2] |= (uint32_t)bf16_bits_rne(grid_code_value(&T.p.grid, c) * b.sdec) << (16 * (j & 1));
         }
     }
     if constexpr (OUT == QF_OUT_PACKED) {
 #pragma unroll
-        for (int q = 0; q < U / 8; q++) *(uint32_t*)(T.codes + i * (K / 2) + k0 / 2 + 4 * q) = packed[q];
+        for (int q = 0; q < U / 8; q++) *(uint32_t*)(T.codes + i * (K / 2) + k0 / 2 + 4 * q) = o[q];
 #pragma unroll
         for (int b = 0; b < NB; b++) T.scales[i * (K / L) + k0 / L + b] = bs[b].bits;
+    } else if constexpr (OUT == QF_OUT_FAKE) {
+        if (axis) {
+            uint4* dst = (uint4*)(T.fake + i * T.ld_fake + k0);
+#pragma unroll
+            for (int q = 0; q < U / 8; q++) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < U; j++) T.fake[(k0 + j) * T.ld_fake + i] = (uint16_t)(o[j / 2] >> (16 * (j & 1)));
+        }
     }
 }
 
-// One unit per thread (see the top of the file). U: the unit length along K; NB = U / L blocks per row.
+// One unit per thread (see the top of the file). U: the unit length along K; NB = U / L blocks per row. A 1D
+// unit (W = 1) loads its row and draws its SR bits once; a 2D unit reads its rows once per step.
 template <int U, int NB, int OUT>
 __global__ void __launch_bounds__(QG_THREADS) qg_4o6_kernel(const __grid_constant__ QFArgs A, int slot) {
+    constexpr int L = U / NB;
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;
@@ -118,14 +162,17 @@ __global__ void __launch_bounds__(QG_THREADS) qg_4o6_kernel(const __grid_constan
     const int64_t units_k = K / U, units_m = M / W;
     const int64_t u = (int64_t)blockIdx.x * QG_THREADS + threadIdx.x;
     const float s_enc = quant_tensor_scale_enc(&T.p, *T.amax);
-    if (OUT != QF_OUT_STATS && u == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, s_enc);
     const float tdec = quant_tensor_scale_dec(&T.p, s_enc);
+    if (OUT != QF_OUT_STATS && u == 0) *T.scale_dec = tdec;
     QuantStats st;
     memset(&st, 0, sizeof(st));
     if (u < units_k * units_m) {   // (statistics: every lane reaches the warp flush below)
         const int64_t ib = axis ? u / units_k : u % units_m, kb = axis ? u % units_k : u / units_m;
         const int64_t i0 = ib * W, k0 = kb * U;
         float v[U];
+        uint32_t rb[U / 2];
+#pragma unroll
+        for (int q = 0; q < U / 2; q++) rb[q] = 0;
         // 1. block amaxes (NaN bits sort above inf, as amax_bits_update)
         uint32_t bm[NB];
 #pragma unroll
@@ -133,28 +180,46 @@ __global__ void __launch_bounds__(QG_THREADS) qg_4o6_kernel(const __grid_constan
         for (int r = 0; r < W; r++) {
             qg_load_row<U>(T, A, axis, i0 + r, k0, v);
 #pragma unroll
-            for (int j = 0; j < U; j++) bm[j / (U / NB)] = amax_bits_update(bm[j / (U / NB)], v[j]);
+            for (int j = 0; j < U; j++) bm[j / L] = amax_bits_update(bm[j / L], v[j]);
         }
+        bool fb[NB], any = false;   // per block: its amax is finite (the fast element path)
         QuantBlockScale c6[NB], c4[NB], bs[NB];
         float e6[NB], e4[NB];
 #pragma unroll
         for (int b = 0; b < NB; b++) {
+            fb[b] = bm[b] < 0x7F800000u;
+            any = any || fb[b];
             c6[b] = quant_block_scale_e4m3_to(f32_from_bits(bm[b]), s_enc, 6.0f);
             c4[b] = quant_block_scale_e4m3_to(f32_from_bits(bm[b]), s_enc, 4.0f);
             e6[b] = 0.0f;
             e4[b] = 0.0f;
         }
-        // 2. both candidates' squared errors, operand row by row (a 1D unit still has v loaded)
-        for (int r = 0; r < W; r++) {
-            if (W > 1) qg_load_row<U>(T, A, axis, i0 + r, k0, v);
-            qg_4o6_err_row<U, NB>(T, A, axis, i0 + r, k0, v, c6, c4, s_enc, e6, e4);
-        }
-        // 3. the choice (ties, NaN and inf: 6), then the outputs
+        // 2. both candidates' squared errors, operand row by row, each along k (a block holding inf or NaN
+        //    has NaN or inf sums, so it keeps 6: its sums are not needed)
+        if (T.sr && W == 1) qg_sr_row<U>(T, A, axis, i0, k0, rb);
+        for (int r = 0; r < W && any; r++) {
+            if (W > 1) {
+                qg_load_row<U>(T, A, axis, i0 + r, k0, v);
+                if (T.sr) qg_sr_row<U>(T, A, axis, i0 + r, k0, rb);
+            }
 #pragma unroll
-        for (int b = 0; b < NB; b++) bs[b] = e4[b] < e6[b] ? c4[b] : c6[b];
+            for (int j = 0; j < U; j++) {
+                const int b = j / L;
+                const uint32_t r16 = (rb[j / 2] >> (16 * (j & 1))) & 0xFFFFu;
+                if (!fb[b]) continue;
+                qg_err_add(e6[b], qg_mag(T, v[j], c6[b].inv, r16, true), c6[b].sdec, v[j], s_enc);
+                qg_err_add(e4[b], qg_mag(T, v[j], c4[b].inv, r16, true), c4[b].sdec, v[j], s_enc);
+            }
+        }
+        // 3. the choice (ties: 6), then the outputs
+#pragma unroll
+        for (int b = 0; b < NB; b++) bs[b] = fb[b] && e4[b] < e6[b] ? c4[b] : c6[b];
         for (int r = 0; r < W; r++) {
-            if (W > 1) qg_load_row<U>(T, A, axis, i0 + r, k0, v);
-            qg_4o6_out_row<U, NB, OUT>(T, A, axis, i0 + r, k0, v, bs, tdec, &st);
+            if (W > 1) {
+                qg_load_row<U>(T, A, axis, i0 + r, k0, v);
+                if (T.sr) qg_sr_row<U>(T, A, axis, i0 + r, k0, rb);
+            }
+            qg_4o6_out_row<U, NB, OUT>(T, A, axis, i0 + r, k0, v, rb, bs, fb, tdec, &st);
         }
     }
     if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, T.stats);
@@ -177,4 +242,211 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
     if (U == 16) qg_launch_4o6_u<16, 1, OUT>(L, slot, s);
     else if (T.bl == 32) qg_launch_4o6_u<32, 1, OUT>(L, slot, s);
     else qg_launch_4o6_u<32, 2, OUT>(L, slot, s);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MS-EDEN (rounding `eden`, docs/NUMERICS_NEXT.md section 2): E2M1 codes rounded to nearest after a 128-point
+// Hadamard with the call's signs, 1x16 E4M3 group scales under the 256 * V tensor scale, each 128-group's
+// correction <u,u> / <u,q> folded into its 8 scales by stochastic rounding to neighbouring E4M3 values.
+// A CTA owns a tile of 32 operand rows x one 128-group along K, staged in shared memory in operand layout
+// (so a column-wise operand is read and written coalesced); warp w takes the tile's rows w, w + 4, ..;
+// lane l holds elements 4l .. 4l + 3 of a row: butterflies h = 1, 2 in registers, h = 4 .. 64 as shuffles
+// (lane xor h/4), each 16-element group on 4 lanes, the 128-group's sums as the spec's tree (each lane's 4
+// terms in order, then xor 16, 8, 4, 2, 1). Two kernels: the tensor amax of the rotated operand, then the
+// apply pass (fake, packed or statistics output). With a source scale (QFTarget.src_dec) the input is a
+// fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec) (the operand source `src=fprop`).
+
+#define QG_EDEN_ROWS 32
+#define QG_EDEN_PITCH 130   // BF16 per shared row: 65 words, so a column of the tile spans 32 banks
+
+// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view, two elements per thread access: along a
+// view row for axis 1, a pair of neighbouring view columns (operand rows) for axis 0. Rows past M read 0.
+__device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
+                                             uint16_t* tile) {
+    const int64_t M = axis ? A.rows : A.cols;
+    const float dec = T.src_dec ? *T.src_dec : 1.0f;
+    for (int e = threadIdx.x; e < QG_EDEN_ROWS * 64; e += blockDim.x) {
+        int r0, kk0, dr, dk;   // the pair's two elements: (r0, kk0) and (r0 + dr, kk0 + dk)
+        if (axis) { r0 = e >> 6; kk0 = 2 * (e & 63); dr = 0; dk = 1; }
+        else { kk0 = e >> 4; r0 = 2 * (e & 15); dr = 1; dk = 0; }
+        const int64_t i = i0 + r0;
+        uint32_t w = 0;
+        if (i < M) w = *(const uint32_t*)(A.in + (axis ? i * A.ld + k0 + kk0 : (k0 + kk0) * A.ld + i));
+        uint16_t x[2] = {(uint16_t)(w & 0xFFFFu), (uint16_t)(w >> 16)};
+        if (T.src_dec)
+            for (int h = 0; h < 2; h++) x[h] = bf16_bits_rne(bf16_bits_to_float(x[h]) * dec);
+        tile[r0 * QG_EDEN_PITCH + kk0] = x[0];
+        tile[(r0 + dr) * QG_EDEN_PITCH + kk0 + dk] = x[1];
+    }
+}
+
+// The tile's fake values -> the view layout (the inverse of qg_eden_load's traversal).
+__device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
+                                                   const uint16_t* tile) {
+    const int64_t M = axis ? A.rows : A.cols;
+    for (int e = threadIdx.x; e < QG_EDEN_ROWS * 64; e += blockDim.x) {
+        int r0, kk0, dr, dk;
+        if (axis) { r0 = e >> 6; kk0 = 2 * (e & 63); dr = 0; dk = 1; }
+        else { kk0 = e >> 4; r0 = 2 * (e & 15); dr = 1; dk = 0; }
+        const int64_t i = i0 + r0;
+        if (i >= M) continue;
+        const uint32_t w = (uint32_t)tile[r0 * QG_EDEN_PITCH + kk0] | ((uint32_t)tile[(r0 + dr) * QG_EDEN_PITCH + kk0 + dk] << 16);
+        *(uint32_t*)(T.fake + (axis ? i * T.ld_fake + k0 + kk0 : (k0 + kk0) * T.ld_fake + i)) = w;
+    }
+}
+
+// Lane's 4 elements of tile row r, rotated as hadamard_bf16 with n = 128 (signs by negation, butterflies
+// h = 1 .. 64 in FP32, one multiply by hadamard_scale(128), BF16 rounding).
+__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int lane, float (&y)[4]) {
+    const uint16_t* p = tile + r * QG_EDEN_PITCH + 4 * lane;
+    const uint32_t sg = (T.p.signs[lane >> 3] >> (4 * (lane & 7))) & 0xFu;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        y[j] = bf16_bits_to_float(p[j]);
+        if ((sg >> j) & 1u) y[j] = -y[j];
+    }
+    float a, b;
+    a = y[0]; b = y[1]; y[0] = QF_ADD(a, b); y[1] = QF_SUB(a, b);   // h = 1
+    a = y[2]; b = y[3]; y[2] = QF_ADD(a, b); y[3] = QF_SUB(a, b);
+    a = y[0]; b = y[2]; y[0] = QF_ADD(a, b); y[2] = QF_SUB(a, b);   // h = 2
+    a = y[1]; b = y[3]; y[1] = QF_ADD(a, b); y[3] = QF_SUB(a, b);
+#pragma unroll
+    for (int x = 1; x < 32; x <<= 1) {   // h = 4x: the partner lane holds element e ^ h
+        const bool upper = lane & x;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float o = __shfl_xor_sync(0xFFFFFFFFu, y[j], x);
+            y[j] = upper ? QF_SUB(o, y[j]) : QF_ADD(y[j], o);
+        }
+    }
+    const float sc = hadamard_scale(128);
+#pragma unroll
+    for (int j = 0; j < 4; j++) y[j] = bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[j], sc)));
+}
+
+__device__ __forceinline__ void qg_eden_tile_origin(const QFArgs& A, int axis, int64_t t, int64_t* i0, int64_t* k0) {
+    const int64_t M = axis ? A.rows : A.cols;
+    const int64_t tiles_m = ceil_div(M, (int64_t)QG_EDEN_ROWS);
+    *i0 = (t % tiles_m) * QG_EDEN_ROWS;
+    *k0 = (t / tiles_m) * 128;
+}
+
+static inline int64_t qg_eden_tiles(const QFArgs& A, int axis) {
+    const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;
+    return ceil_div(M, (int64_t)QG_EDEN_ROWS) * (K / 128);
+}
+
+// Pass 1: max |y| over the rotated operand into *T.amax (NaN bits sort above inf; zeroed by the caller).
+__global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_constant__ QFArgs A, int slot, int64_t tiles) {
+    __shared__ uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];
+    const QFTarget& T = A.t[slot];
+    const int axis = slot == 0;
+    const int64_t M = axis ? A.rows : A.cols;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t m = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int64_t i0, k0;
+        qg_eden_tile_origin(A, axis, t, &i0, &k0);
+        __syncthreads();
+        qg_eden_load(T, A, axis, i0, k0, tile);
+        __syncthreads();
+        for (int r = warp; r < QG_EDEN_ROWS; r += QG_THREADS / 32) {
+            if (i0 + r >= M) break;
+            float y[4];
+            qg_eden_rotate(T, tile, r, lane, y);
+#pragma unroll
+            for (int j = 0; j < 4; j++) m = amax_bits_update(m, y[j]);
+        }
+    }
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
+    if (lane == 0 && m) atomicMax((unsigned int*)T.amax, m);
+}
+
+// Pass 2: one tile per CTA.
+template <int OUT>
+__global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_constant__ QFArgs A, int slot) {
+    __shared__ uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];
+    const QFTarget& T = A.t[slot];
+    const int axis = slot == 0;
+    const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float s_enc = quant_tensor_scale_enc(&T.p, *T.amax);
+    const float tdec = quant_tensor_scale_dec(&T.p, s_enc);
+    if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = tdec;
+    int64_t i0, k0;
+    qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
+    qg_eden_load(T, A, axis, i0, k0, tile);
+    __syncthreads();
+    QuantStats st;
+    memset(&st, 0, sizeof(st));
+    for (int r = warp; r < QG_EDEN_ROWS; r += QG_THREADS / 32) {
+        const int64_t i = i0 + r;
+        if (i >= M) break;   // whole warps: i is the same on every lane
+        float y[4];
+        qg_eden_rotate(T, tile, r, lane, y);
+        // the lane's 16-element group: 4 lanes
+        uint32_t bm = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) bm = amax_bits_update(bm, y[j]);
+        bm = qf_shfl_max(qf_shfl_max(bm, 1), 2);
+        const QuantBlockScale pre = quant_block_scale(&T.p, f32_from_bits(bm), s_enc);   // eden_group_scale
+        const float sg = pre.sdec, inv = pre.inv;
+        float u[4], tn[4], td[4];
+        uint8_t c[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            u[j] = QF_MUL(y[j], inv);
+            c[j] = grid_round_rne(&T.p.grid, u[j]);
+            tn[j] = QF_MUL(u[j], u[j]);
+            td[j] = QF_MUL(u[j], grid_code_value(&T.p.grid, c[j]));
+        }
+        float num = QF_ADD(QF_ADD(QF_ADD(tn[0], tn[1]), tn[2]), tn[3]);
+        float den = QF_ADD(QF_ADD(QF_ADD(td[0], td[1]), td[2]), td[3]);
+#pragma unroll
+        for (int x = 16; x > 0; x >>= 1) {
+            num = QF_ADD(num, __shfl_xor_sync(0xFFFFFFFFu, num, x));
+            den = QF_ADD(den, __shfl_xor_sync(0xFFFFFFFFu, den, x));
+        }
+        const float C = eden_correction(num, den);
+        if (OUT != QF_OUT_STATS && T.eden_corr && lane == 0) T.eden_corr[i * (K / 128) + k0 / 128] = C;
+        const int64_t j = i * (K / 16) + k0 / 16 + (lane >> 2);   // the scale's index, operand-major
+        const uint32_t r16 = eden_scale_r16(T.key, (uint64_t)j);
+        QuantBlockScale bs;
+        bs.sdec = eden_scale_sr(QF_MUL(sg, C), r16);
+        bs.inv = inv;
+        bs.bits = e4m3_bits(bs.sdec);
+        bs.is_nan = 0;
+        if constexpr (OUT == QF_OUT_STATS) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) quant_stats_element(&st, &T.p.grid, y[q], u[q], c[q], &bs, tdec);
+        } else if constexpr (OUT == QF_OUT_PACKED) {
+            const uint16_t codes = (uint16_t)(c[0] | (c[1] << 4) | (c[2] << 8) | (c[3] << 12));
+            *(uint16_t*)(T.codes + i * (K / 2) + (k0 + 4 * lane) / 2) = codes;
+            if ((lane & 3) == 0) T.scales[j] = bs.bits;
+        } else {
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                tile[r * QG_EDEN_PITCH + 4 * lane + q] = bf16_bits_rne(grid_code_value(&T.p.grid, c[q]) * bs.sdec);
+        }
+    }
+    if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, T.stats);
+    if constexpr (OUT == QF_OUT_FAKE) {
+        __syncthreads();
+        qg_eden_store_fake(T, A, axis, i0, k0, tile);
+    }
+}
+
+static inline void qg_launch_eden_amax(const QFLaunch& L, int slot, cudaStream_t s) {
+    const int64_t tiles = qg_eden_tiles(L.a, slot == 0);
+    int64_t blocks = tiles < 4096 ? tiles : 4096;
+    qg_eden_amax_kernel<<<(unsigned)blocks, QG_THREADS, 0, s>>>(L.a, slot, tiles);
+    cuda_check_last();
+}
+
+template <int OUT>
+static inline void qg_launch_eden_apply(const QFLaunch& L, int slot, cudaStream_t s) {
+    const int64_t tiles = qg_eden_tiles(L.a, slot == 0);
+    qg_eden_apply_kernel<OUT><<<(unsigned)tiles, QG_THREADS, 0, s>>>(L.a, slot);
+    cuda_check_last();
 }

@@ -37,6 +37,9 @@ typedef struct {
                           // maximized into by the amax pass
     float* fold_scale;    // with fp8: per GEMM row 2^o, written by the apply pass (the GEMM's outer-vector scale)
     unsigned* fold_below; // with fp8: the apply pass adds the number of blocks below the exact window
+    const float* src_dec; // MS-EDEN (rounding eden) only, or NULL: the input is a fake copy, and the operand its
+                          // dequantized values BF16(FP32(fake) * *src_dec) (the operand source src=fprop)
+    float* eden_corr;     // MS-EDEN, tests: the corrections C, one per 128-group, operand row-major (or NULL)
 } QuantTarget;
 
 static inline QuantTarget quant_target_fake(const QuantParams* p, int axis, uint64_t key, floatX* fake,

@@ -39,6 +39,11 @@ typedef struct {
 // nvfp4-4o6 is nvfp4 with the 4o6 scale rule on all six operands, as the Four Over Six authors train
 // (their recipe: every linear operand 4o6, weights and activations RTN, gradients SR, 2D weight blocks,
 // some last blocks BF16; docs/NUMERICS_NEXT.md 1.5).
+// quartet2 follows Quartet II's scheme (docs/NUMERICS_NEXT.md 2.4-2.5): forward NVFP4 1x16 round-to-nearest
+// (no 2D weights, no Hadamard), the four backward operands MS-EDEN (eden: RTN after a 128-point Hadamard
+// whose signs are re-drawn every step, the correction folded into the block scales by SR), dY from BF16
+// and W, X from the forward's dequantized FP4 copies (src=fprop); every block FP4. quartet2-4o6 adds Four
+// Over Six to the forward (Quartet II's four_over_six option).
 typedef struct {
     const char* name;
     const char* slot[NUM_SLOTS];
@@ -65,6 +70,13 @@ static const RecipePreset RECIPE_PRESETS[] = {
     {"nvfp4-4o6",
      {"nvfp4,4o6", "nvfp4-2d,4o6", "nvfp4,4o6,sr", "nvfp4-2d,4o6", "nvfp4,4o6,sr,h16,fixed", "nvfp4,4o6,h16,fixed"},
      2, 8, "nvfp4 with Four Over Six (arXiv 2512.02010) on every operand: each block's max to 6 or 4, lower MSE"},
+    {"quartet2",
+     {"nvfp4", "nvfp4", "nvfp4,eden", "nvfp4,eden,src=fprop", "nvfp4,eden", "nvfp4,eden,src=fprop"}, 0, 0,
+     "Quartet II (arXiv 2601.22813): RTN 1x16 forward, MS-EDEN backward (H128, per-step signs), W and X for the "
+     "backward from the forward's FP4 copies"},
+    {"quartet2-4o6",
+     {"nvfp4,4o6", "nvfp4,4o6", "nvfp4,eden", "nvfp4,eden,src=fprop", "nvfp4,eden", "nvfp4,eden,src=fprop"}, 0, 0,
+     "quartet2 with Four Over Six in the forward"},
 };
 #define NUM_RECIPE_PRESETS ((int)(sizeof(RECIPE_PRESETS) / sizeof(RECIPE_PRESETS[0])))
 
@@ -149,8 +161,15 @@ static inline void recipe_check(const Recipe* r) {
         fail_if(ha != hb || (ha && (a->signs != b->signs || a->sign_seed != b->sign_seed)),
                 "recipe: the two operands of %s must use the same Hadamard transform (%s: h%d, %s: h%d)",
                 GEMM_NAMES[g], SLOT_NAMES[2 * g], ha, SLOT_NAMES[2 * g + 1], hb);
-        fail_if(ha > 32, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32", ha, GEMM_NAMES[g]);
+        const int eden = !quant_spec_is_bf16(a) && a->rounding == QROUND_EDEN;   // (then b is eden too: h128, step)
+        fail_if(ha > 32 && !eden, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32 (128: MS-EDEN's, "
+                "rounding eden)", ha, GEMM_NAMES[g]);
     }
+    // the forward's dequantized copy exists for the two backward slots that read the forward's sources
+    for (int s = 0; s < NUM_SLOTS; s++)
+        fail_if(!quant_spec_is_bf16(&r->slot[s]) && r->slot[s].source == QSRC_FPROP && s != SLOT_DGRAD_W &&
+                s != SLOT_WGRAD_X, "recipe: slot %s: src=fprop (the forward's dequantized copy) applies to dgrad.w "
+                "and wgrad.x only", SLOT_NAMES[s]);
 }
 
 // Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The

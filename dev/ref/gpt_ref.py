@@ -16,7 +16,8 @@ The script initializes from a seed, runs forward/backward once (logits, loss, gr
                         [13]=compute dtype (32 or 64, informational),
                         [14]=quantization seed seed_q (SR keys; what the C test passes to gpt_set_recipe),
                         [15]=recipe index in llmc/recipe.h RECIPE_PRESETS (0 bf16, 1 nvfp4,
-                             2 nvfp4-naive, 3 mxfp4, 4 mxfp4-2d, 5 ufp4),
+                             2 nvfp4-naive, 3 mxfp4, 4 mxfp4-2d, 5 ufp4, 6 nvfp4-4o6, 7 quartet2,
+                             8 quartet2-4o6),
                         [16]=bf16_first, [17]=bf16_last (resolved block counts kept in BF16),
                         [18]=number of transformer blocks that run quantized GEMMs (0 for bf16),
                         [32..63]  recipe name, ASCII, NUL padded (128 bytes),
@@ -79,6 +80,10 @@ Regenerate every committed dump (bf16 -> gpt_ref.bin, nvfp4 mxfp4-2d ufp4 -> gpt
 trains nvfp4-naive and mxfp4 and prints every recipe's loss gap to bf16; about a minute on a CPU):
   python3 dev/ref/gpt_ref.py --recipe all
 nvfp4-naive and mxfp4 dumps are not committed (size); write one with --recipe nvfp4-naive (or mxfp4).
+quartet2 (MS-EDEN's 128-point rotations need 128 | C) has its own model (~4 MB):
+  python3 dev/ref/gpt_ref.py --recipe quartet2 --channels 128 --vocab 250 --padded-vocab 256
+    -> dev/ref/gpt_ref_quartet2.bin  (src=fprop slots: the forward's dequantized copy, re-made with its key;
+       MS-EDEN signs keyed on the linear's dgrad.dy key, as train_gpt_fp4.cu)
 Check the FP4 machinery: python3 dev/ref/gpt_ref.py --self-test   (read_dump.py checks any dump)
 """
 import argparse
@@ -175,11 +180,26 @@ RECIPE_PRESETS = [
               "int4,h16,seed=1"], 0, 0),
     ("nvfp4-4o6", ["nvfp4,4o6", "nvfp4-2d,4o6", "nvfp4,4o6,sr", "nvfp4-2d,4o6", "nvfp4,4o6,sr,h16,fixed",
                    "nvfp4,4o6,h16,fixed"], 2, 8),
+    ("quartet2", ["nvfp4", "nvfp4", "nvfp4,eden", "nvfp4,eden,src=fprop", "nvfp4,eden", "nvfp4,eden,src=fprop"], 0, 0),
+    ("quartet2-4o6", ["nvfp4,4o6", "nvfp4,4o6", "nvfp4,eden", "nvfp4,eden,src=fprop", "nvfp4,eden",
+                      "nvfp4,eden,src=fprop"], 0, 0),
 ]
 RECIPE_NAMES = [r[0] for r in RECIPE_PRESETS]
 # The dumps kept in the repository (~2.2 MB each; all six would exceed the ~10 MB budget). --recipe all
 # still trains every preset (for the loss-gap table) but writes only these; --recipe NAME writes any one.
 DUMPED_RECIPES = ["bf16", "nvfp4", "mxfp4-2d", "ufp4"]
+# quartet2's MS-EDEN rotates 128 elements along every backward reduction dimension (OC and N), which the
+# default model's 64 channels do not fill: its dump is written on its own, on a model with 128 channels
+# (dev/ref/gpt_ref_quartet2.bin, see QUARTET2_DUMP_ARGS); --recipe all trains only the presets that fit.
+QUARTET2_DUMP_ARGS = "--recipe quartet2 --channels 128 --vocab 250 --padded-vocab 256"
+
+
+def recipe_fits(rec, C):
+    """Whether every quantized slot's block and Hadamard lengths divide this model's channel counts."""
+    for s in rec["specs"]:
+        if s is not None and any(n % max(s["l"], s["hadamard"]) for n in (C, 3 * C, 4 * C)):
+            return False
+    return True
 
 
 def parse_slot(text):
@@ -188,7 +208,7 @@ def parse_slot(text):
         return None
     sp = F.parse_spec(text)
     sp["text"] = text
-    sp["mask"] = F.sign_mask(sp)
+    sp["mask"] = None if sp["signs"] == "step" else F.sign_mask(sp)   # step signs: drawn per call (quantize)
     return sp
 
 
@@ -291,20 +311,40 @@ class QuantState:
     def tensor_id(self, l, kind, slot):
         return ((self.micro * self.L + l) * NUM_LINEARS + kind) * NUM_SLOTS + slot
 
+    def quantize(self, x, l, kind, slot, axis):
+        """The slot's copy of x (float32, BF16-representable): (fake BF16 bits in x's layout, scale_dec)."""
+        sp = self.recipe["specs"][slot]
+        key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, slot)))
+        if sp["scale"] == "4o6" or sp["rounding"] == "eden":   # fp4_ref.quantize itself (the dumps are small)
+            # MS-EDEN's per-call signs: drawn from the linear's dgrad.dy key of this step and micro-batch,
+            # shared by its four backward operands (llmc/fp4_formats.h quant_step_sign_mask)
+            sign_key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, 2))) if sp["signs"] == "step" else None
+            r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key, sign_key)
+            return r["fake"], np.float32(r["scale_dec"])
+        return quantize_fast(sp, x, axis, key)
+
+    def source(self, t2d, l, kind, slot):
+        """The BF16 source of a slot as float32: the tensor itself, or for a src=fprop slot (MS-EDEN's W and X,
+        docs/NUMERICS_NEXT.md 2.4) the forward's copy of it dequantized, BF16(FP32(fake) * scale_dec), when the
+        forward quantized it (the same spec and key give the same copy)."""
+        x = to_bf16_f32(t2d)
+        sp = self.recipe["specs"][slot]
+        fslot = {3: 1, 5: 0}.get(slot)   # dgrad.w <- fprop.w, wgrad.x <- fprop.x
+        if sp is None or sp.get("src", "bf16") != "fprop" or self.recipe["specs"][fslot] is None:
+            return x
+        fake, sdec = self.quantize(x, l, kind, fslot, 1)
+        return F.round_bf16((F.bf16_to_f32(fake) * np.float32(sdec)).astype(np.float32))
+
     def operand(self, t2d, l, kind, slot, axis):
         """Q(t2d, slot, axis) as float64: the dequantized operand the GEMM multiplies."""
         sp = self.recipe["specs"][slot]
         if sp is None:
             return t2d  # BF16 slot: passes through (reference precision)
-        x = to_bf16_f32(t2d)
+        x = self.source(t2d, l, kind, slot)
         key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, slot)))
-        if sp["scale"] == "4o6":   # Four Over Six: fp4_ref.quantize itself (block by block; the dumps are small)
-            r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key)
-            fake, sdec = r["fake"], np.float32(r["scale_dec"])
-        else:
-            fake, sdec = quantize_fast(sp, x, axis, key)
+        fake, sdec = self.quantize(x, l, kind, slot, axis)
         self.calls += 1
-        if self.check:
+        if self.check and sp["scale"] != "4o6" and sp["rounding"] != "eden":   # (those are fp4_ref.quantize's)
             r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key)
             assert np.array_equal(r["fake"], fake) and r["scale_dec"].tobytes() == sdec.tobytes(), \
                 f"quantize_fast != fp4_ref.quantize: {sp['text']} l={l} kind={kind} slot={slot}"
@@ -686,6 +726,10 @@ def main():
     results = {}
     for rname in names_to_run:
         rec = make_recipe(rname, cfg["L"])
+        if not recipe_fits(rec, cfg["C"]):
+            assert args.recipe == "all", f"recipe {rname} does not fit C={cfg['C']} (e.g. {QUARTET2_DUMP_ARGS})"
+            print(f"\nrecipe {rname}: skipped, its blocks or Hadamard do not fit C={cfg['C']} ({QUARTET2_DUMP_ARGS})")
+            continue
         st = QuantState(rec, args.quant_seed, cfg["L"], check=args.check_quant) if rec["fp4_any"] else None
         res = train(cfg, hp, p0, x, y, dev, dtype, decayed, st)
         results[rname] = res

@@ -58,18 +58,33 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, Ge
             }
             // the forward takes ahead the amax of the backward copy of its source, when the backward makes it
             // alone and both are fake-quant copies or both FP8 (X: wgrad.x, W: dgrad.w; never dY, which has no
-            // forward)
+            // forward), unless that copy reads the forward's dequantized copy (src=fprop) or is MS-EDEN's (its
+            // amax is of the 128-point rotation, taken by its own pass)
             int want_ahead = NO_SLOT;
             if (!ph && q->ntargets == 1) {
                 const int b = q->src == SRC_X ? SLOT_WGRAD_X : SLOT_DGRAD_W;
                 const OperandForm f = p->op[q->target[0]].form;
-                if (f == p->op[b].form && (f == FORM_FAKE || f == FORM_FP8)) want_ahead = b;
+                const int eden_or_fprop = p->op[b].form != FORM_BF16 &&
+                                          (p->op[b].spec.rounding == QROUND_EDEN || p->op[b].spec.source == QSRC_FPROP);
+                if (f == p->op[b].form && (f == FORM_FAKE || f == FORM_FP8) && !eden_or_fprop) want_ahead = b;
             }
             CHECK(q->ahead == want_ahead, "%s: pass over %s takes ahead %s, want %s", what, SOURCE_NAMES[q->src],
                   q->ahead == NO_SLOT ? "nothing" : SLOT_NAMES[q->ahead], want_ahead == NO_SLOT ? "nothing" : SLOT_NAMES[want_ahead]);
         }
     for (int s = 0; s < NUM_SLOTS; s++)
         CHECK(made[s] == (p->op[s].form != FORM_BF16), "%s: slot %s made %d times", what, SLOT_NAMES[s], made[s]);
+    // src=fprop: dgrad.w and wgrad.x read the forward's copy of W and X when the forward quantizes it; MS-EDEN's
+    // operands draw their Hadamard signs per call
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        const OperandPlan* o = &p->op[s];
+        const int fs = s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+        const int want_fprop = (s == SLOT_DGRAD_W || s == SLOT_WGRAD_X) && o->form != FORM_BF16 &&
+                               o->spec.source == QSRC_FPROP && p->op[fs].form != FORM_BF16;
+        CHECK(o->from_fprop == want_fprop, "%s: slot %s from the forward's copy: %d, want %d", what, SLOT_NAMES[s],
+              o->from_fprop, want_fprop);
+        CHECK(o->step_signs == (o->form != FORM_BF16 && o->spec.signs == QSIGNS_STEP), "%s: slot %s step signs", what,
+              SLOT_NAMES[s]);
+    }
     // the dY copies share one read
     if (p->op[SLOT_DGRAD_DY].form != FORM_BF16 && p->op[SLOT_WGRAD_DY].form != FORM_BF16) {
         int shared = 0;

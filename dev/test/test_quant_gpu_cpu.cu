@@ -90,7 +90,8 @@ static std::vector<uint16_t> make_data(int64_t rows, int64_t cols, int64_t ld, i
 // One target, GPU vs CPU
 
 struct Shape { int64_t rows, cols, pad; };
-static const Shape SHAPES[] = {{64, 96, 0}, {96, 160, 8}, {32, 256, 24}, {160, 32, 0}, {128, 128, 8}, {48, 80, 0}};
+static const Shape SHAPES[] = {{64, 96, 0}, {96, 160, 8}, {32, 256, 24}, {160, 32, 0}, {128, 128, 8}, {48, 80, 0},
+                               {48, 256, 8}, {256, 40, 8}};   // (the last two: MS-EDEN's partial 32-row tiles)
 static const int NSHAPES = (int)(sizeof(SHAPES) / sizeof(SHAPES[0]));
 
 static int shape_ok(const QuantParams* p, int64_t rows, int64_t cols, int axis) {
@@ -98,11 +99,15 @@ static int shape_ok(const QuantParams* p, int64_t rows, int64_t cols, int axis) 
     return K % p->block_l == 0 && M % p->block_w == 0 && (!p->hadamard || K % p->hadamard == 0);
 }
 
-static QuantParams parse(const char* s) {
+// The spec's parameters; MS-EDEN's per-call signs (step) drawn from sign_key, as the trainer draws them from
+// the linear's dgrad.dy key.
+static QuantParams parse(const char* s, uint64_t sign_key = 20261201) {
     QuantSpec spec;
     char err[512];
     fail_if(quant_spec_parse(s, &spec, err, sizeof(err)), "%s: %s", s, err);
-    return quant_params(&spec);
+    QuantParams p = quant_params(&spec);
+    if (p.step_signs) quant_params_set_step_signs(&p, sign_key);
+    return p;
 }
 
 // Device buffers for one view and one copy of it, reused by every case.
@@ -259,7 +264,7 @@ static int n_unsupported = 0;
 // One spec, one axis, one output form on one shape and data kind: quantize_fast_gpu, then quant_fast_stats_gpu,
 // against quant_cpu_pass. Returns 0 when the shape does not fit the spec.
 static int run_single(Dev& d, const char* spec, int axis, int form, int shape, int kind, uint64_t seed) {
-    const QuantParams p = parse(spec);
+    const QuantParams p = parse(spec, rng_key(seed, 3, 9));
     const Shape& s = SHAPES[shape];
     const int64_t ld = s.cols + s.pad;
     if (!shape_ok(&p, s.rows, s.cols, axis)) return 0;
@@ -274,12 +279,27 @@ static int run_single(Dev& d, const char* spec, int axis, int form, int shape, i
         if (++n_unsupported <= 5) printf("FAIL not supported by the fast kernels: %s %s\n", what, form ? "packed" : "fake");
         return 1;
     }
+    const int64_t ncorr = p.rounding == QROUND_EDEN ? s.rows * s.cols / 128 : 0;
+    float* dcorr = NULL;   // MS-EDEN: the corrections too (the outputs alone may hide a wrong sum order)
+    if (ncorr) {
+        cuda_check(cudaMalloc(&dcorr, ncorr * sizeof(float)));
+        t.eden_corr = dcorr;
+    }
     quantize_fast_gpu((const floatX*)d.in, s.rows, s.cols, ld, &t, 1, 0);
     cuda_check(cudaMemset(d.stats, 0, sizeof(QuantStats)));
     quant_fast_stats_gpu((const floatX*)d.in, s.rows, s.cols, ld, &t, 1, d.stats, 0);
     const Copy g = gpu_read(d, 0, t, form, s.rows, s.cols, ld);
     const Copy c = cpu_copy(p, axis, form, key, h, s.rows, s.cols, ld);
     compare(g, c, 1, what);
+    if (ncorr) {
+        std::vector<float> gc(ncorr), cc(ncorr);
+        cuda_check(cudaMemcpy(gc.data(), dcorr, ncorr * sizeof(float), cudaMemcpyDeviceToHost));
+        cuda_check(cudaFree(dcorr));
+        const QuantView v = {h.data(), s.rows, s.cols, ld};
+        quant_eden_corrections_cpu(&p, v, axis, cc.data());
+        CHECK(!memcmp(gc.data(), cc.data(), ncorr * sizeof(float)), "%s: the MS-EDEN corrections differ from the CPU twin's",
+              what);
+    }
     return 1;
 }
 
@@ -358,7 +378,9 @@ static void single_targets(Dev& d, int quick) {
 
 static void pair_case(Dev& d, const QuantSpec& sa, const QuantSpec& sb, int form, int ahead, int64_t rows, int64_t cols,
                       int kind, const char* what) {
-    const QuantParams pa = quant_params(&sa), pb = quant_params(&sb);
+    QuantParams pa = quant_params(&sa), pb = quant_params(&sb);
+    if (pa.step_signs) quant_params_set_step_signs(&pa, rng_key(5, 9, 3));   // MS-EDEN: one sign draw for the
+    if (pb.step_signs) quant_params_set_step_signs(&pb, rng_key(5, 9, 3));   // linear's backward operands
     if (form == OUT_PACKED && (pa.grid.e4m3 || pb.grid.e4m3)) return;
     if (!shape_ok(&pa, rows, cols, 1) || !shape_ok(&pb, rows, cols, 0)) return;
     const std::vector<uint16_t> h = make_data(rows, cols, cols, kind, &pa.grid);
@@ -414,6 +436,49 @@ static void trainer_passes(Dev& d, int quick) {
 }
 
 // ----------------------------------------------------------------------------------------------------
+// MS-EDEN from a dequantized source (the operand source src=fprop, train_gpt_fp4.cu fprop_copy_again): the
+// input is a fake copy (here the CPU twin's row-wise NVFP4 copy of the data), the target reads it through
+// src_dec; the CPU twin quantizes BF16(FP32(fake) * dec) itself.
+
+static void eden_sources(Dev& d) {
+    const int64_t rows = 256, cols = 256;
+    float* ddec;
+    cuda_check(cudaMalloc(&ddec, sizeof(float)));
+    int ran = 0;
+    for (int kind = 0; kind < D_COUNT; kind++)
+        for (int axis = 0; axis < 2; axis++)
+            for (int form = 0; form < 2; form++) {
+                const QuantParams fq = parse("nvfp4"), p = parse("nvfp4,eden,src=fprop", rng_key(11, kind, axis));
+                const std::vector<uint16_t> h = make_data(rows, cols, cols, kind, &fq.grid);
+                std::vector<uint16_t> fake(rows * cols), src(rows * cols);
+                const QuantView v = {h.data(), rows, cols, cols};
+                const float fdec = quant_cpu(&fq, v, 1, rng_key(11, 1, 0), fake.data(), cols, NULL, NULL, NULL);
+                for (size_t i = 0; i < src.size(); i++) src[i] = bf16_bits_rne(bf16_bits_to_float(fake[i]) * fdec);
+                cuda_check(cudaMemcpy(d.in, fake.data(), fake.size() * 2, cudaMemcpyHostToDevice));
+                cuda_check(cudaMemcpy(ddec, &fdec, sizeof(float), cudaMemcpyHostToDevice));
+                const uint64_t key = rng_key(11, 2, axis);
+                QuantTarget t = gpu_target(d, 0, p, axis, form, key, cols);
+                t.src_dec = ddec;
+                CHECK(quant_fast_supported(&t, 1, rows, cols, cols), "eden with a dequantized source: not supported");
+                quantize_fast_gpu((const floatX*)d.in, rows, cols, cols, &t, 1, 0);
+                cuda_check(cudaMemset(d.stats, 0, sizeof(QuantStats)));
+                quant_fast_stats_gpu((const floatX*)d.in, rows, cols, cols, &t, 1, d.stats, 0);
+                const Copy g = gpu_read(d, 0, t, form, rows, cols, cols);
+                const Copy c = cpu_copy(p, axis, form, key, src, rows, cols, cols);
+                char what[160];
+                snprintf(what, sizeof(what), "eden from a dequantized nvfp4 copy, axis %d, %s", axis, DNAMES[kind]);
+                compare(g, c, 1, what);
+                ran++;
+            }
+    // a non-EDEN target does not take a dequantized source
+    QuantTarget t = gpu_target(d, 0, parse("nvfp4"), 1, OUT_FAKE, 1, cols);
+    t.src_dec = ddec;
+    CHECK(!quant_fast_supported(&t, 1, rows, cols, cols), "src_dec is refused on a non-eden target");
+    cuda_check(cudaFree(ddec));
+    printf("eden sources: %d copies from dequantized sources\n", ran);
+}
+
+// ----------------------------------------------------------------------------------------------------
 // Golden vectors (dev/fp4_ref.py) through the fast kernels
 
 static void golden(Dev& d) {
@@ -425,8 +490,9 @@ static void golden(Dev& d) {
         char spec_txt[81];
         memcpy(spec_txt, r.p + 48, 80);
         spec_txt[80] = 0;
-        const QuantParams p = parse(spec_txt);
+        QuantParams p = parse(spec_txt);
         const GoldenQuant q = golden_quant_parse(&r, p.block_l);
+        if (p.step_signs) quant_params_set_step_signs(&p, q.sign_key);   // MS-EDEN records carry their sign key
         const int64_t rows = q.rows, cols = q.cols, n = rows * cols;
         std::vector<uint16_t> in(n), want(n);
         golden_u16(in.data(), q.in, n);
@@ -435,11 +501,22 @@ static void golden(Dev& d) {
         for (int form = 0; form < 2; form++) {
             if (form == OUT_PACKED && p.grid.e4m3) continue;
             QuantTarget t = gpu_target(d, 0, p, q.axis, form, q.key, cols);
-            if (!quant_fast_supported(&t, 1, rows, cols, cols)) { skipped++; continue; }   // e.g. cols % 8 != 0
+            float* dcorr = NULL;   // MS-EDEN: the corrections too (the outputs alone may hide a wrong sum order)
+            if (q.corr) {
+                cuda_check(cudaMalloc(&dcorr, q.ncorr * sizeof(float)));
+                t.eden_corr = dcorr;
+            }
+            if (!quant_fast_supported(&t, 1, rows, cols, cols)) { skipped++; cudaFree(dcorr); continue; }   // e.g. cols % 8
             quantize_fast_gpu((const floatX*)d.in, rows, cols, cols, &t, 1, 0);
             const Copy c = gpu_read(d, 0, t, form, rows, cols, cols);
             int ok = (f32_bits(c.amax) == f32_bits(q.amax) || (isnan(c.amax) && isnan(q.amax))) &&
                      f32_bits(c.scale_dec) == f32_bits(q.scale_dec);
+            if (q.corr) {
+                std::vector<float> corr(q.ncorr);
+                cuda_check(cudaMemcpy(corr.data(), dcorr, q.ncorr * sizeof(float), cudaMemcpyDeviceToHost));
+                ok = ok && !memcmp(corr.data(), q.corr, q.ncorr * sizeof(float));
+                cuda_check(cudaFree(dcorr));
+            }
             if (form == OUT_FAKE) ok = ok && !memcmp(c.fake.data(), want.data(), 2 * n);
             else ok = ok && !memcmp(c.codes.data(), q.codes, q.ncodes) && !memcmp(c.scales.data(), q.scales, q.nscales);
             CHECK(ok, "golden %s [%s] %s: the fast kernels differ from dev/fp4_ref.py", q.name, q.spec,
@@ -467,6 +544,7 @@ int main(int argc, char** argv) {
     Dev d = dev_alloc(in_bytes, in_bytes / 4, in_bytes / 32, 2);
     single_targets(d, quick);
     trainer_passes(d, quick);
+    eden_sources(d);
     golden(d);
     dev_free(d);
     CHECK(n_unsupported == 0, "%d configurations not supported by the fast kernels", n_unsupported);

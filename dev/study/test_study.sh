@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# test_study.sh: the multi-seed study's tooling on the CPU, with stand-ins for the GPU parts (seconds):
+#   scripts/study_table.py  the t distribution against textbook values; the table of a 3x3 grid whose
+#                           final losses are known (dev/study/fake_trainer.py): means, std, gaps, and which
+#                           differences exceed the seed noise (Welch) or only the paired test
+#   dev/study/study.sh      a grid cut by its deadline leaves a checkpoint and resumes from it (every step
+#                           logged once), finished runs are skipped, a failing run is marked and skipped,
+#                           ufp4's Hadamard signs follow the seed, earlier sessions' logs (PREV) count,
+#                           a missing data part is refused
+#   dev/study/enwiki_part.sh  (a stand-in tokenizer) parts in any order, shard names, validation only
+#                           from part a, idempotence, redo after a lost shard or other settings, foreign
+#                           shards refused (FORCE=1 removes them)
+# Needs python3 (standard library only); prints "TESTS study: passed=P failed=F skipped=S".
+cd "$(dirname "$0")/../.."
+passed=0; failed=0; skipped=0
+ok()   { passed=$((passed + 1)); echo "ok   $*"; }
+bad()  { failed=$((failed + 1)); echo "FAIL study: $*"; }
+check() { local what=$1; shift; if "$@"; then ok "$what"; else bad "$what"; fi; }
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "SKIP study: no python3"; echo "TESTS study: passed=0 failed=0 skipped=1"; exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# ---- the t distribution
+out=$(python3 - <<'EOF'
+import sys
+sys.path.insert(0, "scripts")
+import study_table as s
+cases = [(2.776445, 4, 0.05), (12.7062, 1, 0.05), (2.228139, 10, 0.05), (1.0, 3, 0.390994), (0.0, 5, 1.0)]
+bad = [(t, df, s.t_two_sided_p(t, df), p) for t, df, p in cases if abs(s.t_two_sided_p(t, df) - p) > 2e-5]
+w = s.welch([1, 2, 3], [2, 3, 4, 5])   # scipy.stats.ttest_ind(equal_var=False): t -1.7321, p 0.14429
+if abs(w["t"] + 1.7320508) > 1e-6 or abs(w["df"] - 4.9591837) > 1e-6 or abs(w["p"] - 0.14429) > 1e-4:
+    bad.append(("welch", w))
+pr = s.paired({1: 1.0, 2: 2.0, 3: 3.5}, {1: 0.5, 2: 1.8, 3: 3.0})   # ttest_rel: t 4.0, p 0.05719
+if abs(pr["t"] - 4.0) > 1e-9 or abs(pr["p"] - 0.057191) > 1e-5:
+    bad.append(("paired", pr))
+print("bad" if bad else "good", bad)
+EOF
+)
+check "study_table: Student t p values, Welch and paired tests against textbook values ($out)" grep -q '^good' <<<"$out"
+
+# ---- a small grid with the fake trainer: shards of B=4 x T=8 rows, 2 x 5 batches -> 10 steps
+data=$tmp/data
+mkdir -p "$data"
+python3 - "$data" <<'EOF'
+import struct, sys
+def shard(path, n):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, n) + b"\0" * (1024 - 12) + b"\0\0" * n)
+d = sys.argv[1]
+shard(f"{d}/enwiki_train_000000.bin", 4 * 8 * 5 + 1)
+shard(f"{d}/enwiki_train_000100.bin", 4 * 8 * 5 + 7)
+shard(f"{d}/enwiki_val_000000.bin", 4 * 8 * 2 + 1)
+EOF
+export TRAINER="python3 dev/study/fake_trainer.py" B=4 T=8 PARTS="" PREV=$tmp/none MIN_LEFT=1 STOP_MARGIN=0 \
+       CKPT_EVERY=2 DATA=$data FAKE_ARGS=$tmp/args.txt
+unset OUT
+# study.sh runs $TRAINER as one word: a wrapper
+printf '#!/bin/sh\nexec python3 %s/dev/study/fake_trainer.py "$@"\n' "$PWD" > "$tmp/trainer"; chmod +x "$tmp/trainer"
+export TRAINER=$tmp/trainer
+S=$tmp/study
+grid() { STUDY_DIR=$S RECIPES="bf16 nvfp4 nvfp4-naive" SEEDS="1 2 3" bash dev/study/study.sh "$@"; }
+out=$(FAKE_STOP_AT=5 DEADLINE=3 grid 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "study.sh: a call cut by its deadline exits 10 and says INCOMPLETE" \
+    test $rc = 10 -a -n "$(grep INCOMPLETE <<<"$out")"
+check "study.sh: plan = one epoch (10 steps), warmup 1, val every ceil(10/10)=1 on the whole validation split (2 batches)" \
+    grep -q "steps 10 tokens 320 lr 1.5e-3 warmup 1 .*val_every 1 val_batches 2 " <<<"$(tr '\n' ' ' < "$S/plan.txt")"
+check "study.sh: the cut run left its checkpoint at step 4 (every 2) and logged step 5 after it" \
+    test -f "$S/bf16/seed1/ckpt_00000004.bin" -a -n "$(grep '"step":5,' "$S/bf16/seed1/log.jsonl" | grep train)"
+out=$(DEADLINE=60 grid 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "study.sh: the next call resumes and completes the grid (exit 0)" test $rc = 0
+check "study.sh: the cut run resumed with --resume latest" grep -q -- "--seed 1 --recipe bf16 .*--resume latest" "$tmp/args.txt"
+check "study.sh: one progress line per run finished in the call, with the final val loss (8 + the resumed one)" \
+    test "$(grep -c 'done in .* final val loss' <<<"$out")" = 9
+steps_ok=$(python3 - "$S" <<'EOF'
+import glob, json, sys
+bad = []
+for p in sorted(glob.glob(sys.argv[1] + "/*/seed*/log.jsonl")):
+    steps = [json.loads(l)["step"] for l in open(p) if '"type":"train"' in l]
+    if steps != list(range(1, 11)):
+        bad.append((p, steps))
+print(len(glob.glob(sys.argv[1] + "/*/seed*/log.jsonl")), bad)
+EOF
+)
+check "study.sh: 9 logs, each with train steps 1..10 exactly once ($steps_ok)" grep -q '^9 \[\]' <<<"$steps_ok"
+check "study.sh: finished runs' checkpoints removed (KEEP_CKPT=0)" test -z "$(ls "$S"/*/seed*/ckpt_* 2>/dev/null)"
+n=$(wc -l < "$tmp/args.txt")
+out=$(DEADLINE=60 grid 2>&1); rc=$?
+check "study.sh: a complete grid runs nothing again (exit 0, no trainer call)" test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = "$n"
+
+# ---- the table of that grid
+out=$(python3 scripts/study_table.py "$S" --out "$tmp/table" --no-plot 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "study_table: exit 0, table.md and summary.json written" test $rc = 0 -a -s "$tmp/table/table.md" -a -s "$tmp/table/summary.json"
+row() { grep "^| $1 | " "$tmp/table/table.md" | head -n 1; }
+# bf16: 3.02 3.04 3.06 -> mean 3.04, std 0.02, spread 0.04; nvfp4: +0.1 -> gap 100*0.1/3.04 = +3.29%
+check "study_table: bf16 row (3 seeds, mean 3.0400, std 0.0200, spread 0.0400)" \
+    grep -q "^| bf16 | 3 | 3.0400 | 0.0200 | 0.0400 |  | 3.0200 | 3.0400 | 3.0600 |$" <<<"$(row bf16)"
+check "study_table: nvfp4 row (mean 3.1400, gap +3.29%)" grep -q "^| nvfp4 | 3 | 3.1400 | 0.0200 | 0.0400 | +3.29% |" <<<"$(row nvfp4)"
+check "study_table: nvfp4 vs bf16 exceeds the seed noise (Welch)" \
+    grep -q "^| nvfp4 | bf16 | +0.1000 | +3.29% | 0.0163 | yes | 6.12 | 4.0 | 0.0036 | 3 | +0.1000 | 0.0000 | <0.001 | \*\*higher: exceeds the seed noise\*\* |$" "$tmp/table/table.md"
+check "study_table: nvfp4-naive vs bf16 is within the noise for Welch, higher in the paired test only" \
+    grep -q "^| nvfp4-naive | bf16 | +0.0110 | +0.36% | .* | no | .* | 3 | +0.0110 | 0.0010 | 0.0027 | higher in the paired test only |$" "$tmp/table/table.md"
+check "study_table: nvfp4-naive vs nvfp4 exceeds the noise (lower)" \
+    grep -q "^| nvfp4-naive | nvfp4 | -0.0890 | .* | \*\*lower: exceeds the seed noise\*\* |$" "$tmp/table/table.md"
+if python3 -c "import numpy, matplotlib" >/dev/null 2>&1; then
+    python3 scripts/study_table.py "$S" --out "$tmp/table2" > "$tmp/plot.txt" 2>&1
+    check "study_table: loss.png and gaps.md (numpy and matplotlib here)" test -s "$tmp/table2/loss.png" -a -s "$tmp/table2/gaps.md"
+else
+    skipped=$((skipped + 1)); echo "SKIP study_table plot: no numpy or matplotlib here"
+fi
+
+# ---- earlier sessions' logs, a failing recipe, ufp4's signs, a missing part
+out=$(STUDY_DIR=$tmp/study2 PREV=$S RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: runs finished in an earlier session (PREV) are taken, not rerun" \
+    test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = "$n" -a "$(grep -c 'finished in an earlier session' <<<"$out")" = 4
+out=$(STUDY_DIR=$tmp/study3 FAKE_FAIL=nvfp4 RECIPES="ufp4 nvfp4" SEEDS="7" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "study.sh: a failing run is marked FAILED and the grid goes on" \
+    test -f "$tmp/study3/nvfp4/seed7/FAILED" -a -n "$(grep 'ufp4 seed 7: done' <<<"$out")"
+check "study.sh: ufp4's Hadamard signs drawn from the seed (VARY_SIGNS=1)" \
+    grep -q -- "--seed 7 --recipe ufp4 .*--fprop-x int4,h16,seed=7 .*--wgrad-x int4,h16,seed=7" "$tmp/args.txt"
+out=$(STUDY_DIR=$tmp/study4 PARTS="a" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: a missing data part is refused (exit 1, names it)" test $rc = 1 -a -n "$(grep "parts/a.done is missing" <<<"$out")"
+unset TRAINER B T PARTS PREV MIN_LEFT STOP_MARGIN CKPT_EVERY DATA FAKE_ARGS
+
+# ---- enwiki_part.sh with a stand-in tokenizer (one train shard per input, named by it; a val shard)
+cat > "$tmp/prepro.py" <<'EOF'
+import argparse, os, struct
+p = argparse.ArgumentParser()
+p.add_argument("--input", nargs="+"); p.add_argument("--name"); p.add_argument("--out_dir")
+p.add_argument("--val_tokens", type=int); p.add_argument("--shard_size", type=int); p.add_argument("--tokenizer_out")
+a = p.parse_args()
+assert a.tokenizer_out == ""
+def shard(path, n):
+    with open(path, "wb") as f:
+        f.write(struct.pack("<3i", 20240520, 1, n) + b"\0" * (1024 - 12) + b"\0\0" * n)
+for i, f in enumerate(a.input):
+    shard(os.path.join(a.out_dir, f"{a.name}_train_{i:06d}.bin"), 100 + int(os.path.basename(f)[7:9]))
+if a.val_tokens:
+    shard(os.path.join(a.out_dir, f"{a.name}_val_000000.bin"), a.val_tokens)
+print(f"{a.name}: {a.val_tokens} validation tokens, {len(a.input)} train shards")
+EOF
+mkdir -p "$tmp/xa" "$tmp/xb"
+echo 0 > "$tmp/xa/enwiki_00.jsonl.xz"; echo 1 > "$tmp/xa/enwiki_01.jsonl.xz"; echo 2 > "$tmp/xb/enwiki_02.jsonl.xz"
+E=$tmp/enwiki
+part() { ENWIKI_OUT=$E PREPRO="python3 $tmp/prepro.py" VAL_TOKENS=${VT:-50} bash dev/study/enwiki_part.sh "$@" 2>&1; }
+ntok() { python3 -c "import struct,sys;print(struct.unpack('<3i',open(sys.argv[1],'rb').read(12))[2])" "$1"; }
+out=$(part b "$tmp/xb"; part a "$tmp/xa")
+check "enwiki_part: parts b then a: train shards 000000, 000001 (a), 000100 (b), the validation split from a" \
+    test "$(cd "$E" && ls enwiki_*.bin | tr '\n' ' ')" = "enwiki_train_000000.bin enwiki_train_000001.bin enwiki_train_000100.bin enwiki_val_000000.bin " \
+    -a "$(ntok "$E/enwiki_train_000100.bin")" = 102 -a "$(ntok "$E/enwiki_val_000000.bin")" = 50
+out=$(part a "$tmp/xa"; part b "$tmp/xb")
+check "enwiki_part: a part already done is left alone" test "$(grep -c 'already done' <<<"$out")" = 2
+rm "$E/enwiki_train_000001.bin"
+out=$(part a "$tmp/xa")
+check "enwiki_part: a lost shard makes the part redo itself" \
+    test -f "$E/enwiki_train_000001.bin" -a -n "$(grep 'redoing' <<<"$out")"
+out=$(VT=70 part a "$tmp/xa")
+check "enwiki_part: other settings (VAL_TOKENS) redo the part" test "$(ntok "$E/enwiki_val_000000.bin")" = 70
+touch "$E/enwiki_train_000050.bin.x"; cp "$E/enwiki_train_000100.bin" "$E/enwiki_train_000300.bin"
+out=$(part b "$tmp/xb"); rc=$?
+check "enwiki_part: a shard no part wrote is refused" test $rc != 0 -a -n "$(grep 'no part wrote' <<<"$out")"
+out=$(FORCE=1 part b "$tmp/xb"); rc=$?
+check "enwiki_part: FORCE=1 removes it" test $rc = 0 -a ! -e "$E/enwiki_train_000300.bin"
+out=$(part B "$tmp/xb"); rc=$?
+check "enwiki_part: a bad part name is refused" test $rc = 2
+
+echo "TESTS study: passed=$passed failed=$failed skipped=$skipped"
+[ "$failed" = 0 ]
