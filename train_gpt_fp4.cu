@@ -608,9 +608,11 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
             need = need > b ? need : b;
         }
     if (!m->qt_events) {   // the phase timer, for every recipe (bf16 too: its GEMM time is the baseline's)
-        // one event pair per quantization pass and per GEMM; a harvest window (a backward and the next
-        // forward) holds at most 17 per linear: forward 2 passes + 1 GEMM (twice that for a split QKV),
-        // backward 3 passes + 2 GEMMs (twice split) + 1 diagnostic copy
+        // one event pair per quantization call and per GEMM; a harvest window (a backward and the next
+        // forward) holds per part a forward of 2 calls + 1 GEMM and a backward of up to 6 calls (MS-EDEN's dY
+        // pair as two, src=fprop's two copies made again) + 2 GEMMs, + 1 diagnostic copy per linear: at most
+        // 11 for a linear, 20 for a split QKV (its Q/K part is MXFP8: 3 backward calls), so 18 per linear
+        // on average covers every layer
         m->qt_capacity = 2 * 18 * NUM_LINEARS * L;
         m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
         m->qt_phase = (uint8_t*)xmalloc(m->qt_capacity / 2);

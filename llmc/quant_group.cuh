@@ -230,6 +230,8 @@ static inline void qg_launch_4o6_u(const QFLaunch& L, int slot, cudaStream_t s) 
     const QFTarget& T = L.a.t[slot];
     const int64_t M = slot == 0 ? L.a.rows : L.a.cols, K = slot == 0 ? L.a.cols : L.a.rows;
     const int64_t units = (M / T.bw) * (K / U);
+    fail_if(ceil_div(units, (int64_t)QG_THREADS) >= ((int64_t)1 << 31), "quantize_fast_gpu: %lld x %lld is too large "
+            "for the 4o6 kernel's grid", (long long)L.a.rows, (long long)L.a.cols);
     qg_4o6_kernel<U, NB, OUT><<<(unsigned)ceil_div(units, QG_THREADS), QG_THREADS, 0, s>>>(L.a, slot);
     cuda_check_last();
 }

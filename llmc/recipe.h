@@ -165,11 +165,20 @@ static inline void recipe_check(const Recipe* r) {
         fail_if(ha > 32 && !eden, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32 (128: MS-EDEN's, "
                 "rounding eden)", ha, GEMM_NAMES[g]);
     }
-    // the forward's dequantized copy exists for the two backward slots that read the forward's sources
-    for (int s = 0; s < NUM_SLOTS; s++)
-        fail_if(!quant_spec_is_bf16(&r->slot[s]) && r->slot[s].source == QSRC_FPROP && s != SLOT_DGRAD_W &&
-                s != SLOT_WGRAD_X, "recipe: slot %s: src=fprop (the forward's dequantized copy) applies to dgrad.w "
-                "and wgrad.x only", SLOT_NAMES[s]);
+    // src=fprop: MS-EDEN's operand source (docs/NUMERICS_NEXT.md 2.4), for the two backward slots that read the
+    // forward's sources, whose forward copy must hold W or X themselves (a rotated copy is W H or X H)
+    for (int s = 0; s < NUM_SLOTS; s++) {
+        const QuantSpec* q = &r->slot[s];
+        if (quant_spec_is_bf16(q) || q->source != QSRC_FPROP) continue;
+        fail_if(s != SLOT_DGRAD_W && s != SLOT_WGRAD_X, "recipe: slot %s: src=fprop (the forward's dequantized copy) "
+                "applies to dgrad.w and wgrad.x only", SLOT_NAMES[s]);
+        fail_if(q->rounding != QROUND_EDEN, "recipe: slot %s: src=fprop is MS-EDEN's operand source (Quartet II); "
+                "use it with eden (e.g. 'nvfp4,eden,src=fprop') or drop it", SLOT_NAMES[s]);
+        const QuantSpec* f = &r->slot[s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X];
+        fail_if(!quant_spec_is_bf16(f) && f->hadamard, "recipe: slot %s: src=fprop needs a forward copy of %s without a "
+                "Hadamard (the forward's copy holds the rotated values); give %s a spec without hN", SLOT_NAMES[s],
+                s == SLOT_DGRAD_W ? "W" : "X", s == SLOT_DGRAD_W ? "--fprop-w" : "--fprop-x");
+    }
 }
 
 // Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The

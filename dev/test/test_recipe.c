@@ -23,6 +23,13 @@ static void bad_preset(const void*) { Recipe r; recipe_preset(&r, "fp3"); }
 static void bad_spec(const void*) { Recipe r; recipe_preset(&r, "bf16"); recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,7x7"); }
 static void qk_on_bf16(const void*) { Recipe r; recipe_preset(&r, "bf16"); r.qk_fp8 = 1; recipe_check(&r); }
 static void too_many_bf16(const void*) { Recipe r; recipe_preset(&r, "nvfp4"); r.bf16_first = 8; r.bf16_last = 8; recipe_resolve_layers(&r, 12); }
+// src=fprop: only MS-EDEN's dgrad.w / wgrad.x, and only from an unrotated forward copy
+static void fprop_src_not_eden(const void*) { Recipe r; recipe_preset(&r, "nvfp4"); recipe_set_slot(&r, SLOT_DGRAD_W, "nvfp4-2d,src=fprop"); recipe_check(&r); }
+static void fprop_src_dy(const void*) { Recipe r; recipe_preset(&r, "quartet2"); recipe_set_slot(&r, SLOT_DGRAD_DY, "nvfp4,eden,src=fprop"); recipe_check(&r); }
+static void fprop_src_rotated(const void*) {
+    Recipe r; recipe_preset(&r, "quartet2");
+    recipe_set_slot(&r, SLOT_FPROP_X, "nvfp4,h16,fixed"); recipe_set_slot(&r, SLOT_FPROP_W, "nvfp4,h16,fixed"); recipe_check(&r);
+}
 
 
 // recipe_check_shapes: rc and the words its message must hold
@@ -269,6 +276,9 @@ int main(void) {
         {bad_spec, "--fprop-x 'nvfp4,7x7'"},
         {too_many_bf16, "exceed the 12 blocks"},
         {qk_on_bf16, "--qk-fp8: the recipe quantizes nothing"},
+        {fprop_src_not_eden, "src=fprop is MS-EDEN's operand source"},
+        {fprop_src_dy, "applies to dgrad.w and wgrad.x only"},
+        {fprop_src_rotated, "src=fprop needs a forward copy of W without a Hadamard"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[2048];
