@@ -7,6 +7,8 @@
 // eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
 // twice + outputs) / fast time; apply% = (input + outputs) / apply time; amax% = input / amax time.
 // Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
+// The last rows time quant_group.cuh's rules (Four Over Six, MS-EDEN), which have no reference kernels
+// (their exactness: build/test_quant_gpu_cpu); MS-EDEN's amax pass rotates too, and with src=fprop reads a fake copy.
 #include <vector>
 #include "llmc/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
@@ -24,6 +26,8 @@ struct Cfg {
     int axis[2];
     int n;
     int packed;   // packed copies (codes + scales) instead of fake ones
+    int group;    // a rule of quant_group.cuh (4o6, MS-EDEN): timed alone, no reference kernels
+    int src_dec;  // MS-EDEN from a dequantized source (src=fprop)
 };
 
 int main(int argc, char** argv) {
@@ -50,7 +54,14 @@ int main(int argc, char** argv) {
         {"PACKED nvfp4 row", {"nvfp4", NULL}, {1, 0}, 1, 1},
         {"PACKED nvfp4-2d col", {"nvfp4-2d", NULL}, {0, 0}, 1, 1},
         {"PACKED DUAL dY", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2, 1},
+        {"4o6 row (fprop X)", {"nvfp4,4o6", NULL}, {1, 0}, 1, 0, 1},
+        {"4o6 col H16 SR (wgrad dY)", {"nvfp4,4o6,sr,h16,fixed", NULL}, {0, 0}, 1, 0, 1},
+        {"4o6 16x16 col (dgrad W)", {"nvfp4-2d,4o6", NULL}, {0, 0}, 1, 0, 1},
+        {"eden row (dgrad dY)", {"nvfp4,eden", NULL}, {1, 0}, 1, 0, 1},
+        {"eden col (wgrad dY)", {"nvfp4,eden", NULL}, {0, 0}, 1, 0, 1},
+        {"eden col src=fprop (X)", {"nvfp4,eden,src=fprop", NULL}, {0, 0}, 1, 0, 1, 1},
     };
+    const float one = 1.0f;
     const int ncfg = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
     const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {3072, 768}};
     printf("%-26s %7s %7s %6s %6s %6s %5s %5s %6s %5s %4s\n", "config", "ref us", "fast us", "x", "amax", "apply", "eff%",
@@ -61,7 +72,7 @@ int main(int argc, char** argv) {
         float* sc;
         cuda_check(cudaMalloc(&in, 2 * n));
         for (int k = 0; k < 4; k++) cuda_check(cudaMalloc(&f[k], 2 * n));   // fake copies, or codes + scales
-        cuda_check(cudaMalloc(&sc, 64));
+        cuda_check(cudaMalloc(&sc, 64));   // 16 floats: 4 per target, [8] a source's scale
         {
             std::vector<uint16_t> h(n);
             uint64_t s = 1;
@@ -83,6 +94,7 @@ int main(int argc, char** argv) {
             QuantTarget tr[2], tf[2];
             for (int k = 0; k < c.n; k++) {
                 p[k] = params(c.spec[k]);
+                if (p[k].step_signs) quant_params_set_step_signs(&p[k], rng_key(7, 1, 30));   // MS-EDEN's per-call signs
                 uint64_t key = rng_key(7, 1, 10 + k);
                 if (c.packed) {
                     uint8_t *cr = (uint8_t*)f[k], *cf = (uint8_t*)f[2 + k];
@@ -98,6 +110,18 @@ int main(int argc, char** argv) {
                 continue;
             }
             const floatX* x = (const floatX*)in;
+            const double IN = 2.0 * n, OUT = (c.packed ? 0.5 * n + n / 16.0 : 2.0 * n) * c.n;
+            auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
+            if (c.group) {   // quant_group.cuh's rules: no reference kernels (build/test_quant_gpu_cpu checks them)
+                if (c.src_dec) tf[0].src_dec = sc + 8;   // a dequantized source: any positive scale will do
+                if (c.src_dec) cuda_check(cudaMemcpy(sc + 8, &one, sizeof(float), cudaMemcpyHostToDevice));
+                double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+                double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+                double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+                printf("%-26s %7s %7.1f %6s %6.1f %6.1f %4.0f%% %4.0f%% %5.0f%% %4.0f%% %4s\n", c.name, "-", fast, "-", am, ap,
+                       pct(IN + OUT, fast), pct(2 * IN + OUT, fast), pct(IN + OUT, ap), pct(IN, am), "-");
+                continue;
+            }
             double ref = run(b, [&] { quantize_gpu(x, R, C, C, tr, c.n, 0); });
             double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
             double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
@@ -118,8 +142,6 @@ int main(int argc, char** argv) {
                     same &= ha == hb && f32_bits(s[4 * k]) == f32_bits(s[4 * k + 2]) && f32_bits(s[4 * k + 1]) == f32_bits(s[4 * k + 3]);
                 }
             }
-            const double IN = 2.0 * n, OUT = (c.packed ? 0.5 * n + n / 16.0 : 2.0 * n) * c.n;
-            auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
             printf("%-26s %7.1f %7.1f %5.2fx %6.1f %6.1f %4.0f%% %4.0f%% %5.0f%% %4.0f%% %4s\n",
                    c.name, ref, fast, ref / fast, am, ap, pct(IN + OUT, fast),
                    pct(2 * IN + OUT, fast), pct(IN + OUT, ap), pct(IN, am), same ? "yes" : "NO");
