@@ -183,7 +183,8 @@ static inline void recipe_check(const Recipe* r) {
 
 // Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The
 // trainer refuses such a recipe before the GPU starts rather than let the kernels run a spec they do not
-// know as another one. Now: none (4o6 runs in quant_group.cuh since 2026-12-01).
+// know as another one. Now: none (4o6 and MS-EDEN run in quant_group.cuh since 2026-12-01); a spec implemented on
+// the CPU first names itself here until its kernels land.
 static inline const char* quant_spec_gpu_missing(const QuantSpec* s) {
     (void)s;
     return NULL;

@@ -113,7 +113,7 @@ static void golden_quant(const GoldenRecord* r) {
         return;
     }
     if (spec.rounding == QROUND_EDEN) {    // MS-EDEN: CPU twin and oracle only so far
-        test_skip(spec_txt, "eden (MS-EDEN) is not yet on the GPU reference kernels (docs/NUMERICS_NEXT.md)");
+        test_skip(spec_txt, "eden (MS-EDEN): not in the reference GPU kernels (build/test_quant_gpu_cpu checks quant_group's)");
         return;
     }
     QuantParams p = quant_params(&spec);
