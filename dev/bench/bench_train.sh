@@ -46,8 +46,9 @@ for r in recipes:
 base, bq, bg = rows[0][1], rows[0][4], rows[0][5]
 # The step splits into quant (CUDA events around each quantization pass), gemm (around each linear layer's
 # GEMM) and rest (everything else: attention, norms, optimizer, scale products, launch gaps), each a median
-# over the warm steps. extra = step - the baseline's step, and its parts: d quant + d gemm + d rest (up to the
-# medians' rounding), so a recipe's cost reads as what its quantization adds and what its GEMMs save or add.
+# over the warm steps (rest: the step's median minus the other two, so d quant + d gemm + d rest = extra
+# exactly), so a recipe's extra step time (step - the baseline's) reads as what its quantization adds and what
+# its GEMMs save or add. The GPU's clock can differ between recipes (results/README.md): a negative d rest is that.
 print(f"{'recipe':<14}{'ms/step':>10}{'tokens/s':>12}{'MFU':>8}{'vs ' + rows[0][0]:>10}{'extra ms':>10}"
       f"{'quant ms':>10}{'gemm ms':>9}{'rest ms':>9}{'d quant':>9}{'d gemm':>8}{'d rest':>8}{'GPU GiB':>9}{'last loss':>11}")
 for r, ms, tok, mfu, quant, gemm, mem, loss in rows:
