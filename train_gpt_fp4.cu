@@ -736,7 +736,7 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
     QuantParams q = o->q;
     // MS-EDEN's signs: one draw per (step, micro-batch, layer, linear), from the linear's dgrad.dy key, shared by
     // its four backward operands (docs/NUMERICS_NEXT.md 2.1)
-    if (o->step_signs) quant_params_set_step_signs(&q, fp4_key(m, r->l, r->kind, SLOT_DGRAD_DY));
+    if (q.step_signs) quant_params_set_step_signs(&q, fp4_key(m, r->l, r->kind, SLOT_DGRAD_DY));
     if (o->form == FORM_FAKE) {
         floatX* copy = (floatX*)scratch_take(m, &r->scratch, operand_bytes(o, v->rows, v->cols));
         g->ptr = copy;

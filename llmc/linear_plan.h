@@ -62,7 +62,6 @@ typedef struct {
     int from_fprop;       // dgrad.w / wgrad.x with src=fprop (MS-EDEN, docs/NUMERICS_NEXT.md 2.4): quantized from
                           // the forward's dequantized copy of the source, which the backward makes again (the
                           // same spec, key and amax give the same copy); 0 when the forward reads BF16
-    int step_signs;       // Hadamard signs drawn per call (eden): the trainer keys them on the linear's dgrad.dy
 } OperandPlan;
 
 // One read of one source: the copies it writes, and (forward only) a backward slot of the same source
@@ -134,7 +133,7 @@ static inline void linear_part_ahead(LinearPart* p) {
             if (b->src != f->src || b->ntargets != 1 || f->ntargets != 1) continue;
             const OperandForm ff = p->op[f->target[0]].form, bf = p->op[b->target[0]].form;
             const OperandPlan* bo = &p->op[b->target[0]];
-            if (bo->from_fprop || bo->step_signs) continue;   // another source, or MS-EDEN's own amax pass
+            if (bo->from_fprop || bo->q.step_signs) continue;   // another source, or MS-EDEN's own amax pass
             if (ff == bf && (ff == FORM_FAKE || ff == FORM_FP8)) f->ahead = b->target[0];
         }
     }
@@ -164,7 +163,6 @@ static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer,
             o->spec = p->qk ? recipe_qk_spec(r, (Slot)s) : r->slot[s];
             o->q = quant_params(&o->spec);
             o->form = FORM_FAKE;
-            o->step_signs = o->q.step_signs;
         }
         for (int s = SLOT_DGRAD_W; s < NUM_SLOTS; s += 2) {   // dgrad.w, wgrad.x: from the forward's copy?
             OperandPlan* o = &p->op[s];

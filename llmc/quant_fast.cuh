@@ -1086,11 +1086,8 @@ static inline int qf_target_ok(const QuantTarget* t, int64_t rows, int64_t cols,
     if (!(p->block_l == 16 || p->block_l == 32) || !(p->block_w == 1 || p->block_w == p->block_l)) return 0;
     if (p->rounding == QROUND_EDEN)   // MS-EDEN (quant_group.cuh): e2m1 1x16 e4m3 h128, the call's signs set
         return gid == QGRID_E2M1 && p->block_w == 1 && p->block_l == 16 && p->scale == QSCALE_E4M3 &&
-               p->hadamard == 128 && p->signs_set && !t->fp8 && t->amax && t->scale_dec &&
-               (!outputs || (t->fake && !t->codes && (uintptr_t)t->fake % 4 == 0 && t->ld_fake % 2 == 0 &&
-                             t->ld_fake >= cols) ||
-                (!t->fake && t->codes && t->scales && (uintptr_t)t->codes % 2 == 0)) &&
-               qf_shape_ok(p, rows, cols, t->axis);
+               p->hadamard == 128 && p->signs_set && t->amax && t->scale_dec &&
+               (!outputs || qf_outputs_ok(t, rows, cols)) && qf_shape_ok(p, rows, cols, t->axis);
     if (t->src_dec) return 0;   // a dequantized source is MS-EDEN's operand source only
     if (p->scale < QSCALE_E4M3 || p->scale >= QSCALE_COUNT || (p->rounding != QROUND_RNE && p->rounding != QROUND_SR))
         return 0;
@@ -1242,21 +1239,24 @@ static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
 
-// The apply kernels of the targets whose output form is OUT (4o6 targets: quant_group.cuh's kernel).
+// Targets whose rule quant_group.cuh implements (4o6, MS-EDEN) rather than the kernels above.
+static inline int qf_group_target(const QFTarget& t) { return t.eden || t.p.scale == QSCALE_E4M3_4O6; }
+
+// The apply kernels of the targets whose output form is OUT.
 template <int OUT>
 static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
     for (int k = 0; k < 2; k++) {   // quant_group.cuh's rules
-        if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT) continue;
+        if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT || !qf_group_target(L.a.t[k])) continue;
         if (L.a.t[k].eden) qg_launch_eden_apply<OUT>(L, k, s);
-        else if (L.a.t[k].p.scale == QSCALE_E4M3_4O6) qg_launch_4o6<OUT>(L, k, s);
+        else qg_launch_4o6<OUT>(L, k, s);
     }
-    if (L.ha >= 0 && L.a.t[0].out == OUT && L.a.t[0].p.scale != QSCALE_E4M3_4O6 && !L.a.t[0].eden) {
+    if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0])) {
         if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
-    if (L.hb >= 0 && L.a.t[1].out == OUT && L.a.t[1].p.scale != QSCALE_E4M3_4O6 && !L.a.t[1].eden) {
+    if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1])) {
         if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
         else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);

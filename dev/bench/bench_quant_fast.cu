@@ -113,8 +113,10 @@ int main(int argc, char** argv) {
             const double IN = 2.0 * n, OUT = (c.packed ? 0.5 * n + n / 16.0 : 2.0 * n) * c.n;
             auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
             if (c.group) {   // quant_group.cuh's rules: no reference kernels (build/test_quant_gpu_cpu checks them)
-                if (c.src_dec) tf[0].src_dec = sc + 8;   // a dequantized source: any positive scale will do
-                if (c.src_dec) cuda_check(cudaMemcpy(sc + 8, &one, sizeof(float), cudaMemcpyHostToDevice));
+                if (c.src_dec) {   // a dequantized source: any positive scale will do
+                    tf[0].src_dec = sc + 8;
+                    cuda_check(cudaMemcpy(sc + 8, &one, sizeof(float), cudaMemcpyHostToDevice));
+                }
                 double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
                 double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
                 double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });

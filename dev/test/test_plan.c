@@ -82,7 +82,7 @@ static void check_part(const Recipe* r, const LinearPart* p, int fp4, int qk, Ge
                                o->spec.source == QSRC_FPROP && p->op[fs].form != FORM_BF16;
         CHECK(o->from_fprop == want_fprop, "%s: slot %s from the forward's copy: %d, want %d", what, SLOT_NAMES[s],
               o->from_fprop, want_fprop);
-        CHECK(o->step_signs == (o->form != FORM_BF16 && o->spec.signs == QSIGNS_STEP), "%s: slot %s step signs", what,
+        CHECK((o->form != FORM_BF16 && o->q.step_signs) == (o->form != FORM_BF16 && o->spec.signs == QSIGNS_STEP), "%s: slot %s step signs", what,
               SLOT_NAMES[s]);
     }
     // the dY copies share one read

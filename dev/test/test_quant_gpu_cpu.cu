@@ -116,6 +116,7 @@ struct Dev {
     uint8_t *codes, *scales;
     float* sc;           // [2k] amax, [2k + 1] scale_dec of target k
     QuantStats* stats;   // one per target
+    float* corr;         // MS-EDEN's corrections C of one copy (QuantTarget.eden_corr): one per 128 elements
     size_t in_bytes, code_bytes, scale_bytes;
 };
 
@@ -128,10 +129,19 @@ static Dev dev_alloc(size_t in_bytes, size_t code_bytes, size_t scale_bytes, int
     cuda_check(cudaMalloc(&d.scales, scale_bytes * copies));
     cuda_check(cudaMalloc(&d.sc, 4 * sizeof(float) * copies));
     cuda_check(cudaMalloc(&d.stats, sizeof(QuantStats) * copies));
+    cuda_check(cudaMalloc(&d.corr, in_bytes / 2 / 128 * sizeof(float)));
     return d;
 }
 static void dev_free(Dev& d) {
     cudaFree(d.in); cudaFree(d.fake); cudaFree(d.codes); cudaFree(d.scales); cudaFree(d.sc); cudaFree(d.stats);
+    cudaFree(d.corr);
+}
+
+// The n corrections C the GPU wrote into d.corr (the outputs alone may hide a wrong sum order: test_eden).
+static std::vector<float> read_corr(Dev& d, int64_t n) {
+    std::vector<float> c(n);
+    cuda_check(cudaMemcpy(c.data(), d.corr, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return c;
 }
 
 enum { OUT_FAKE = 0, OUT_PACKED = 1 };
@@ -279,12 +289,8 @@ static int run_single(Dev& d, const char* spec, int axis, int form, int shape, i
         if (++n_unsupported <= 5) printf("FAIL not supported by the fast kernels: %s %s\n", what, form ? "packed" : "fake");
         return 1;
     }
-    const int64_t ncorr = p.rounding == QROUND_EDEN ? s.rows * s.cols / 128 : 0;
-    float* dcorr = NULL;   // MS-EDEN: the corrections too (the outputs alone may hide a wrong sum order)
-    if (ncorr) {
-        cuda_check(cudaMalloc(&dcorr, ncorr * sizeof(float)));
-        t.eden_corr = dcorr;
-    }
+    const int64_t ncorr = p.rounding == QROUND_EDEN ? s.rows * s.cols / 128 : 0;   // MS-EDEN: C too
+    if (ncorr) t.eden_corr = d.corr;
     quantize_fast_gpu((const floatX*)d.in, s.rows, s.cols, ld, &t, 1, 0);
     cuda_check(cudaMemset(d.stats, 0, sizeof(QuantStats)));
     quant_fast_stats_gpu((const floatX*)d.in, s.rows, s.cols, ld, &t, 1, d.stats, 0);
@@ -292,9 +298,8 @@ static int run_single(Dev& d, const char* spec, int axis, int form, int shape, i
     const Copy c = cpu_copy(p, axis, form, key, h, s.rows, s.cols, ld);
     compare(g, c, 1, what);
     if (ncorr) {
-        std::vector<float> gc(ncorr), cc(ncorr);
-        cuda_check(cudaMemcpy(gc.data(), dcorr, ncorr * sizeof(float), cudaMemcpyDeviceToHost));
-        cuda_check(cudaFree(dcorr));
+        const std::vector<float> gc = read_corr(d, ncorr);
+        std::vector<float> cc(ncorr);
         const QuantView v = {h.data(), s.rows, s.cols, ld};
         quant_eden_corrections_cpu(&p, v, axis, cc.data());
         CHECK(!memcmp(gc.data(), cc.data(), ncorr * sizeof(float)), "%s: the MS-EDEN corrections differ from the CPU twin's",
@@ -501,21 +506,15 @@ static void golden(Dev& d) {
         for (int form = 0; form < 2; form++) {
             if (form == OUT_PACKED && p.grid.e4m3) continue;
             QuantTarget t = gpu_target(d, 0, p, q.axis, form, q.key, cols);
-            float* dcorr = NULL;   // MS-EDEN: the corrections too (the outputs alone may hide a wrong sum order)
-            if (q.corr) {
-                cuda_check(cudaMalloc(&dcorr, q.ncorr * sizeof(float)));
-                t.eden_corr = dcorr;
-            }
-            if (!quant_fast_supported(&t, 1, rows, cols, cols)) { skipped++; cudaFree(dcorr); continue; }   // e.g. cols % 8
+            if (q.corr) t.eden_corr = d.corr;   // MS-EDEN records: their C too
+            if (!quant_fast_supported(&t, 1, rows, cols, cols)) { skipped++; continue; }   // e.g. cols % 8 != 0
             quantize_fast_gpu((const floatX*)d.in, rows, cols, cols, &t, 1, 0);
             const Copy c = gpu_read(d, 0, t, form, rows, cols, cols);
             int ok = (f32_bits(c.amax) == f32_bits(q.amax) || (isnan(c.amax) && isnan(q.amax))) &&
                      f32_bits(c.scale_dec) == f32_bits(q.scale_dec);
             if (q.corr) {
-                std::vector<float> corr(q.ncorr);
-                cuda_check(cudaMemcpy(corr.data(), dcorr, q.ncorr * sizeof(float), cudaMemcpyDeviceToHost));
+                const std::vector<float> corr = read_corr(d, (int64_t)q.ncorr);
                 ok = ok && !memcmp(corr.data(), q.corr, q.ncorr * sizeof(float));
-                cuda_check(cudaFree(dcorr));
             }
             if (form == OUT_FAKE) ok = ok && !memcmp(c.fake.data(), want.data(), 2 * n);
             else ok = ok && !memcmp(c.codes.data(), q.codes, q.ncodes) && !memcmp(c.scales.data(), q.scales, q.nscales);
