@@ -9,7 +9,7 @@
 # env: CALL_LIMIT [600] the device call's limit in seconds, MARGIN [30] s kept for copying the results
 #      back; PARTS ["a b c d"]; GRID_AFTER_DATA [1]; and every setting of dev/study/study.sh (RECIPES,
 #      SEEDS, LR, ...), which must be the same in every call of one grid.
-# Results: $OUT/study/RECIPE/seedN/log.jsonl (every run's log so far), $OUT/study_table/ (table.md,
+# Results: $OUT/study_logs.tgz (RECIPE/seedN/log.jsonl of every run so far), $OUT/study_table/ (table.md,
 # and loss.png where matplotlib is), $OUT/study_table.txt. Exit status: study.sh's (0 the grid is
 # complete, 10 call again), 3 data parts are missing (the machine went cold: redo the calls it names).
 #
@@ -20,9 +20,11 @@
 #   3. carry [".carry/enwiki_c"]  bash dev/study/device_call.sh c
 #   4. carry [".carry/enwiki_d"]  bash dev/study/device_call.sh d    (then the grid, up to the 10 minutes)
 #   5. no carry                   bash dev/study/device_call.sh grid (repeat while it exits 10)
-# After each call, copy the returned study/ folder here into .carry/study_prev/ (cp -r FILES_AT/study/.
-# .carry/study_prev/): a later session (a fresh machine) carries it and skips those runs. The table:
-# python3 scripts/study_table.py .carry/study_prev --out results/study_d6
+# After each call, keep the returned logs: cp FILES_AT/study_logs.tgz results/study_d6/logs.tgz (it holds the
+# earlier runs too). A later session (a fresh machine) unpacks that tracked archive as PREV (env PREV_TGZ;
+# a carried .carry/study_prev folder takes precedence) and skips the runs finished there (a run cut short
+# starts again: its checkpoints do not travel). The table, here:
+# mkdir -p /tmp/s && tar xzf results/study_d6/logs.tgz -C /tmp/s && python3 scripts/study_table.py /tmp/s --out results/study_d6
 # If a call says parts are missing (exit 3), the machine went cold: redo the calls of the parts it
 # names (any order), each with its own carry; the trainer is rebuilt by whichever call finds it missing.
 set -uo pipefail
@@ -82,6 +84,13 @@ grid)
 *)
     echo "usage: bash dev/study/device_call.sh a|b|c|d|grid" >&2; exit 2 ;;
 esac
+# Runs finished in earlier sessions: a carried PREV folder, else the tracked archive of the study's logs
+# (PREV_TGZ, unpacked as PREV), so a grid goes on across sessions without carrying anything
+export PREV=${PREV:-.carry/study_prev}
+PREV_TGZ=${PREV_TGZ-results/study_d6/logs.tgz}
+if [ ! -d "$PREV" ] && [ -n "$PREV_TGZ" ] && [ -f "$PREV_TGZ" ]; then
+    mkdir -p "$PREV" && tar xzf "$PREV_TGZ" -C "$PREV" && echo "device_call: earlier runs from $PREV_TGZ"
+fi
 export DEADLINE=$((CALL_LIMIT - MARGIN - (SECONDS - T0)))
 echo "device_call: the grid, with ${DEADLINE} s"
 bash dev/study/study.sh

@@ -33,8 +33,9 @@
 #   KEEP_CKPT [0]: 1 keeps a finished run's last checkpoint (0: a finished run's checkpoints are removed)
 #   EXTRA_ARGS: more trainer flags for every run; TRAINER [./train_gpt_fp4, built if missing with
 #             make train_gpt_fp4 GPU_ARCHS=$GPU_ARCHS [90]]
-#   OUT: if set (the device tool sets it), every run's log.jsonl is copied to OUT/study/RECIPE/seedN/
-#             and the table of scripts/study_table.py to OUT/study_table/ at the end
+#   OUT: if set (the device tool sets it), every run's log.jsonl (RECIPE/seedN/log.jsonl) and plan.txt are
+#             packed into OUT/study_logs.tgz, and the table of scripts/study_table.py written to
+#             OUT/study_table/, at the end (the tool returns at most 8 files, none below OUT/a/b/)
 # A run counts as finished when its log has the train line of its last step under the planned step count;
 # a run that fails (not the deadline) gets a FAILED file and is skipped until RETRY_FAILED=1.
 # Prints one line per run finished in this call, with its final validation loss, then the grid's state.
@@ -193,15 +194,10 @@ sign_args() {   # ufp4 with its Hadamard signs drawn from the run's seed (the pr
     fi
 }
 
-copy_out() {
+copy_out() {   # the device tool returns at most 8 files, none deeper than OUT/a/b: the logs travel as one archive
     [ -n "${OUT:-}" ] || return 0
-    for f in "$STUDY_DIR"/*/seed*/log.jsonl; do
-        [ -f "$f" ] || continue
-        rel=${f#"$STUDY_DIR"/}
-        mkdir -p "$OUT/study/$(dirname "$rel")"
-        cp "$f" "$OUT/study/$rel"
-    done
-    cp "$STUDY_DIR/plan.txt" "$OUT/study/" 2>/dev/null
+    (cd "$STUDY_DIR" && ls -d */seed*/log.jsonl plan.txt 2>/dev/null | tar czf "$OUT/study_logs.tgz" -T -) ||
+        say "could not pack the logs into OUT/study_logs.tgz"
     "$PY" scripts/study_table.py "$STUDY_DIR" --out "$OUT/study_table" > "$OUT/study_table.txt" 2>&1 ||
         say "scripts/study_table.py failed (see OUT/study_table.txt)"
 }

@@ -117,6 +117,19 @@ fi
 out=$(STUDY_DIR=$tmp/study2 PREV=$S RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 check "study.sh: runs finished in an earlier session (PREV) are taken, not rerun" \
     test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = "$n" -a "$(grep -c 'finished in an earlier session' <<<"$out")" = 4
+# OUT (the device tool's): the logs come back as one archive (the tool returns no file below OUT/a/b/), which
+# unpacks into a PREV folder that a later grid takes
+mkdir -p "$tmp/out"
+out=$(OUT=$tmp/out STUDY_DIR=$tmp/study2 PREV=$S RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1)
+check "study.sh: with OUT set, OUT holds study_logs.tgz and the table, and nothing below OUT/a/b/" \
+    test -s "$tmp/out/study_logs.tgz" -a -s "$tmp/out/study_table.txt" -a -z "$(find "$tmp/out" -mindepth 3 | head -n 1)"
+check "study.sh: study_logs.tgz holds the 4 runs' logs and plan.txt" \
+    test "$(tar tzf "$tmp/out/study_logs.tgz" | sort | tr '\n' ' ')" = \
+    "bf16/seed1/log.jsonl bf16/seed2/log.jsonl nvfp4/seed1/log.jsonl nvfp4/seed2/log.jsonl plan.txt "
+mkdir -p "$tmp/prev5" && tar xzf "$tmp/out/study_logs.tgz" -C "$tmp/prev5"
+out=$(STUDY_DIR=$tmp/study5 PREV=$tmp/prev5 RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: the unpacked archive is a PREV a later grid takes (nothing rerun)" \
+    test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = "$n" -a "$(grep -c 'finished in an earlier session' <<<"$out")" = 4
 out=$(STUDY_DIR=$tmp/study3 FAKE_FAIL=nvfp4 RECIPES="ufp4 nvfp4" SEEDS="7" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 echo "$out" | sed 's/^/    /'
 check "study.sh: a failing run is marked FAILED and the grid goes on" \
