@@ -577,8 +577,6 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     m->recipe = *r;
     recipe_resolve_layers(&m->recipe, L);
     recipe_check(&m->recipe);
-    char obstacle_text[512];
-    fail_if(recipe_gpu_obstacle(&m->recipe, obstacle_text, sizeof(obstacle_text)), "%s", obstacle_text);
     m->fp4_seed = seed;
     m->fp4_any = !recipe_is_bf16(&m->recipe) && m->recipe.bf16_first + m->recipe.bf16_last < L;
     m->gemm_path = GEMM_PATH_EMULATED;
@@ -2058,7 +2056,6 @@ int main(int argc, char** argv) {
     recipe.qk_fp8 = tc.qk_fp8;
     recipe_resolve_layers(&recipe, config.num_layers);
     recipe_check(&recipe);
-    fail_if(recipe_gpu_obstacle(&recipe, err, sizeof(err)), "recipe %s: %s", tc.recipe, err);
     const int quantizes = recipe_quantizes(&recipe, config.num_layers);
     if (quantizes) {
         int rc = recipe_check_shapes(&recipe, plan.micro_tokens, config.channels, 1, err, sizeof(err));

@@ -1,7 +1,8 @@
 // quant_group.cuh: the GPU quantizer for the rules whose block decision needs sums over a whole block in a
 // fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) and MS-EDEN (rounding eden,
 // section 2).
-// defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply()
+// defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply(), qg_eden_word(), qg_eden_code(),
+//          qg_eden_fake()
 // Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header). 4o6: the amax
 // pass is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
 // statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks).
@@ -251,34 +252,93 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // Hadamard with the call's signs, 1x16 E4M3 group scales under the 256 * V tensor scale, each 128-group's
 // correction <u,u> / <u,q> folded into its 8 scales by stochastic rounding to neighbouring E4M3 values.
 // A CTA owns a tile of 32 operand rows x one 128-group along K, staged in shared memory in operand layout
-// (so a column-wise operand is read and written coalesced); warp w takes the tile's rows w, w + 4, ..;
-// lane l holds elements 4l .. 4l + 3 of a row: butterflies h = 1, 2 in registers, h = 4 .. 64 as shuffles
-// (lane xor h/4), each 16-element group on 4 lanes, the 128-group's sums as the spec's tree (each lane's 4
-// terms in order, then xor 16, 8, 4, 2, 1). Two kernels: the tensor amax of the rotated operand, then the
-// apply pass (fake, packed or statistics output). With a source scale (QFTarget.src_dec) the input is a
-// fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec) (the operand source `src=fprop`).
+// (so a column-wise operand is read and written coalesced, in 16-byte words); warp w takes the tile's rows
+// w, w + 4, ..; lane l holds elements 4l .. 4l + 3 of a row: butterflies h = 1, 2 in registers, h = 4 .. 64
+// as shuffles (lane xor h/4), each 16-element group on 4 lanes, the 128-group's sums as the spec's tree (each
+// lane's 4 terms in order, then xor 16, 8, 4, 2, 1). Codes: quant_fast's RNE magnitude function where the
+// 16-group's amax is finite, else the reference element functions. Two kernels: the tensor amax of the
+// rotated operand, then the apply pass (fake, packed or statistics output). With a source scale
+// (QFTarget.src_dec) the input is a fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec)
+// (the operand source `src=fprop`).
 
 #define QG_EDEN_ROWS 32
 #define QG_EDEN_PITCH 130   // BF16 per shared row: 65 words, so a column of the tile spans 32 banks
 
-// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view, two elements per thread access: along a
-// view row for axis 1, a pair of neighbouring view columns (operand rows) for axis 0. Rows past M read 0.
+// The tile travels in 16-byte words of 8 BF16: QG_EDEN_WORDS per thread. Word e of a tile starts at operand
+// row r, k offset kk: along an operand row for axis 1 (16 words per row), across 8 neighbouring operand rows
+// (view columns) of one view row for axis 0 (4 words per view row). Rows past M read 0 and are not stored (M
+// is a multiple of 8 for axis 0, cols % 8 == 0: a word is wholly in or out).
+#define QG_EDEN_WORDS (QG_EDEN_ROWS * 128 / 8 / QG_THREADS)
+
+HD void qg_eden_word(int axis, int e, int* r, int* kk) {
+    if (axis) { *r = e >> 4; *kk = 8 * (e & 15); }
+    else { *r = 8 * (e & 3); *kk = e >> 2; }
+}
+
+// One element of a 16-group, u = y * inv -> its code (returned), |val(code)| (*mag) and the correction's term
+// u * val(code) (*td), as quant_eden_cpu computes them. fast (the group's amax is finite): quant_fast's RNE
+// magnitude function, the code index from its bits and u's sign, and u * val(code) = |u| * |val(code)| (the
+// code carries u's sign); else the reference element functions. test_quant_fast checks both on the CPU.
+HD uint8_t qg_eden_code(const QFGrid& g, float code_mul, int code_shift, const GridTraits* grid, float u, bool fast,
+                        float* mag, float* td) {
+    if (fast) {
+        const float a = fabsf(u);
+        *mag = qf_rne_mag(g, a);
+        *td = QF_MUL(a, *mag);
+        return (uint8_t)(qf_code_index(*mag, code_mul, code_shift) | ((f32_bits(u) >> 28) & 8u));
+    }
+    const uint8_t c = grid_round_rne(grid, u);
+    *mag = fabsf(grid_code_value(grid, c));
+    *td = QF_MUL(u, grid_code_value(grid, c));
+    return c;
+}
+
+// The fake value of a code with magnitude mag under the stored scale sdec (an E4M3 value): sign | BF16(mag * sdec)
+// by truncation, as mag * sdec has at most 6 significant bits (exact in BF16) = bf16_bits_rne(val(code) * sdec).
+HD uint16_t qg_eden_fake(uint8_t c, float mag, float sdec) {
+    return (uint16_t)(((uint32_t)(c & 8u) << 12) | (f32_bits(QF_MUL(mag, sdec)) >> 16));
+}
+
+__device__ __forceinline__ int64_t qg_eden_view_offset(int axis, int64_t i, int64_t k, int64_t ld) {
+    return axis ? i * ld + k : k * ld + i;
+}
+
+// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view. A thread loads all its words before it
+// stores any into shared memory, so the tile's loads are in flight together (with one 4-byte load per loop
+// iteration these kernels waited on memory latency). With a source scale, each element is dequantized first.
 __device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
                                              uint16_t* tile) {
     const int64_t M = axis ? A.rows : A.cols;
+    uint4 w[QG_EDEN_WORDS];
+#pragma unroll
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        w[q] = make_uint4(0u, 0u, 0u, 0u);
+        if (i0 + r < M) w[q] = __ldg((const uint4*)(A.in + qg_eden_view_offset(axis, i0 + r, k0 + kk, A.ld)));
+    }
     const float dec = T.src_dec ? *T.src_dec : 1.0f;
-    for (int e = threadIdx.x; e < QG_EDEN_ROWS * 64; e += blockDim.x) {
-        int r0, kk0, dr, dk;   // the pair's two elements: (r0, kk0) and (r0 + dr, kk0 + dk)
-        if (axis) { r0 = e >> 6; kk0 = 2 * (e & 63); dr = 0; dk = 1; }
-        else { kk0 = e >> 4; r0 = 2 * (e & 15); dr = 1; dk = 0; }
-        const int64_t i = i0 + r0;
-        uint32_t w = 0;
-        if (i < M) w = *(const uint32_t*)(A.in + (axis ? i * A.ld + k0 + kk0 : (k0 + kk0) * A.ld + i));
-        uint16_t x[2] = {(uint16_t)(w & 0xFFFFu), (uint16_t)(w >> 16)};
-        if (T.src_dec)
-            for (int h = 0; h < 2; h++) x[h] = bf16_bits_rne(bf16_bits_to_float(x[h]) * dec);
-        tile[r0 * QG_EDEN_PITCH + kk0] = x[0];
-        tile[(r0 + dr) * QG_EDEN_PITCH + kk0 + dk] = x[1];
+#pragma unroll
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        uint32_t u[4] = {w[q].x, w[q].y, w[q].z, w[q].w};
+        if (T.src_dec) {
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+                u[h] = (uint32_t)bf16_bits_rne(qf_lo(u[h]) * dec) | ((uint32_t)bf16_bits_rne(qf_hi(u[h]) * dec) << 16);
+        }
+        if (axis) {   // 8 elements along k: 4 aligned words of the shared row (QG_EDEN_PITCH and kk are even)
+            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
+#pragma unroll
+            for (int h = 0; h < 4; h++) p[h] = u[h];
+        } else {      // element 2h (+1) of the word: operand row r + 2h (+1), k offset kk
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                tile[(r + 2 * h) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] & 0xFFFFu);
+                tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] >> 16);
+            }
+        }
     }
 }
 
@@ -286,14 +346,22 @@ __device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A,
 __device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
                                                    const uint16_t* tile) {
     const int64_t M = axis ? A.rows : A.cols;
-    for (int e = threadIdx.x; e < QG_EDEN_ROWS * 64; e += blockDim.x) {
-        int r0, kk0, dr, dk;
-        if (axis) { r0 = e >> 6; kk0 = 2 * (e & 63); dr = 0; dk = 1; }
-        else { kk0 = e >> 4; r0 = 2 * (e & 15); dr = 1; dk = 0; }
-        const int64_t i = i0 + r0;
-        if (i >= M) continue;
-        const uint32_t w = (uint32_t)tile[r0 * QG_EDEN_PITCH + kk0] | ((uint32_t)tile[(r0 + dr) * QG_EDEN_PITCH + kk0 + dk] << 16);
-        *(uint32_t*)(T.fake + (axis ? i * T.ld_fake + k0 + kk0 : (k0 + kk0) * T.ld_fake + i)) = w;
+#pragma unroll
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        if (i0 + r >= M) continue;
+        uint32_t u[4];
+        if (axis) {
+            const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
+#pragma unroll
+            for (int h = 0; h < 4; h++) u[h] = p[h];
+        } else {
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+                u[h] = (uint32_t)tile[(r + 2 * h) * QG_EDEN_PITCH + kk] | ((uint32_t)tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] << 16);
+        }
+        *(uint4*)(T.fake + qg_eden_view_offset(axis, i0 + r, k0 + kk, T.ld_fake)) = make_uint4(u[0], u[1], u[2], u[3]);
     }
 }
 
@@ -394,14 +462,14 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
         bm = qf_shfl_max(qf_shfl_max(bm, 1), 2);
         const QuantBlockScale pre = quant_block_scale(&T.p, f32_from_bits(bm), s_enc);   // eden_group_scale
         const float sg = pre.sdec, inv = pre.inv;
-        float u[4], tn[4], td[4];
+        const bool fast = bm < 0x7F800000u;   // the group's amax is finite (the 4 lanes agree)
+        float u[4], tn[4], td[4], mag[4];
         uint8_t c[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             u[j] = QF_MUL(y[j], inv);
-            c[j] = grid_round_rne(&T.p.grid, u[j]);
             tn[j] = QF_MUL(u[j], u[j]);
-            td[j] = QF_MUL(u[j], grid_code_value(&T.p.grid, c[j]));
+            c[j] = qg_eden_code(T.g, T.code_mul, T.code_shift, &T.p.grid, u[j], fast, &mag[j], &td[j]);
         }
         float num = QF_ADD(QF_ADD(QF_ADD(tn[0], tn[1]), tn[2]), tn[3]);
         float den = QF_ADD(QF_ADD(QF_ADD(td[0], td[1]), td[2]), td[3]);
@@ -427,9 +495,9 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
             *(uint16_t*)(T.codes + i * (K / 2) + (k0 + 4 * lane) / 2) = codes;
             if ((lane & 3) == 0) T.scales[j] = bs.bits;
         } else {
-#pragma unroll
-            for (int q = 0; q < 4; q++)
-                tile[r * QG_EDEN_PITCH + 4 * lane + q] = bf16_bits_rne(grid_code_value(&T.p.grid, c[q]) * bs.sdec);
+            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + 4 * lane);
+            p[0] = (uint32_t)qg_eden_fake(c[0], mag[0], bs.sdec) | ((uint32_t)qg_eden_fake(c[1], mag[1], bs.sdec) << 16);
+            p[1] = (uint32_t)qg_eden_fake(c[2], mag[2], bs.sdec) | ((uint32_t)qg_eden_fake(c[3], mag[3], bs.sdec) << 16);
         }
     }
     if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, T.stats);

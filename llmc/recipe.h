@@ -2,7 +2,7 @@
 // transformer blocks stay in BF16.
 // defines: Slot, SLOT_NAMES, Recipe, recipe_preset(), recipe_set_slot(), recipe_disable_gemm(),
 //          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(),
-//          recipe_describe(), recipe_layer_is_fp4(), recipe_gpu_obstacle(), RECIPE_PRESETS
+//          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
 //
 // A linear layer y = x W^T runs three GEMMs, each with two operands (RECIPES.md):
 //   fprop: X (reduce over channels) and W            -> slots fprop.x, fprop.w
@@ -179,29 +179,6 @@ static inline void recipe_check(const Recipe* r) {
                 "Hadamard (the forward's copy holds the rotated values); give %s a spec without hN", SLOT_NAMES[s],
                 s == SLOT_DGRAD_W ? "W" : "X", s == SLOT_DGRAD_W ? "--fprop-w" : "--fprop-x");
     }
-}
-
-// Specs the CPU side implements and the GPU kernels do not yet: 0, or 1 with err naming the slot. The
-// trainer refuses such a recipe before the GPU starts rather than let the kernels run a spec they do not
-// know as another one. Now: none (4o6 and MS-EDEN run in quant_group.cuh since 2026-12-01); a spec implemented on
-// the CPU first names itself here until its kernels land.
-static inline const char* quant_spec_gpu_missing(const QuantSpec* s) {
-    (void)s;
-    return NULL;
-}
-static inline int recipe_gpu_obstacle(const Recipe* r, char* err, size_t n) {
-    for (int s = 0; s < NUM_SLOTS; s++) {
-        const char* what = quant_spec_is_bf16(&r->slot[s]) ? NULL : quant_spec_gpu_missing(&r->slot[s]);
-        if (!what) continue;
-        char flag[32];
-        snprintf(flag, sizeof(flag), "--%s", SLOT_NAMES[s]);
-        for (char* p = flag; *p; p++) if (*p == '.') *p = '-';
-        snprintf(err, n, "slot %s: %s is not yet on the GPU: the CPU twin and the numpy reference implement it "
-                 "(docs/NUMERICS_NEXT.md), the quantization kernels do not yet; give %s another spec",
-                 SLOT_NAMES[s], what, flag);
-        return 1;
-    }
-    return 0;
 }
 
 // Whether an L-block model quantizes anything under this (resolved) recipe.

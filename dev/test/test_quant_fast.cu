@@ -3,7 +3,7 @@
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
 // --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction,
-// the code index of every grid level (packed output).
+// the code index of every grid level (packed output); MS-EDEN's element path, fake values and tile words.
 // GPU part (skips without a GPU): quantize_fast_gpu vs quantize_gpu (fake outputs including the padding
 // between rows, packed codes and scales, amax and scale_dec bits) and quant_fast_stats_gpu vs
 // quant_stats_gpu (exact counts) for every supported configuration on small shapes, trainer-like dual
@@ -69,6 +69,68 @@ static long long check_elem_range(int gid, uint32_t start, uint32_t end, uint32_
         }
     }
     return bad;
+}
+
+// MS-EDEN's apply kernel (quant_group.cuh): its element path against quant_eden_cpu's arithmetic, its fake
+// values, and the 16-byte words that move a 32 x 128 tile (each element exactly once, aligned).
+static void eden_cpu_checks(void) {
+    const GridTraits* g = grid_traits(QGRID_E2M1);
+    const QFGrid fg = qf_grid_consts(QGRID_E2M1);
+    float mul;
+    int shift;
+    qf_code_consts(QGRID_E2M1, &mul, &shift);
+    long long bad = 0, n = 0;
+    auto one = [&](float u, bool fast) {
+        float mag, td;
+        const uint8_t c = qg_eden_code(fg, mul, shift, g, u, fast, &mag, &td);
+        const uint8_t cr = grid_round_rne(g, u);
+        const float tdr = f32_mul_rn(u, grid_code_value(g, cr));
+        n++;
+        if (c != cr || f32_bits(mag) != f32_bits(fabsf(grid_code_value(g, cr))) || f32_bits(td) != f32_bits(tdr)) bad++;
+    };
+    for (uint64_t b = 0; b <= 0x7F800000u; b += (b < 0x41800000u ? 37 : 65521))   // every magnitude to 16 densely, then to inf
+        for (int sg = 0; sg < 2; sg++) {
+            const float u = f32_from_bits((uint32_t)b | (sg ? 0x80000000u : 0u));
+            one(u, true);
+            one(u, false);
+        }
+    for (int i = 0; i < 15; i++)   // around every level and decision point, both signs
+        for (int d = -64; d <= 64; d++)
+            for (int sg = 0; sg < 2; sg++) {
+                const float v = i < 8 ? g->levels[i] : g->mids[i - 8];
+                const float u = f32_from_bits((uint32_t)((int64_t)f32_bits(v) + d) | (sg ? 0x80000000u : 0u));
+                if (!(fabsf(u) >= 0.0f)) continue;
+                one(u, true);
+            }
+    one(NAN, false);
+    one(-NAN, false);
+    CHECK(bad == 0, "MS-EDEN element path (fast and reference) vs quant_eden_cpu's arithmetic: %lld of %lld differ", bad, n);
+    bad = 0;
+    for (int c = 0; c < 16; c++)   // every code under every E4M3 scale value (0 to 448)
+        for (int sb = 0; sb < 0x7F; sb++) {
+            const float sd = e4m3_value((uint8_t)sb), v = grid_code_value(g, (uint8_t)c);
+            if (qg_eden_fake((uint8_t)c, fabsf(v), sd) != bf16_bits_rne(v * sd)) bad++;
+        }
+    CHECK(bad == 0, "MS-EDEN fake values sign | BF16(|val| * sdec) == bf16_bits_rne(val * sdec): %lld exceptions", bad);
+    for (int axis = 0; axis < 2; axis++) {
+        static_assert(QG_EDEN_WORDS * QG_THREADS * 8 == QG_EDEN_ROWS * 128, "the words cover the tile");
+        int count[QG_EDEN_ROWS][128] = {};
+        bad = 0;
+        for (int e = 0; e < QG_EDEN_WORDS * QG_THREADS; e++) {
+            int r, kk;
+            qg_eden_word(axis, e, &r, &kk);
+            bad += axis ? kk % 8 != 0 : r % 8 != 0;   // 16-byte aligned in the view (i0 % 32 == 0, k0 % 128 == 0)
+            for (int j = 0; j < 8; j++) {
+                const int rr = axis ? r : r + j, k = axis ? kk + j : kk;
+                if (rr < 0 || rr >= QG_EDEN_ROWS || k < 0 || k >= 128) { bad++; continue; }
+                count[rr][k]++;
+            }
+        }
+        for (int rr = 0; rr < QG_EDEN_ROWS; rr++)
+            for (int k = 0; k < 128; k++) bad += count[rr][k] != 1;
+        CHECK(bad == 0, "MS-EDEN tile words, axis %d: every element of the 32 x 128 tile once, words aligned (%lld bad)", axis,
+              bad);
+    }
 }
 
 static void cpu_element_checks(int exhaustive) {
@@ -146,6 +208,7 @@ static void cpu_element_checks(int exhaustive) {
         for (uint32_t k = 0; k < 8; k++) bad += qf_code_index(g->levels[k], mul, shift) != k;
     }
     CHECK(bad == 0, "code index of the grid levels: %lld wrong", bad);
+    eden_cpu_checks();
 }
 
 // ----------------------------------------------------------------------------------------------------

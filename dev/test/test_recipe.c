@@ -286,12 +286,6 @@ int main(void) {
         CHECK(rc == 1 && strstr(err, bad[i].msg) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'", i, rc, err,
               bad[i].msg);
     }
-    // specs the GPU does not run yet are named before the GPU starts
-    char gerr[512] = "";
-    recipe_preset(&r, "nvfp4");
-    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "nvfp4 runs on the GPU: %s", gerr);
-    recipe_set_slot(&r, SLOT_DGRAD_DY, "nvfp4,4o6,sr");
-    CHECK(recipe_gpu_obstacle(&r, gerr, sizeof(gerr)) == 0, "4o6 runs on the GPU: %s", gerr);
     test_shapes();
     test_schedule();
     return test_summary("test_recipe");
