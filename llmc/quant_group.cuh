@@ -361,7 +361,7 @@ __device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFAr
             for (int h = 0; h < 4; h++)
                 u[h] = (uint32_t)tile[(r + 2 * h) * QG_EDEN_PITCH + kk] | ((uint32_t)tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] << 16);
         }
-        *(uint4*)(T.fake + qg_eden_view_offset(axis, i0 + r, k0 + kk, T.ld_fake)) = make_uint4(u[0], u[1], u[2], u[3]);
+        __stcg((uint4*)(T.fake + qg_eden_view_offset(axis, i0 + r, k0 + kk, T.ld_fake)), make_uint4(u[0], u[1], u[2], u[3]));
     }
 }
 
@@ -408,7 +408,7 @@ static inline int64_t qg_eden_tiles(const QFArgs& A, int axis) {
 
 // Pass 1: max |y| over the rotated operand into *T.amax (NaN bits sort above inf; zeroed by the caller).
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_constant__ QFArgs A, int slot, int64_t tiles) {
-    __shared__ uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];
+    __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols;
@@ -436,7 +436,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_c
 // Pass 2: one tile per CTA.
 template <int OUT>
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_constant__ QFArgs A, int slot) {
-    __shared__ uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];
+    __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;

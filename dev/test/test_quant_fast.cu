@@ -73,7 +73,7 @@ static long long check_elem_range(int gid, uint32_t start, uint32_t end, uint32_
 
 // MS-EDEN's apply kernel (quant_group.cuh): its element path against quant_eden_cpu's arithmetic, its fake
 // values, and the 16-byte words that move a 32 x 128 tile (each element exactly once, aligned).
-static void eden_cpu_checks(void) {
+static void eden_cpu_checks(int exhaustive) {
     const GridTraits* g = grid_traits(QGRID_E2M1);
     const QFGrid fg = qf_grid_consts(QGRID_E2M1);
     float mul;
@@ -88,12 +88,17 @@ static void eden_cpu_checks(void) {
         n++;
         if (c != cr || f32_bits(mag) != f32_bits(fabsf(grid_code_value(g, cr))) || f32_bits(td) != f32_bits(tdr)) bad++;
     };
-    for (uint64_t b = 0; b <= 0x7F800000u; b += (b < 0x41800000u ? 37 : 65521))   // every magnitude to 16 densely, then to inf
+    // magnitudes: every 37th pattern up to 16, every 65521st above (every pattern with --exhaustive), then inf;
+    // both signs. The reference path (fast = false) checks only qg_eden_code's mag and td of it.
+    const uint32_t dense = exhaustive ? 1 : 37, sparse = exhaustive ? 1 : 65521;
+    for (uint64_t b = 0; b <= 0x7F800000u; b += (b < 0x41800000u ? dense : sparse))
         for (int sg = 0; sg < 2; sg++) {
             const float u = f32_from_bits((uint32_t)b | (sg ? 0x80000000u : 0u));
             one(u, true);
-            one(u, false);
+            if (!exhaustive) one(u, false);
         }
+    one(INFINITY, true);
+    one(-INFINITY, true);
     for (int i = 0; i < 15; i++)   // around every level and decision point, both signs
         for (int d = -64; d <= 64; d++)
             for (int sg = 0; sg < 2; sg++) {
@@ -208,7 +213,7 @@ static void cpu_element_checks(int exhaustive) {
         for (uint32_t k = 0; k < 8; k++) bad += qf_code_index(g->levels[k], mul, shift) != k;
     }
     CHECK(bad == 0, "code index of the grid levels: %lld wrong", bad);
-    eden_cpu_checks();
+    eden_cpu_checks(exhaustive);
 }
 
 // ----------------------------------------------------------------------------------------------------
