@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# check_quant_gpu.sh: after a change to the quantizer kernels, on the GPU machine in one call: build, check
+# them bit for bit (against the reference kernels, the CPU twin and, through the trainer's GEMM operands and
+# the PyTorch dumps, test_gpt_fp4), then time them (bench_quant_fast, against the copy bandwidth measured in
+# the same run) and a few training steps of each recipe against BF16 (bench_train.sh).
+# usage: bash dev/bench/check_quant_gpu.sh [recipe ...]      (default: bf16 nvfp4 quartet2 quartet2-4o6)
+# env: OUT (logs there: build.txt, tests.txt, bench_quant_fast.txt, bench_train.txt; default /tmp/check_quant),
+#      GPU_ARCHS [90], STEPS [20], QUICK [0]: 1 runs the quick subsets of the two quantizer tests.
+# Exit status: 1 if the build or any check failed (the benches still run after a failed check, to see it).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/check_quant}
+mkdir -p "$OUT"
+recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(bf16 nvfp4 quartet2 quartet2-4o6)
+q=(); [ "${QUICK:-0}" = 1 ] && q=(--quick)
+t0=$SECONDS
+make -j"$(nproc)" train_gpt_fp4 test_gpt_fp4 build/test_quant_fast build/test_quant_gpu_cpu build/bench_quant_fast \
+    GPU_ARCHS="${GPU_ARCHS:-90}" > "$OUT/build.txt" 2>&1 || { grep -E "error" "$OUT/build.txt" | head -n 20; echo "check_quant_gpu: the build FAILED"; exit 1; }
+echo "check_quant_gpu: built in $((SECONDS - t0)) s"
+rc=0
+for t in "build/test_quant_fast ${q[*]}" "build/test_quant_gpu_cpu ${q[*]}" "./test_gpt_fp4"; do
+    t1=$SECONDS
+    $t >> "$OUT/tests.txt" 2>&1 || rc=1
+    echo "check_quant_gpu: $t: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1) ($((SECONDS - t1)) s)"
+done
+grep -E "^FAIL" "$OUT/tests.txt" | head -n 20
+build/bench_quant_fast > "$OUT/bench_quant_fast.txt" 2>&1 || rc=1
+cat "$OUT/bench_quant_fast.txt"
+STEPS=${STEPS:-20} dev/bench/bench_train.sh "${recipes[@]}" > "$OUT/bench_train.txt" 2>&1 || rc=1
+cat "$OUT/bench_train.txt"
+echo "check_quant_gpu: $([ $rc = 0 ] && echo "all passed" || echo "FAILED (see $OUT)") in $((SECONDS - t0)) s"
+exit $rc
