@@ -2,7 +2,7 @@
 // fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) and MS-EDEN (rounding eden,
 // section 2).
 // defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply(), qg_eden_word(), qg_eden_code(),
-//          qg_eden_fake()
+//          qg_eden_fake(), qg_amax_add(), qg_amax_final()
 // Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header). 4o6: the amax
 // pass is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
 // statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks).
@@ -303,13 +303,13 @@ __device__ __forceinline__ int64_t qg_eden_view_offset(int axis, int64_t i, int6
     return axis ? i * ld + k : k * ld + i;
 }
 
-// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view. A thread loads all its words before it
-// stores any into shared memory, so the tile's loads are in flight together (with one 4-byte load per loop
-// iteration these kernels waited on memory latency). With a source scale, each element is dequantized first.
-__device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
-                                             uint16_t* tile) {
+// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view, in two steps: qg_eden_fetch loads a
+// thread's words into registers (all of them before any is used, so a tile's loads are in flight together;
+// with one 4-byte load per loop iteration these kernels waited on memory latency), qg_eden_commit stores them
+// into the shared tile, each element dequantized first where the target has a source scale.
+__device__ __forceinline__ void qg_eden_fetch(const QFArgs& A, int axis, int64_t i0, int64_t k0,
+                                              uint4 (&w)[QG_EDEN_WORDS]) {
     const int64_t M = axis ? A.rows : A.cols;
-    uint4 w[QG_EDEN_WORDS];
 #pragma unroll
     for (int q = 0; q < QG_EDEN_WORDS; q++) {
         int r, kk;
@@ -317,6 +317,10 @@ __device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A,
         w[q] = make_uint4(0u, 0u, 0u, 0u);
         if (i0 + r < M) w[q] = __ldg((const uint4*)(A.in + qg_eden_view_offset(axis, i0 + r, k0 + kk, A.ld)));
     }
+}
+
+__device__ __forceinline__ void qg_eden_commit(const QFTarget& T, int axis, const uint4 (&w)[QG_EDEN_WORDS],
+                                               uint16_t* tile) {
     const float dec = T.src_dec ? *T.src_dec : 1.0f;
 #pragma unroll
     for (int q = 0; q < QG_EDEN_WORDS; q++) {
@@ -342,7 +346,7 @@ __device__ __forceinline__ void qg_eden_load(const QFTarget& T, const QFArgs& A,
     }
 }
 
-// The tile's fake values -> the view layout (the inverse of qg_eden_load's traversal).
+// The tile's fake values -> the view layout (the inverse of qg_eden_fetch / qg_eden_commit).
 __device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
                                                    const uint16_t* tile) {
     const int64_t M = axis ? A.rows : A.cols;
@@ -365,9 +369,10 @@ __device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFAr
     }
 }
 
-// Lane's 4 elements of tile row r, rotated as hadamard_bf16 with n = 128 (signs by negation, butterflies
-// h = 1 .. 64 in FP32, one multiply by hadamard_scale(128), BF16 rounding).
-__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int lane, float (&y)[4]) {
+// Lane's 4 elements of tile row r through hadamard_bf16's sign flips and butterflies (n = 128: h = 1, 2 in
+// registers, h = 4 .. 64 as shuffles), in FP32, before its scale and BF16 rounding (qg_eden_rotate).
+__device__ __forceinline__ void qg_eden_butterflies(const QFTarget& T, const uint16_t* tile, int r, int lane,
+                                                    float (&y)[4]) {
     const uint16_t* p = tile + r * QG_EDEN_PITCH + 4 * lane;
     const uint32_t sg = (T.p.signs[lane >> 3] >> (4 * (lane & 7))) & 0xFu;
 #pragma unroll
@@ -389,9 +394,29 @@ __device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t
             y[j] = upper ? QF_SUB(o, y[j]) : QF_ADD(y[j], o);
         }
     }
+}
+
+// Lane's 4 elements of tile row r, rotated as hadamard_bf16 with n = 128: the butterflies, one multiply by
+// hadamard_scale(128), BF16 rounding.
+__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int lane, float (&y)[4]) {
+    qg_eden_butterflies(T, tile, r, lane, y);
     const float sc = hadamard_scale(128);
 #pragma unroll
     for (int j = 0; j < 4; j++) y[j] = bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[j], sc)));
+}
+
+// The tensor amax of rotated values BF16(y * sc), from the butterflies' y: non-NaN magnitudes keep only their
+// maximum *m (RN(. * sc) and the BF16 rounding are monotone there, so the rounding of the maximum, taken once
+// by qg_amax_final, is the maximum of the roundings); a NaN is rounded where it occurs, into *mnan (NaN
+// payloads do not round monotonically). Host-checked against the value-by-value maximum in test_quant_fast.
+HD void qg_amax_add(uint32_t* m, uint32_t* mnan, float y, float sc) {
+    const uint32_t a = f32_bits(y) & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) *mnan = amax_bits_update(*mnan, bf16_bits_to_float(bf16_bits_rne(QF_MUL(y, sc))));
+    else if (a > *m) *m = a;
+}
+HD uint32_t qg_amax_final(uint32_t m, uint32_t mnan, float sc) {
+    const uint32_t r = amax_bits_update(0u, bf16_bits_to_float(bf16_bits_rne(QF_MUL(f32_from_bits(m), sc))));
+    return r > mnan ? r : mnan;
 }
 
 __device__ __forceinline__ void qg_eden_tile_origin(const QFArgs& A, int axis, int64_t t, int64_t* i0, int64_t* k0) {
@@ -406,28 +431,40 @@ static inline int64_t qg_eden_tiles(const QFArgs& A, int axis) {
     return ceil_div(M, (int64_t)QG_EDEN_ROWS) * (K / 128);
 }
 
-// Pass 1: max |y| over the rotated operand into *T.amax (NaN bits sort above inf; zeroed by the caller).
+// Pass 1: max |y| over the rotated operand into *T.amax (NaN bits sort above inf; zeroed by the caller). A CTA
+// walks its tiles with the next tile's words in flight while it rotates the current one.
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_constant__ QFArgs A, int slot, int64_t tiles) {
     __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t m = 0;
+    const float sc = hadamard_scale(128);
+    uint32_t m = 0, mnan = 0;
+    uint4 w[QG_EDEN_WORDS];
+    int64_t i0, k0;
+    if (blockIdx.x < tiles) {
+        qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
+        qg_eden_fetch(A, axis, i0, k0, w);
+    }
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int64_t i0, k0;
-        qg_eden_tile_origin(A, axis, t, &i0, &k0);
+        const int64_t ti0 = i0;
+        __syncthreads();   // every warp is done with the previous tile
+        qg_eden_commit(T, axis, w, tile);
         __syncthreads();
-        qg_eden_load(T, A, axis, i0, k0, tile);
-        __syncthreads();
+        if (t + gridDim.x < tiles) {
+            qg_eden_tile_origin(A, axis, t + gridDim.x, &i0, &k0);
+            qg_eden_fetch(A, axis, i0, k0, w);
+        }
         for (int r = warp; r < QG_EDEN_ROWS; r += QG_THREADS / 32) {
-            if (i0 + r >= M) break;
+            if (ti0 + r >= M) break;
             float y[4];
-            qg_eden_rotate(T, tile, r, lane, y);
+            qg_eden_butterflies(T, tile, r, lane, y);
 #pragma unroll
-            for (int j = 0; j < 4; j++) m = amax_bits_update(m, y[j]);
+            for (int j = 0; j < 4; j++) qg_amax_add(&m, &mnan, y[j], sc);
         }
     }
+    m = qg_amax_final(m, mnan, sc);
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
     if (lane == 0 && m) atomicMax((unsigned int*)T.amax, m);
@@ -446,7 +483,11 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
     if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = tdec;
     int64_t i0, k0;
     qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
-    qg_eden_load(T, A, axis, i0, k0, tile);
+    {
+        uint4 w[QG_EDEN_WORDS];
+        qg_eden_fetch(A, axis, i0, k0, w);
+        qg_eden_commit(T, axis, w, tile);
+    }
     __syncthreads();
     QuantStats st;
     memset(&st, 0, sizeof(st));

@@ -3,7 +3,8 @@
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
 // --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction,
-// the code index of every grid level (packed output); MS-EDEN's element path, fake values and tile words.
+// the code index of every grid level (packed output); MS-EDEN's element path, fake values, deferred amax
+// rounding and tile words.
 // GPU part (skips without a GPU): quantize_fast_gpu vs quantize_gpu (fake outputs including the padding
 // between rows, packed codes and scales, amax and scale_dec bits) and quant_fast_stats_gpu vs
 // quant_stats_gpu (exact counts) for every supported configuration on small shapes, trainer-like dual
@@ -117,6 +118,27 @@ static void eden_cpu_checks(int exhaustive) {
             if (qg_eden_fake((uint8_t)c, fabsf(v), sd) != bf16_bits_rne(v * sd)) bad++;
         }
     CHECK(bad == 0, "MS-EDEN fake values sign | BF16(|val| * sdec) == bf16_bits_rne(val * sdec): %lld exceptions", bad);
+    // the amax pass's deferred rounding: value-by-value maximum of BF16(y * sc) == qg_amax_final of qg_amax_add's
+    bad = 0;
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    auto next = [&]() { st = st * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(st >> 32); };
+    const float sc = hadamard_scale(128);
+    for (int trial = 0; trial < 200000; trial++) {
+        uint32_t m = 0, mnan = 0, ref = 0;
+        const int n = 1 + (int)(next() % 16), kind = (int)(next() % 4);
+        for (int j = 0; j < n; j++) {
+            uint32_t b = next();   // any pattern (kind 0), near one magnitude (1), around the BF16 rounding points (2),
+            if (kind == 1) b = (b & 0x800000FFu) | 0x3F800000u;   // or with infinities and NaNs of any payload (3)
+            if (kind == 2) b = (b & 0x8000FFFFu) | (0x41200000u + ((next() % 4) << 16));
+            if (kind == 3 && next() % 3 == 0) b = (b & 0x807FFFFFu) | 0x7F800000u;
+            const float y = f32_from_bits(b);
+            qg_amax_add(&m, &mnan, y, sc);
+            ref = amax_bits_update(ref, bf16_bits_to_float(bf16_bits_rne(QF_MUL(y, sc))));
+        }
+        bad += qg_amax_final(m, mnan, sc) != ref;
+    }
+    CHECK(bad == 0, "MS-EDEN amax with the rounding deferred to the maximum == value-by-value: %lld of 200000 groups differ",
+          bad);
     for (int axis = 0; axis < 2; axis++) {
         static_assert(QG_EDEN_WORDS * QG_THREADS * 8 == QG_EDEN_ROWS * 128, "the words cover the tile");
         int count[QG_EDEN_ROWS][128] = {};
