@@ -4,13 +4,15 @@ exceed the seed noise.
 
   python3 scripts/study_table.py out/study --out results/study_d6
   python3 scripts/study_table.py .carry/study_prev --out results/study_d6 --baseline bf16 --reference nvfp4
+  python3 scripts/study_table.py out/probe --at-step 264     (runs cut short: dev/study/early_probe.sh)
 
 Input: STUDY_DIR/RECIPE/seedN/log.jsonl, as dev/study/study.sh lays them out (train_gpt_fp4's logs; the
 lines read are {"type":"config","steps":S,...}, {"type":"train","step":S,...} and
 {"type":"val","step":S,"tokens":N,"val_loss":L}; a step logged twice keeps its last record). A run is
 finished when it has the train line of its config's last step; its final validation loss is the val
 line of the highest step (train_gpt_fp4 logs it before the last step's update). Unfinished runs are
-counted, not used.
+counted, not used. With --at-step N, the value compared is the val line of step N instead, and a run
+counts when it has one (the runs of dev/study/early_probe.sh stop there).
 
 Output (--out DIR, printed too):
   table.md      per recipe: finished seeds, mean final val loss, std over seeds (n-1), spread (max-min),
@@ -188,6 +190,14 @@ def collect(study_dir):
     return runs
 
 
+def at_step(runs, step):
+    """Every run's compared value becomes its validation loss at STEP; runs without one do not count."""
+    for seeds in runs.values():
+        for run in seeds.values():
+            run["finished"] = step in run["val"]
+            run["final_tokens"], run["final_val"] = run["val"].get(step, (float("nan"), float("nan")))
+
+
 def recipe_order(study_dir, recipes, baseline, reference):
     """The baseline, the reference, then plan.txt's order (dev/study/study.sh writes it), then the rest."""
     planned = []
@@ -273,11 +283,12 @@ def verdict(w, pr):
     return "within the seed noise"
 
 
-def markdown(stats, order, baseline, reference, alpha, study_dir):
+def markdown(stats, order, baseline, reference, alpha, study_dir, step=None):
     all_seeds = sorted(set(s for r in order for s in stats[r]["seeds"]))
     toks = sorted(set(t for r in order for t in stats[r]["tokens"]))
-    lines = [f"Final validation loss over seeds (`{study_dir}`; {', '.join(fmt_tokens(t) for t in toks) or 'no'} "
-             f"tokens at the final validation).", ""]
+    what = "Final validation loss" if step is None else f"Validation loss at step {step}"
+    lines = [f"{what} over seeds (`{study_dir}`; {', '.join(fmt_tokens(t) for t in toks) or 'no'} "
+             f"tokens at that validation).", ""]
     if len(toks) > 1:
         lines += ["**Warning: the finished runs end at different token counts; their final losses do not compare.**",
                   ""]
@@ -291,7 +302,7 @@ def markdown(stats, order, baseline, reference, alpha, study_dir):
         gap = "" if r == baseline else f4(st["gap_pct"], "+.2f") + ("%" if math.isfinite(st["gap_pct"]) else "")
         lines.append(f"| {r} | {n} | {f4(st['mean'])} | {f4(st['std'])} | {f4(st['spread'])} | {gap} | "
                      + " | ".join(cells) + " |")
-    lines += ["", f"Differences of the mean final validation loss (row minus column recipe). Welch: t test with "
+    lines += ["", f"Differences of the mean {what[0].lower() + what[1:]} (row minus column recipe). Welch: t test with "
               f"unequal variances, SE = sqrt(s1^2/n1 + s2^2/n2); paired: over the seeds both have (a seed is the "
               f"same initialization and data order under every recipe). Exceeds the seed noise: Welch's two-sided "
               f"p < {alpha:g}.", "",
@@ -356,16 +367,20 @@ def main():
     ap.add_argument("--alpha", type=float, default=0.05, help="significance level of the t tests")
     ap.add_argument("--gap-of", choices=["val", "train", "both"], default="val", help="the plot's gap panel")
     ap.add_argument("--no-plot", action="store_true", help="the table only")
+    ap.add_argument("--at-step", type=int, default=None, metavar="N",
+                    help="compare the validation loss at step N, not the final one (runs cut short)")
     args = ap.parse_args()
 
     runs = collect(args.study_dir)
     if not runs:
         sys.exit(f"study_table: no RECIPE/seedN/log.jsonl under {args.study_dir}")
+    if args.at_step is not None:
+        at_step(runs, args.at_step)
     order = recipe_order(args.study_dir, runs, args.baseline, args.reference)
     if args.baseline not in runs:
         print(f"warning: no '{args.baseline}' runs: no gaps to the baseline", file=sys.stderr)
     stats = summarize(runs, order, args.baseline, args.reference, args.alpha)
-    md = markdown(stats, order, args.baseline, args.reference, args.alpha, args.study_dir)
+    md = markdown(stats, order, args.baseline, args.reference, args.alpha, args.study_dir, args.at_step)
     print(md)
     if args.out:
         os.makedirs(args.out, exist_ok=True)

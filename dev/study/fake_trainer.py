@@ -73,7 +73,8 @@ def main():
         log.write(json.dumps(d, separators=(",", ":")) + "\n")
         log.flush()
 
-    w({"type": "config", "model": opt["--model"], "steps": steps, "seed": seed, "recipe": recipe, "resumed_at": start})
+    w({"type": "config", "model": opt["--model"], "steps": steps, "lr": float(opt["--lr"]), "warmup": int(opt["--warmup"]),
+       "final_lr_frac": float(opt["--final-lr-frac"]), "seed": seed, "recipe": recipe, "resumed_at": start})
     fin = final_loss(recipe, seed)
     stop_at = int(os.environ.get("FAKE_STOP_AT", "-1"))
     for step in range(start, steps):
@@ -81,7 +82,7 @@ def main():
         if step % every == 0 or last:
             w({"type": "val", "step": step, "tokens": step * tb, "val_loss": round(fin + 2.0 * (1 - step / (steps - 1)), 6)})
         w({"type": "train", "step": step + 1, "tokens": (step + 1) * tb, "loss": fin + 0.05 + 2.0 * (1 - step / steps)})
-        if (step + 1) % ckpt_every == 0 or last:
+        if (ckpt_every > 0 and (step + 1) % ckpt_every == 0) or last:
             open(os.path.join(out, f"ckpt_{step + 1:08d}.bin"), "w").close()
             w({"type": "checkpoint", "step": step + 1, "path": os.path.join(out, f"ckpt_{step + 1:08d}.bin")})
         time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))

@@ -122,13 +122,14 @@ seeds $SEEDS
 vary_signs $VARY_SIGNS extra_args $EXTRA_ARGS
 EOF
 
-# ---- a run's state: "done VAL_LOSS" | "other STEPS" (finished under another step count) | "partial CKPT_STEP"
-#      | "failed" | "fresh"
+# ---- a run's state: "done VAL_LOSS" | "other SETTINGS" (finished under another step count, warmup, lr or
+#      final lr fraction than the plan's) | "partial CKPT_STEP" | "failed" | "fresh"
 state() {
-    "$PY" - "$1" "$STEPS" <<'EOF'
+    "$PY" - "$1" "$STEPS" "$WARMUP" "$LR" "$FINAL_LR_FRAC" <<'EOF'
 import json, os, re, sys
 d, steps = sys.argv[1], int(sys.argv[2])
-cfg_steps, last_train, vals = None, 0, {}
+plan = {"warmup": int(sys.argv[3]), "lr": float(sys.argv[4]), "final_lr_frac": float(sys.argv[5])}
+cfg_steps, cfg, last_train, vals = None, {}, 0, {}
 try:
     with open(os.path.join(d, "log.jsonl")) as f:
         for line in f:
@@ -138,7 +139,7 @@ try:
                 continue
             t = r.get("type")
             if t == "config":
-                cfg_steps = r.get("steps")
+                cfg_steps, cfg = r.get("steps"), r
             elif t == "train":
                 last_train = max(last_train, int(r["step"]))
             elif t == "val":
@@ -147,14 +148,16 @@ except OSError:
     pass
 ckpts = sorted(int(m.group(1)) for f in (os.listdir(d) if os.path.isdir(d) else [])
                for m in [re.fullmatch(r"ckpt_(\d{8})\.bin", f)] if m)
+differ = [f"steps {cfg_steps}"] if cfg_steps != steps else []
+differ += [f"{k} {cfg[k]}" for k, v in plan.items() if k in cfg and abs(float(cfg[k]) - v) > 1e-6 * max(1.0, abs(v))]
 if cfg_steps is not None and last_train >= cfg_steps and cfg_steps > 0:
-    if cfg_steps == steps:
+    if not differ:
         print("done", "%.6f" % vals[max(vals)] if vals else "nan")
     else:
-        print("other", cfg_steps)
+        print("other", ", ".join(differ))
 elif os.path.exists(os.path.join(d, "FAILED")):
     print("failed")
-elif ckpts and cfg_steps == steps:
+elif ckpts and not differ:
     print("partial", ckpts[-1])
 else:
     print("fresh")
@@ -211,7 +214,7 @@ for seed in $SEEDS; do
         read -r st arg <<<"$(state "$d")"
         case $st in
         done)   continue ;;
-        other)  say "$r seed $seed: finished with $arg steps, not the planned $STEPS: left out (delete $d to rerun)"
+        other)  say "$r seed $seed: finished under other settings than the plan's ($arg): left out (delete $d to rerun)"
                 continue ;;
         failed) if [ "$RETRY_FAILED" = 1 ]; then rm -f "$d/FAILED"; st=fresh
                 else say "$r seed $seed: failed earlier (see $d/train.txt; RETRY_FAILED=1 retries)"; continue; fi ;;

@@ -10,6 +10,8 @@
 #   dev/study/enwiki_part.sh  (a stand-in tokenizer) parts in any order, shard names, validation only
 #                           from part a, idempotence, redo after a lost shard or other settings, foreign
 #                           shards refused (FORCE=1 removes them)
+#   dev/study/early_probe.sh  runs stopped at the validation of STOP_AT, with the full schedule; the table
+#                           of scripts/study_table.py --at-step
 # Needs python3 (standard library only); prints "TESTS study: passed=P failed=F skipped=S".
 cd "$(dirname "$0")/../.."
 passed=0; failed=0; skipped=0
@@ -130,6 +132,14 @@ mkdir -p "$tmp/prev5" && tar xzf "$tmp/out/study_logs.tgz" -C "$tmp/prev5"
 out=$(STUDY_DIR=$tmp/study5 PREV=$tmp/prev5 RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 check "study.sh: the unpacked archive is a PREV a later grid takes (nothing rerun)" \
     test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = "$n" -a "$(grep -c 'finished in an earlier session' <<<"$out")" = 4
+n6=$(wc -l < "$tmp/args.txt")
+out=$(STUDY_DIR=$tmp/study6 PREV=$S WARMUP_FRAC=0.3 RECIPES="bf16" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: earlier runs under another warmup are not taken from PREV; the run trains (warmup 3)" \
+    test $rc = 0 -a -z "$(grep 'finished in an earlier session' <<<"$out")" -a "$(wc -l < "$tmp/args.txt")" = $((n6 + 1)) \
+    -a -n "$(tail -n 1 "$tmp/args.txt" | grep -- '--warmup 3 ')"
+out=$(STUDY_DIR=$S WARMUP_FRAC=0.3 RECIPES="bf16" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1)
+check "study.sh: a run finished under another warmup is named and left out" \
+    grep -q "bf16 seed 1: finished under other settings than the plan's (warmup 1): left out" <<<"$out"
 out=$(STUDY_DIR=$tmp/study3 FAKE_FAIL=nvfp4 RECIPES="ufp4 nvfp4" SEEDS="7" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 echo "$out" | sed 's/^/    /'
 check "study.sh: a failing run is marked FAILED and the grid goes on" \
@@ -139,6 +149,25 @@ check "study.sh: ufp4's Hadamard signs drawn from the seed (VARY_SIGNS=1)" \
 out=$(STUDY_DIR=$tmp/study4 PARTS="a" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 check "study.sh: a missing data part is refused (exit 1, names it)" test $rc = 1 -a -n "$(grep "parts/a.done is missing" <<<"$out")"
 unset TRAINER B T PARTS PREV MIN_LEFT STOP_MARGIN CKPT_EVERY DATA FAKE_ARGS
+
+# ---- early_probe.sh: runs stopped at the validation of step STOP_AT; the table at that step
+P=$tmp/probe
+out=$(TRAINER=$tmp/trainer PROBE_DIR=$P DATA=$data STEPS=20 STOP_AT=8 VAL_EVERY=4 VAL_BATCHES=2 RECIPES="bf16 nvfp4" SEEDS="1 2" JOBS=2 \
+      FAKE_STOP_AT=10 DEADLINE=60 FAKE_ARGS=$tmp/probe_args.txt OUT=$tmp/probe_out bash dev/study/early_probe.sh 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "early_probe: 4 runs, each with its validation at steps 0, 4 and 8, and stopped there (exit 0)" \
+    test $rc = 0 -a "$(grep -c '^probe: .* val 0:[0-9.]* 4:[0-9.]* 8:[0-9.]* $' <<<"$out")" = 4
+check "early_probe: the runs were stopped (no done event; the fake trainer would hang after step 10)" \
+    test "$(ls "$P"/*/seed*/log.jsonl | wc -l)" = 4 -a -z "$(grep -l '"event":"done"' "$P"/*/seed*/log.jsonl)"
+check "early_probe: the schedule is the full run's (--steps 20) with the probe's warmup (131)" \
+    grep -q -- "--steps 20 --lr 1.5e-3 --warmup 131 " "$tmp/probe_args.txt"
+check "early_probe: OUT holds probe.txt and probe_logs.tgz (4 logs)" \
+    test -s "$tmp/probe_out/probe.txt" -a "$(tar tzf "$tmp/probe_out/probe_logs.tgz" | grep -c log.jsonl)" = 4
+out=$(python3 scripts/study_table.py "$P" --at-step 8 --no-plot 2>&1); rc=$?
+# fake val at step 8 of 20: final + 2 (1 - 8/19); nvfp4 = bf16 + 0.1 on every seed
+check "study_table --at-step 8: 2 seeds per recipe, nvfp4 vs bf16 +0.1000" \
+    test $rc = 0 -a -n "$(grep '^| bf16 | 2 | ' <<<"$out")" -a -n "$(grep '^| nvfp4 | bf16 | +0.1000 | ' <<<"$out")"
+check "study_table --at-step 8: says which step it compares" grep -q "Validation loss at step 8 over seeds" <<<"$out"
 
 # ---- enwiki_part.sh with a stand-in tokenizer (one train shard per input, named by it; a val shard)
 cat > "$tmp/prepro.py" <<'EOF'
