@@ -252,10 +252,12 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // Hadamard with the call's signs, 1x16 E4M3 group scales under the 256 * V tensor scale, each 128-group's
 // correction <u,u> / <u,q> folded into its 8 scales by stochastic rounding to neighbouring E4M3 values.
 // A CTA owns a tile of 32 operand rows x one 128-group along K, staged in shared memory in operand layout
-// (so a column-wise operand is read and written coalesced, in 16-byte words); warp w takes the tile's rows
-// w, w + 4, ..; lane l holds elements 4l .. 4l + 3 of a row: butterflies h = 1, 2 in registers, h = 4 .. 64
-// as shuffles (lane xor h/4), each 16-element group on 4 lanes, the 128-group's sums as the spec's tree (each
-// lane's 4 terms in order, then xor 16, 8, 4, 2, 1). Codes: quant_fast's RNE magnitude function where the
+// (so a column-wise operand is read and written coalesced, in 16-byte words). A row is on 8 lanes, each
+// holding one 16-element group: lane l of warp w takes tile row 16 t + 4 w + l / 8 (t = 0, 1), elements
+// 16 g .. 16 g + 15 with g = l % 8. Butterflies h = 1 .. 8 in registers, h = 16, 32, 64 as shuffles (lane
+// xor h/16); the group's amax, scale and scale draw once per lane; the 128-group's sums as the spec's tree:
+// the lane's 4 chunk sums p_(4g+q) (4 terms each, in order), the stages d = 16, 8, 4 as shuffles (lane xor
+// d/4), d = 2, 1 in registers (eden_sum128's operations, so its bits). Codes: quant_fast's RNE magnitude function where the
 // 16-group's amax is finite, else the reference element functions. Two kernels: the tensor amax of the
 // rotated operand, then the apply pass (fake, packed or statistics output). With a source scale
 // (QFTarget.src_dec) the input is a fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec)
@@ -263,6 +265,8 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 
 #define QG_EDEN_ROWS 32
 #define QG_EDEN_PITCH 130   // BF16 per shared row: 65 words, so a column of the tile spans 32 banks
+#define QG_EDEN_ROWS_PER_PASS 16   // tile rows the CTA's 4 warps hold at once (4 each, 8 lanes per row)
+static_assert(QG_EDEN_ROWS_PER_PASS == 4 * (QG_THREADS / 32) && QG_EDEN_ROWS % QG_EDEN_ROWS_PER_PASS == 0, "MS-EDEN lane layout");
 
 // The tile travels in 16-byte words of 8 BF16: QG_EDEN_WORDS per thread. Word e of a tile starts at operand
 // row r, k offset kk: along an operand row for axis 1 (16 words per row), across 8 neighbouring operand rows
@@ -369,40 +373,81 @@ __device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFAr
     }
 }
 
-// Lane's 4 elements of tile row r through hadamard_bf16's sign flips and butterflies (n = 128: h = 1, 2 in
-// registers, h = 4 .. 64 as shuffles), in FP32, before its scale and BF16 rounding (qg_eden_rotate).
-__device__ __forceinline__ void qg_eden_butterflies(const QFTarget& T, const uint16_t* tile, int r, int lane,
-                                                    float (&y)[4]) {
-    const uint16_t* p = tile + r * QG_EDEN_PITCH + 4 * lane;
-    const uint32_t sg = (T.p.signs[lane >> 3] >> (4 * (lane & 7))) & 0xFu;
+// The pieces of the 128-point rotation and of eden_sum128 that a lane computes on its own, HD so that
+// test_quant_fast runs them on the CPU with the exchanges between the 8 lanes of a row simulated:
+// qg_eden_bfly_regs: the butterflies h = 1 .. 8 on the lane's 16 elements (a, b) -> (a + b, a - b);
+// qg_eden_bfly_lane: one element of a butterfly h >= 16 from its own value and its partner's, the lower
+// element of the pair (bit h clear) keeps the sum, the upper one the difference lower - upper;
+// qg_eden_sum_regs: the stages d = 2, 1 of eden_sum128 on the lane's 4 chunk sums (chunks 4g .. 4g + 3).
+HD void qg_eden_bfly_regs(float (&y)[16]) {
+#if defined(__CUDA_ARCH__)
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        y[j] = bf16_bits_to_float(p[j]);
-        if ((sg >> j) & 1u) y[j] = -y[j];
-    }
-    float a, b;
-    a = y[0]; b = y[1]; y[0] = QF_ADD(a, b); y[1] = QF_SUB(a, b);   // h = 1
-    a = y[2]; b = y[3]; y[2] = QF_ADD(a, b); y[3] = QF_SUB(a, b);
-    a = y[0]; b = y[2]; y[0] = QF_ADD(a, b); y[2] = QF_SUB(a, b);   // h = 2
-    a = y[1]; b = y[3]; y[1] = QF_ADD(a, b); y[3] = QF_SUB(a, b);
+#endif
+    for (int h = 1; h < 16; h <<= 1) {
+#if defined(__CUDA_ARCH__)
 #pragma unroll
-    for (int x = 1; x < 32; x <<= 1) {   // h = 4x: the partner lane holds element e ^ h
-        const bool upper = lane & x;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float o = __shfl_xor_sync(0xFFFFFFFFu, y[j], x);
-            y[j] = upper ? QF_SUB(o, y[j]) : QF_ADD(y[j], o);
+#endif
+        for (int j = 0; j < 16; j++) {
+            if (j & h) continue;
+            const float a = y[j], b = y[j | h];
+            y[j] = QF_ADD(a, b);
+            y[j | h] = QF_SUB(a, b);
         }
     }
 }
+HD float qg_eden_bfly_lane(float mine, float other, bool upper) {
+    return upper ? QF_SUB(other, mine) : QF_ADD(mine, other);
+}
+HD float qg_eden_sum_regs(const float (&p)[4]) {
+    float n[4];
+    for (int q = 0; q < 4; q++) n[q] = QF_ADD(p[q], p[q ^ 2]);
+    return QF_ADD(n[0], n[1]);
+}
 
-// Lane's 4 elements of tile row r, rotated as hadamard_bf16 with n = 128: the butterflies, one multiply by
+// Lane's 16 elements (group g) of tile row r through hadamard_bf16's sign flips and butterflies (n = 128:
+// h = 1 .. 8 in registers, h = 16, 32, 64 as shuffles with the lanes holding the row's other groups), in
+// FP32, before its scale and BF16 rounding (qg_eden_rotate). Every lane of the warp calls it (shuffles).
+__device__ __forceinline__ void qg_eden_butterflies(const QFTarget& T, const uint16_t* tile, int r, int g,
+                                                    float (&y)[16]) {
+    const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);   // 4-byte aligned: pitch even
+    const uint32_t sg = (T.p.signs[g >> 1] >> (16 * (g & 1))) & 0xFFFFu;        // sign bits of elements 16g..
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const uint32_t w = p[q];
+        y[2 * q] = qf_lo(w);
+        y[2 * q + 1] = qf_hi(w);
+    }
+#pragma unroll
+    for (int j = 0; j < 16; j++)
+        if ((sg >> j) & 1u) y[j] = -y[j];
+    qg_eden_bfly_regs(y);
+#pragma unroll
+    for (int x = 1; x < 8; x <<= 1) {   // h = 16x: the partner lane (group g ^ x) holds element e ^ h
+        const bool upper = g & x;
+#pragma unroll
+        for (int j = 0; j < 16; j++) y[j] = qg_eden_bfly_lane(y[j], __shfl_xor_sync(0xFFFFFFFFu, y[j], x), upper);
+    }
+}
+
+// Lane's 16 elements of tile row r, rotated as hadamard_bf16 with n = 128: the butterflies, one multiply by
 // hadamard_scale(128), BF16 rounding.
-__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int lane, float (&y)[4]) {
-    qg_eden_butterflies(T, tile, r, lane, y);
+__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int g, float (&y)[16]) {
+    qg_eden_butterflies(T, tile, r, g, y);
     const float sc = hadamard_scale(128);
 #pragma unroll
-    for (int j = 0; j < 4; j++) y[j] = bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[j], sc)));
+    for (int j = 0; j < 16; j++) y[j] = bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[j], sc)));
+}
+
+// eden_sum128 of a row's 128 terms from the lane's 4 chunk sums p[q] = p_(4g+q) (each 4 terms added in order):
+// the stages d = 16, 8, 4 pair chunk j with j ^ d, which another lane of the row holds (lane xor d/4); d = 2, 1
+// pair chunks of this lane. Every lane of the warp calls it; all 8 lanes of a row return the row's sum.
+__device__ __forceinline__ float qg_eden_sum_lanes(float (&p)[4]) {
+#pragma unroll
+    for (int x = 4; x >= 1; x >>= 1) {
+#pragma unroll
+        for (int q = 0; q < 4; q++) p[q] = QF_ADD(p[q], __shfl_xor_sync(0xFFFFFFFFu, p[q], x));
+    }
+    return qg_eden_sum_regs(p);
 }
 
 // The tensor amax of rotated values BF16(y * sc), from the butterflies' y: non-NaN magnitudes keep only their
@@ -456,12 +501,14 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_c
             qg_eden_tile_origin(A, axis, t + gridDim.x, &i0, &k0);
             qg_eden_fetch(A, axis, i0, k0, w);
         }
-        for (int r = warp; r < QG_EDEN_ROWS; r += QG_THREADS / 32) {
-            if (ti0 + r >= M) break;
-            float y[4];
-            qg_eden_butterflies(T, tile, r, lane, y);
 #pragma unroll
-            for (int j = 0; j < 4; j++) qg_amax_add(&m, &mnan, y[j], sc);
+        for (int pass = 0; pass < QG_EDEN_ROWS / QG_EDEN_ROWS_PER_PASS; pass++) {
+            const int r0 = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp;   // the warp's 4 rows: r0 + lane / 8
+            if (ti0 + r0 >= M) break;   // whole warps; rows past M in a live warp hold zeros: no effect
+            float y[16];
+            qg_eden_butterflies(T, tile, r0 + (lane >> 3), lane & 7, y);
+#pragma unroll
+            for (int j = 0; j < 16; j++) qg_amax_add(&m, &mnan, y[j], sc);
         }
     }
     m = qg_amax_final(m, mnan, sc);
@@ -491,37 +538,40 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
     __syncthreads();
     QuantStats st;
     memset(&st, 0, sizeof(st));
-    for (int r = warp; r < QG_EDEN_ROWS; r += QG_THREADS / 32) {
+    const int g = lane & 7;   // the lane's 16-group of its row
+#pragma unroll
+    for (int pass = 0; pass < QG_EDEN_ROWS / QG_EDEN_ROWS_PER_PASS; pass++) {
+        const int r0 = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp, r = r0 + (lane >> 3);
+        if (i0 + r0 >= M) break;   // whole warps: the shuffles need every lane
         const int64_t i = i0 + r;
-        if (i >= M) break;   // whole warps: i is the same on every lane
-        float y[4];
-        qg_eden_rotate(T, tile, r, lane, y);
-        // the lane's 16-element group: 4 lanes
+        const bool live = i < M;   // rows past M (zeros) are computed, not stored
+        float y[16];
+        qg_eden_rotate(T, tile, r, g, y);
         uint32_t bm = 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) bm = amax_bits_update(bm, y[j]);
-        bm = qf_shfl_max(qf_shfl_max(bm, 1), 2);
+        for (int j = 0; j < 16; j++) bm = amax_bits_update(bm, y[j]);
         const QuantBlockScale pre = quant_block_scale(&T.p, f32_from_bits(bm), s_enc);   // eden_group_scale
         const float sg = pre.sdec, inv = pre.inv;
-        const bool fast = bm < 0x7F800000u;   // the group's amax is finite (the 4 lanes agree)
-        float u[4], tn[4], td[4], mag[4];
-        uint8_t c[4];
+        const bool fast = bm < 0x7F800000u;   // the group's amax is finite
+        float u[16], mag[16], pn[4], pd[4];
+        uint8_t c[16];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            u[j] = QF_MUL(y[j], inv);
-            tn[j] = QF_MUL(u[j], u[j]);
-            c[j] = qg_eden_code(T.g, T.code_mul, T.code_shift, &T.p.grid, u[j], fast, &mag[j], &td[j]);
-        }
-        float num = QF_ADD(QF_ADD(QF_ADD(tn[0], tn[1]), tn[2]), tn[3]);
-        float den = QF_ADD(QF_ADD(QF_ADD(td[0], td[1]), td[2]), td[3]);
+        for (int q = 0; q < 4; q++) {         // chunk 4g + q: its terms added in order
 #pragma unroll
-        for (int x = 16; x > 0; x >>= 1) {
-            num = QF_ADD(num, __shfl_xor_sync(0xFFFFFFFFu, num, x));
-            den = QF_ADD(den, __shfl_xor_sync(0xFFFFFFFFu, den, x));
+            for (int jj = 0; jj < 4; jj++) {
+                const int j = 4 * q + jj;
+                float td;
+                u[j] = QF_MUL(y[j], inv);
+                const float tn = QF_MUL(u[j], u[j]);
+                c[j] = qg_eden_code(T.g, T.code_mul, T.code_shift, &T.p.grid, u[j], fast, &mag[j], &td);
+                pn[q] = jj ? QF_ADD(pn[q], tn) : tn;
+                pd[q] = jj ? QF_ADD(pd[q], td) : td;
+            }
         }
+        const float num = qg_eden_sum_lanes(pn), den = qg_eden_sum_lanes(pd);
         const float C = eden_correction(num, den);
-        if (OUT != QF_OUT_STATS && T.eden_corr && lane == 0) T.eden_corr[i * (K / 128) + k0 / 128] = C;
-        const int64_t j = i * (K / 16) + k0 / 16 + (lane >> 2);   // the scale's index, operand-major
+        if (OUT != QF_OUT_STATS && T.eden_corr && live && g == 0) T.eden_corr[i * (K / 128) + k0 / 128] = C;
+        const int64_t j = i * (K / 16) + k0 / 16 + g;   // the scale's index, operand-major
         const uint32_t r16 = eden_scale_r16(T.key, (uint64_t)j);
         QuantBlockScale bs;
         bs.sdec = eden_scale_sr(QF_MUL(sg, C), r16);
@@ -529,16 +579,24 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
         bs.bits = e4m3_bits(bs.sdec);
         bs.is_nan = 0;
         if constexpr (OUT == QF_OUT_STATS) {
+            if (live) {
 #pragma unroll
-            for (int q = 0; q < 4; q++) quant_stats_element(&st, &T.p.grid, y[q], u[q], c[q], &bs, tdec);
+                for (int q = 0; q < 16; q++) quant_stats_element(&st, &T.p.grid, y[q], u[q], c[q], &bs, tdec);
+            }
         } else if constexpr (OUT == QF_OUT_PACKED) {
-            const uint16_t codes = (uint16_t)(c[0] | (c[1] << 4) | (c[2] << 8) | (c[3] << 12));
-            *(uint16_t*)(T.codes + i * (K / 2) + (k0 + 4 * lane) / 2) = codes;
-            if ((lane & 3) == 0) T.scales[j] = bs.bits;
-        } else {
-            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + 4 * lane);
-            p[0] = (uint32_t)qg_eden_fake(c[0], mag[0], bs.sdec) | ((uint32_t)qg_eden_fake(c[1], mag[1], bs.sdec) << 16);
-            p[1] = (uint32_t)qg_eden_fake(c[2], mag[2], bs.sdec) | ((uint32_t)qg_eden_fake(c[3], mag[3], bs.sdec) << 16);
+            if (live) {
+                uint32_t w[2] = {0u, 0u};
+#pragma unroll
+                for (int q = 0; q < 16; q++) w[q >> 3] |= (uint32_t)c[q] << (4 * (q & 7));
+                *(uint2*)(T.codes + i * (K / 2) + (k0 + 16 * g) / 2) = make_uint2(w[0], w[1]);   // 8-byte aligned
+                T.scales[j] = bs.bits;
+            }
+        } else {   // the tile row's 16 elements (rows past M are not stored by qg_eden_store_fake)
+            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);
+#pragma unroll
+            for (int q = 0; q < 8; q++)
+                p[q] = (uint32_t)qg_eden_fake(c[2 * q], mag[2 * q], bs.sdec) |
+                       ((uint32_t)qg_eden_fake(c[2 * q + 1], mag[2 * q + 1], bs.sdec) << 16);
         }
     }
     if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, T.stats);

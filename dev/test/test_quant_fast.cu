@@ -139,6 +139,53 @@ static void eden_cpu_checks(int exhaustive) {
     }
     CHECK(bad == 0, "MS-EDEN amax with the rounding deferred to the maximum == value-by-value: %lld of 200000 groups differ",
           bad);
+    // the kernels' lane layout (8 lanes per row, 16 elements each): their per-lane pieces with the exchanges of
+    // __shfl_xor_sync simulated == hadamard_bf16's rotation and eden_sum128's sum, bit for bit
+    {
+        long long bad_rot = 0, bad_sum = 0;
+        for (int trial = 0; trial < 20000; trial++) {
+            uint32_t signs[4];
+            for (int w = 0; w < 4; w++) signs[w] = next();
+            float ref[128], t[128], y[8][16], o[8][16];
+            for (int e = 0; e < 128; e++) {   // BF16 inputs of mixed magnitudes (cancellations, rounding in the sums)
+                const uint32_t b = (next() & 0x807FFFFFu) | ((uint32_t)(110 + next() % 36) << 23);
+                ref[e] = bf16_bits_to_float((uint16_t)(b >> 16));
+                t[e] = f32_from_bits((next() & 0x807FFFFFu) | ((uint32_t)(100 + next() % 40) << 23));
+            }
+            for (int l = 0; l < 8; l++)
+                for (int j = 0; j < 16; j++) {
+                    const int e = 16 * l + j;
+                    y[l][j] = ((signs[e >> 5] >> (e & 31)) & 1u) ? -ref[e] : ref[e];
+                }
+            hadamard_bf16(ref, 128, signs);
+            for (int l = 0; l < 8; l++) qg_eden_bfly_regs(y[l]);
+            for (int x = 1; x < 8; x <<= 1) {
+                for (int l = 0; l < 8; l++)
+                    for (int j = 0; j < 16; j++) o[l][j] = qg_eden_bfly_lane(y[l][j], y[l ^ x][j], (l & x) != 0);
+                memcpy(y, o, sizeof(y));
+            }
+            for (int l = 0; l < 8; l++)
+                for (int j = 0; j < 16; j++)
+                    bad_rot += f32_bits(bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[l][j], sc)))) != f32_bits(ref[16 * l + j]);
+            float p[8][4], pn[8][4];
+            for (int l = 0; l < 8; l++)
+                for (int q = 0; q < 4; q++) {
+                    const float* c = t + 16 * l + 4 * q;
+                    p[l][q] = QF_ADD(QF_ADD(QF_ADD(c[0], c[1]), c[2]), c[3]);
+                }
+            for (int x = 4; x >= 1; x >>= 1) {
+                for (int l = 0; l < 8; l++)
+                    for (int q = 0; q < 4; q++) pn[l][q] = QF_ADD(p[l][q], p[l ^ x][q]);
+                memcpy(p, pn, sizeof(p));
+            }
+            const uint32_t want = f32_bits(eden_sum128(t));
+            for (int l = 0; l < 8; l++) bad_sum += f32_bits(qg_eden_sum_regs(p[l])) != want;
+        }
+        CHECK(bad_rot == 0, "MS-EDEN lanes (16 elements each): butterflies in registers and across lanes == hadamard_bf16 "
+              "(%lld of 2560000 values differ)", bad_rot);
+        CHECK(bad_sum == 0, "MS-EDEN lanes: chunk sums, 3 lane stages and 2 register stages == eden_sum128 (%lld of 160000 "
+              "lane results differ)", bad_sum);
+    }
     for (int axis = 0; axis < 2; axis++) {
         static_assert(QG_EDEN_WORDS * QG_THREADS * 8 == QG_EDEN_ROWS * 128, "the words cover the tile");
         int count[QG_EDEN_ROWS][128] = {};
