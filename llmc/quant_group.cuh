@@ -400,6 +400,9 @@ HD float qg_eden_bfly_lane(float mine, float other, bool upper) {
 }
 HD float qg_eden_sum_regs(const float (&p)[4]) {
     float n[4];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
     for (int q = 0; q < 4; q++) n[q] = QF_ADD(p[q], p[q ^ 2]);
     return QF_ADD(n[0], n[1]);
 }
@@ -504,7 +507,8 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_c
 #pragma unroll
         for (int pass = 0; pass < QG_EDEN_ROWS / QG_EDEN_ROWS_PER_PASS; pass++) {
             const int r0 = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp;   // the warp's 4 rows: r0 + lane / 8
-            if (ti0 + r0 >= M) break;   // whole warps; rows past M in a live warp hold zeros: no effect
+            if (ti0 + r0 >= M) break;   // whole warps; rows past M in a live warp hold zeros (the fetch's, times a
+                                        // finite source scale 1 / S_enc where there is one): no effect on the max
             float y[16];
             qg_eden_butterflies(T, tile, r0 + (lane >> 3), lane & 7, y);
 #pragma unroll
