@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# early_probe.sh: the first STOP_AT steps of study runs (dev/study/study.sh's plan: same data, model,
-# schedule length and seeds), with other trainer flags, to see whether a change to the study's settings
+# early_probe.sh: the first STOP_AT steps of study runs (the plan dev/study/study.sh makes for d6 on the whole
+# data/enwiki, written out here: d6, B=64, T=1024, 1312 steps, cosine to 10%), with other trainer flags, to see whether a change to the study's settings
 # removes the "bad starts" of the d6 study (results/study_d6/README.md: FP4 runs that fall behind in the
 # first ~130 steps, at the peak learning rate, and never catch up). Each run is stopped once its
 # validation at step STOP_AT is logged; the schedule stays that of the full run (--steps STEPS), so the
@@ -36,6 +36,8 @@ EXTRA_ARGS=${EXTRA_ARGS:-}
 ls "$DATA"/enwiki_train_*.bin > /dev/null 2>&1 || { echo "early_probe: no training shards in $DATA"; exit 1; }
 mkdir -p "$PROBE_DIR"
 
+reached() { grep -q "\"type\":\"val\",\"step\":$STOP_AT," "$1/log.jsonl" 2> /dev/null; }   # val of STOP_AT logged
+
 # one run, stopped once the validation line of step STOP_AT is in its log (or the deadline comes)
 probe_one() {
     local r=$1 s=$2 d=$PROBE_DIR/$1/seed$2
@@ -46,8 +48,7 @@ probe_one() {
         -j "$DATA/enwiki_val_*.bin" -o "$d" $EXTRA_ARGS > "$d/train.txt" 2>&1 &
     local pid=$!
     while kill -0 $pid 2> /dev/null; do
-        if grep -q "\"type\":\"val\",\"step\":$STOP_AT," "$d/log.jsonl" 2> /dev/null ||
-           [ $((SECONDS - T0)) -ge "$DEADLINE" ]; then
+        if reached "$d" || [ $((SECONDS - T0)) -ge "$DEADLINE" ]; then
             kill $pid 2> /dev/null; break
         fi
         sleep 0.5
@@ -56,7 +57,7 @@ probe_one() {
     local vals
     vals=$(grep -o '"type":"val","step":[0-9]*,"tokens":[0-9]*,"val_loss":[0-9.]*' "$d/log.jsonl" 2> /dev/null |
            sed 's/.*"step":\([0-9]*\),.*"val_loss":\([0-9.]*\)/\1:\2/' | tr '\n' ' ')
-    grep -q "\"type\":\"val\",\"step\":$STOP_AT," "$d/log.jsonl" 2> /dev/null || vals+="(stopped early) "
+    reached "$d" || vals+="(stopped early) "
     echo "probe: $r seed $s warmup $WARMUP: val ${vals}"
 }
 
