@@ -6,6 +6,7 @@
 #   build/test_quant_gpu_cpu   fast vs the CPU quantizer (llmc/fp4_quant_cpu.h) bit for bit over every preset and
 #                              slot option, special and non-finite data (GPU); --quick fewer cases
 #   build/bench_quant_fast     reference vs fast kernels vs device copy at training shapes
+#   build/bench_overlap        a pass on a second stream under a BF16 GEMM at d12 shapes: how much of it hides
 GPU_TESTS += build/test_quant_fast
 GPU_TESTS += build/test_quant_gpu_cpu
 QUANT_FAST_HEADERS := llmc/quant_fast.cuh llmc/quant_group.cuh llmc/quant_target.h llmc/quant_diag.cuh dev/ref/nvfp4_ref.cuh $(FP4_HEADERS)
@@ -13,5 +14,9 @@ build/test_quant_fast: $(QUANT_FAST_HEADERS)
 build/test_quant_gpu_cpu: $(QUANT_FAST_HEADERS) llmc/recipe.h
 
 build/bench_quant_fast: dev/bench/bench_quant_fast.cu dev/bench/bench_common.cuh $(QUANT_FAST_HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+build/bench_overlap: dev/bench/bench_overlap.cu dev/bench/bench_common.cuh llmc/matmul.cuh $(QUANT_FAST_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
