@@ -6,7 +6,9 @@
 #        (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8
 # env: STEPS (default 30), MODEL (d12), B (64), T (1024), DATA (tinyshakespeare train shard),
 #      ROUNDS (1): run the recipe list this many times, interleaved, and keep each recipe's fastest
-#      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it)
+#      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it); with 2 or
+#      more, also says whether each recipe's per-step losses (the log's 6 decimals) were the same in every round
+#      (the trainer is meant to be deterministic: same flags, same losses)
 set -euo pipefail
 STEPS=${STEPS:-30}; MODEL=${MODEL:-d12}; B=${B:-64}; T=${T:-1024}; ROUNDS=${ROUNDS:-1}
 DATA=${DATA:-data/tinyshakespeare/tiny_shakespeare_train.bin}
@@ -26,9 +28,10 @@ done
 python3 - "$OUT" "$ROUNDS" "${recipes[@]}" <<'PY'
 import json, statistics, sys
 out, rounds, recipes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-rows = []
+rows, same = [], {}
 for r in recipes:
     best = None
+    losses = []
     for k in range(1, rounds + 1):
         log = [json.loads(line) for line in open(f"{out}/{r}.{k}/log.jsonl")]
         steps = [d for d in log if d.get("type") == "train"]
@@ -39,10 +42,19 @@ for r in recipes:
         quant = statistics.median(d.get("quant_ms", 0.0) for d in warm)   # time inside quantization passes
         gemm = statistics.median(d.get("gemm_ms", 0.0) for d in warm)     # time inside the linear layers' GEMMs
         mem = [d for d in log if d.get("event") == "done"]
+        losses.append([(d["step"], d["loss"]) for d in steps])
         row = (r, ms, tok, mfu, quant, gemm, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"])
         if best is None or ms < best[1]:
             best = row
     rows.append(best)
+    diff = [k for k in range(1, rounds) if losses[k] != losses[0]]
+    if rounds > 1:
+        first = None
+        for k in diff:
+            bad = [a[0] for a, b in zip(losses[0], losses[k]) if a != b]
+            if bad and (first is None or bad[0] < first): first = bad[0]
+        same[r] = "yes" if not diff else f"NO (rounds {', '.join(str(k + 1) for k in diff)} differ from round 1, " \
+                                         f"first at step {first})"
 base, bq, bg = rows[0][1], rows[0][4], rows[0][5]
 # The step splits into quant (CUDA events around each quantization pass), gemm (around each linear layer's
 # GEMM) and rest (everything else: attention, norms, optimizer, scale products, launch gaps), each a median
@@ -56,4 +68,6 @@ for r, ms, tok, mfu, quant, gemm, mem, loss in rows:
     print(f"{r:<14}{ms:>10.1f}{tok:>12,.0f}{100 * mfu:>7.1f}%{ms / base:>10.3f}{ms - base:>10.1f}"
           f"{quant:>10.1f}{gemm:>9.1f}{rest:>9.1f}{quant - bq:>9.1f}{gemm - bg:>8.1f}{rest - brest:>8.1f}"
           f"{mem:>9.1f}{loss:>11.4f}")
+if same:
+    print(f"same losses in all {rounds} rounds (to the log's 6 decimals): " + "; ".join(f"{r} {v}" for r, v in same.items()))
 PY
