@@ -73,7 +73,8 @@ def main():
         log.write(json.dumps(d, separators=(",", ":")) + "\n")
         log.flush()
 
-    w({"type": "config", "model": opt["--model"], "steps": steps, "lr": float(opt["--lr"]), "warmup": int(opt["--warmup"]),
+    w({"type": "config", "model": opt["--model"], "batch_size": int(opt["-b"]), "seq_len": int(opt["-t"]),
+       "steps": steps, "lr": float(opt["--lr"]), "warmup": int(opt["--warmup"]),
        "final_lr_frac": float(opt["--final-lr-frac"]), "seed": seed, "recipe": recipe, "resumed_at": start})
     fin = final_loss(recipe, seed)
     stop_at = int(os.environ.get("FAKE_STOP_AT", "-1"))

@@ -24,7 +24,8 @@
 #   DATA [data/enwiki]; PARTS ["a b c d"]: refuse to start unless DATA/.parts/P.done exists for each
 #             (so a machine that went cold between the data calls is caught; PARTS="" skips the check)
 #   PREV [.carry/study_prev]: finished logs of earlier sessions (same layout as STUDY_DIR), copied in
-#             (those of this grid's recipes and seeds, planned step count) and skipped, so a grid can
+#             (those of this grid's recipes and seeds, finished under the plan's model, B, T, steps, warmup,
+#             lr and final lr fraction) and skipped, so a grid can
 #             span sessions (the machine, and its checkpoints, do not)
 #   VARY_SIGNS [1]: ufp4's random Hadamard signs (the preset's seed=1) drawn from the run's seed too.
 #             --seed already drives init, data order, every SR draw (the gradients' and AdamW's BF16
@@ -33,7 +34,7 @@
 #   KEEP_CKPT [0]: 1 keeps a finished run's last checkpoint (0: a finished run's checkpoints are removed)
 #   EXTRA_ARGS: more trainer flags for every run; TRAINER [./train_gpt_fp4, built if missing with
 #             make train_gpt_fp4 GPU_ARCHS=$GPU_ARCHS [90]]
-#   OUT: if set (the device tool sets it), every run's log.jsonl (RECIPE/seedN/log.jsonl) and plan.txt are
+#   OUT: if set (the device tool sets it), every run's log.jsonl (RECIPE/seedN/log.jsonl), plan.txt, plans.txt are
 #             packed into OUT/study_logs.tgz, and the table of scripts/study_table.py written to
 #             OUT/study_table/, at the end (the tool returns at most 8 files, none below OUT/a/b/)
 # A run counts as finished when its log has the train line of its last step under the planned step count;
@@ -121,14 +122,21 @@ recipes $RECIPES
 seeds $SEEDS
 vary_signs $VARY_SIGNS extra_args $EXTRA_ARGS
 EOF
+# plans.txt: every different plan this folder's grid ran under, in order (a grid that spans calls with other
+# RECIPES or SEEDS keeps one plan.txt, the newest; plans.txt says what ran before it)
+plan_id="== plan $(md5sum < "$STUDY_DIR/plan.txt" | cut -c1-12)"
+if [ "$(grep '^== plan ' "$STUDY_DIR/plans.txt" 2>/dev/null | tail -n 1)" != "$plan_id" ]; then
+    { echo "$plan_id"; cat "$STUDY_DIR/plan.txt"; } >> "$STUDY_DIR/plans.txt"
+fi
 
-# ---- a run's state: "done VAL_LOSS" | "other SETTINGS" (finished under another step count, warmup, lr or
-#      final lr fraction than the plan's) | "partial CKPT_STEP" | "failed" | "fresh"
+# ---- a run's state: "done VAL_LOSS" | "other SETTINGS" (finished under another step count, warmup, lr,
+#      final lr fraction, model, batch or sequence length than the plan's) | "partial CKPT_STEP" | "failed" | "fresh"
 state() {
-    "$PY" - "$1" "$STEPS" "$WARMUP" "$LR" "$FINAL_LR_FRAC" <<'EOF'
+    "$PY" - "$1" "$STEPS" "$WARMUP" "$LR" "$FINAL_LR_FRAC" "$B" "$T" "$MODEL" <<'EOF'
 import json, os, re, sys
 d, steps = sys.argv[1], int(sys.argv[2])
-plan = {"warmup": int(sys.argv[3]), "lr": float(sys.argv[4]), "final_lr_frac": float(sys.argv[5])}
+plan = {"warmup": int(sys.argv[3]), "lr": float(sys.argv[4]), "final_lr_frac": float(sys.argv[5]),
+        "batch_size": int(sys.argv[6]), "seq_len": int(sys.argv[7])}
 cfg_steps, cfg, last_train, vals = None, {}, 0, {}
 try:
     with open(os.path.join(d, "log.jsonl")) as f:
@@ -150,6 +158,7 @@ ckpts = sorted(int(m.group(1)) for f in (os.listdir(d) if os.path.isdir(d) else 
                for m in [re.fullmatch(r"ckpt_(\d{8})\.bin", f)] if m)
 differ = [f"steps {cfg_steps}"] if cfg_steps != steps else []
 differ += [f"{k} {cfg[k]}" for k, v in plan.items() if k in cfg and abs(float(cfg[k]) - v) > 1e-6 * max(1.0, abs(v))]
+differ += [f"model {cfg['model']}"] if "model" in cfg and cfg["model"] != sys.argv[8] else []
 if cfg_steps is not None and last_train >= cfg_steps and cfg_steps > 0:
     if not differ:
         print("done", "%.6f" % vals[max(vals)] if vals else "nan")
@@ -199,7 +208,7 @@ sign_args() {   # ufp4 with its Hadamard signs drawn from the run's seed (the pr
 
 copy_out() {   # the device tool returns at most 8 files, none deeper than OUT/a/b: the logs travel as one archive
     [ -n "${OUT:-}" ] || return 0
-    (cd "$STUDY_DIR" && ls -d */seed*/log.jsonl plan.txt 2>/dev/null | tar czf "$OUT/study_logs.tgz" -T -) ||
+    (cd "$STUDY_DIR" && ls -d */seed*/log.jsonl plan.txt plans.txt 2>/dev/null | tar czf "$OUT/study_logs.tgz" -T -) ||
         say "could not pack the logs into OUT/study_logs.tgz"
     "$PY" scripts/study_table.py "$STUDY_DIR" --out "$OUT/study_table" > "$OUT/study_table.txt" 2>&1 ||
         say "scripts/study_table.py failed (see OUT/study_table.txt)"

@@ -125,9 +125,9 @@ mkdir -p "$tmp/out"
 out=$(OUT=$tmp/out STUDY_DIR=$tmp/study2 PREV=$S RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1)
 check "study.sh: with OUT set, OUT holds study_logs.tgz and the table, and nothing below OUT/a/b/" \
     test -s "$tmp/out/study_logs.tgz" -a -s "$tmp/out/study_table.txt" -a -z "$(find "$tmp/out" -mindepth 3 | head -n 1)"
-check "study.sh: study_logs.tgz holds the 4 runs' logs and plan.txt" \
+check "study.sh: study_logs.tgz holds the 4 runs' logs, plan.txt and plans.txt" \
     test "$(tar tzf "$tmp/out/study_logs.tgz" | sort | tr '\n' ' ')" = \
-    "bf16/seed1/log.jsonl bf16/seed2/log.jsonl nvfp4/seed1/log.jsonl nvfp4/seed2/log.jsonl plan.txt "
+    "bf16/seed1/log.jsonl bf16/seed2/log.jsonl nvfp4/seed1/log.jsonl nvfp4/seed2/log.jsonl plan.txt plans.txt "
 mkdir -p "$tmp/prev5" && tar xzf "$tmp/out/study_logs.tgz" -C "$tmp/prev5"
 out=$(STUDY_DIR=$tmp/study5 PREV=$tmp/prev5 RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 check "study.sh: the unpacked archive is a PREV a later grid takes (nothing rerun)" \
@@ -137,6 +137,16 @@ out=$(STUDY_DIR=$tmp/study6 PREV=$S WARMUP_FRAC=0.3 RECIPES="bf16" SEEDS="1" DEA
 check "study.sh: earlier runs under another warmup are not taken from PREV; the run trains (warmup 3)" \
     test $rc = 0 -a -z "$(grep 'finished in an earlier session' <<<"$out")" -a "$(wc -l < "$tmp/args.txt")" = $((n6 + 1)) \
     -a -n "$(tail -n 1 "$tmp/args.txt" | grep -- '--warmup 3 ')"
+n7=$(wc -l < "$tmp/args.txt")
+out=$(STUDY_DIR=$tmp/study7 PREV=$S MODEL=d12 RECIPES="bf16" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: earlier runs of another model are not taken from PREV; the run trains (--model d12)" \
+    test $rc = 0 -a -z "$(grep 'finished in an earlier session' <<<"$out")" -a "$(wc -l < "$tmp/args.txt")" = $((n7 + 1)) \
+    -a -n "$(tail -n 1 "$tmp/args.txt" | grep -- '--model d12 ')"
+out=$(STUDY_DIR=$tmp/study7 RECIPES="bf16 nvfp4" SEEDS="1" MODEL=d12 DEADLINE=60 bash dev/study/study.sh 2>&1)
+check "study.sh: plans.txt keeps each different plan once, in order (two calls, two plans)" \
+    test "$(grep -c '^== plan ' "$tmp/study7/plans.txt")" = 2 -a "$(grep -c '^recipes bf16$' "$tmp/study7/plans.txt")" = 1
+out=$(STUDY_DIR=$tmp/study7 RECIPES="bf16 nvfp4" SEEDS="1" MODEL=d12 DEADLINE=60 bash dev/study/study.sh 2>&1)
+check "study.sh: the same plan again adds nothing to plans.txt" test "$(grep -c '^== plan ' "$tmp/study7/plans.txt")" = 2
 out=$(STUDY_DIR=$S WARMUP_FRAC=0.3 RECIPES="bf16" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1)
 check "study.sh: a run finished under another warmup is named and left out" \
     grep -q "bf16 seed 1: finished under other settings than the plan's (warmup 1): left out" <<<"$out"
