@@ -8,7 +8,8 @@
 #      ROUNDS (1): run the recipe list this many times, interleaved, and keep each recipe's fastest
 #      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it); with 2 or
 #      more, also says whether each recipe's per-step losses (the log's 6 decimals) were the same in every round
-#      (the trainer is meant to be deterministic: same flags, same losses)
+#      (bit for bit only with LLMC_ATTENTION=own: cuDNN's attention backward sums with atomics, and FP4
+#      rounding magnifies its last-bit differences; dev/bench/check_repro.sh)
 set -euo pipefail
 STEPS=${STEPS:-30}; MODEL=${MODEL:-d12}; B=${B:-64}; T=${T:-1024}; ROUNDS=${ROUNDS:-1}
 DATA=${DATA:-data/tinyshakespeare/tiny_shakespeare_train.bin}

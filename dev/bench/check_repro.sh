@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# check_repro.sh: is FP4 training reproducible run to run, and if not, where does it read memory it never
+# wrote or race? On the GPU machine, in one call:
+#   1. the same d12 training twice per recipe (dev/bench/bench_train.sh, ROUNDS=2) with the program's own
+#      attention kernels (LLMC_ATTENTION=own: cuDNN's attention backward sums dQ with atomics, so with it
+#      even BF16 runs differ in the last bits): the same per-step losses in both rounds?
+#   2. compute-sanitizer over a few small steps (d6, B=4, T=256) of each FP4 recipe: initcheck (reads of
+#      global memory never written), racecheck (shared-memory hazards), memcheck (out-of-bounds accesses).
+#      Reports name the kernel; the library kernels' (cuBLASLt, cuDNN) are listed apart from ours.
+# usage: bash dev/bench/check_repro.sh [recipe ...]      (default: nvfp4 nvfp4-naive quartet2)
+# env: OUT [/tmp/check_repro] (logs there), STEPS [12] for part 1, SAN_STEPS [2] for part 2 and SAN_TIMEOUT [150]
+#      seconds per sanitizer run, GPU_ARCHS [90],
+#      PARTS ["train sanitize"], SAN_TOOLS ["initcheck memcheck racecheck"]
+# Exit status: 1 if the build failed, a recipe's losses differ between rounds, or a sanitizer reported an
+# error in one of the program's own kernels.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/check_repro}
+mkdir -p "$OUT"
+recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(nvfp4 nvfp4-naive quartet2)
+PARTS=${PARTS:-"train sanitize"}
+SAN_TOOLS=${SAN_TOOLS:-"initcheck memcheck racecheck"}
+export NCCL_NVLS_ENABLE=0
+t0=$SECONDS
+make -j"$(nproc)" train_gpt_fp4 GPU_ARCHS="${GPU_ARCHS:-90}" > "$OUT/build.txt" 2>&1 ||
+    { grep -E "error" "$OUT/build.txt" | head -n 20; echo "check_repro: the build FAILED"; exit 1; }
+echo "check_repro: built in $((SECONDS - t0)) s"
+rc=0
+if [[ " $PARTS " == *" train "* ]]; then
+    t1=$SECONDS
+    LLMC_ATTENTION=own ROUNDS=2 STEPS=${STEPS:-12} BENCH_OUT="$OUT/train" dev/bench/bench_train.sh bf16 "${recipes[@]}" > "$OUT/train.txt" 2>&1 || rc=1
+    cat "$OUT/train.txt"
+    grep -q "^same losses.*NO" "$OUT/train.txt" && rc=1
+    echo "check_repro: part 1 in $((SECONDS - t1)) s"
+fi
+if [[ " $PARTS " == *" sanitize "* ]]; then
+    command -v compute-sanitizer > /dev/null || { echo "check_repro: no compute-sanitizer on this machine"; exit 1; }
+    for r in "${recipes[@]}"; do
+        for tool in $SAN_TOOLS; do
+            t1=$SECONDS
+            log="$OUT/san_${tool}_$r.txt"
+            timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --print-limit 30 \
+                ./train_gpt_fp4 --model d6 --batch-size 4 --seq-len 256 --total-batch 1024 --steps "${SAN_STEPS:-2}" \
+                --val-every 0 --sample-every 0 --recipe "$r" --out-dir "$OUT/san_run" > "$log" 2>&1
+            # the summary line, and the kernels the reports name (ours vs the libraries')
+            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+            kernels=$(grep -E "^=+ +at " "$log" | sed -E 's/^=+ +at +//; s/\+0x[0-9a-f]+.*$//; s/ in .*$//; s/\(.*$//' |
+                      sort | uniq -c | sort -rn)
+            ours=$(grep -vE "cublas|cudnn|cutlass|sm90_|xmma|gemm|nvjet|Kernel2" <<<"$kernels" | grep -v '^\s*$' || true)
+            echo "check_repro: $tool $r: ${summary:-no summary (see $log)} ($((SECONDS - t1)) s)"
+            [ -n "$kernels" ] && echo "$kernels" | head -n 8 | sed 's/^/    /'
+            if [ -n "$ours" ]; then rc=1; echo "    ^ the program's own kernels are named"; fi
+        done
+    done
+fi
+echo "check_repro: $([ $rc = 0 ] && echo "all clean" || echo "FOUND something (see $OUT)") in $((SECONDS - t0)) s"
+exit $rc
