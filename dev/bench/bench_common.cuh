@@ -8,6 +8,8 @@
 
 struct Bench {
     int iters;
+    const char* only;        // -f SUBSTR: only the table rows whose name contains it (NULL: all)
+    long long shape[2];      // -s RxC: only that tensor shape (0x0: all)
     double copy_gbs;   // cudaMemcpyAsync D2D of 1 GiB, bytes read + written
     cudaEvent_t e0, e1;
 };
@@ -26,13 +28,23 @@ static double bench_ms(Bench& b, F f) {
     return ms / b.iters;
 }
 
-// Parses [-n iters], measures the copy bandwidth and prints the device line. Returns 0 (after saying
+// Whether a table row (-f) or a shape (-s) is asked for: profilers time one kernel of one row at one shape.
+static int bench_wants(const Bench& b, const char* name) { return !b.only || strstr(name, b.only); }
+static int bench_wants_shape(const Bench& b, long long r, long long c) {
+    return !b.shape[0] || (b.shape[0] == r && b.shape[1] == c);
+}
+
+// Parses [-n iters] [-f SUBSTR] [-s RxC], measures the copy bandwidth and prints the device line. Returns 0 (after saying
 // so) when there is no GPU.
 static int bench_init(Bench& b, int argc, char** argv, const char* name) {
     b.iters = 20;
+    b.only = NULL;
+    b.shape[0] = b.shape[1] = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-n") && i + 1 < argc) b.iters = atoi(argv[++i]);
-        else fail("usage: %s [-n iters]", argv[0]);
+        else if (!strcmp(argv[i], "-f") && i + 1 < argc) b.only = argv[++i];
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc && sscanf(argv[i + 1], "%lldx%lld", &b.shape[0], &b.shape[1]) == 2) i++;
+        else fail("usage: %s [-n iters] [-f row-name-substring] [-s ROWSxCOLS]", argv[0]);
     }
     if (device_count_or_zero() == 0) { printf("%s: no CUDA GPU on this machine, nothing to time\n", name); return 0; }
     cudaDeviceProp prop;

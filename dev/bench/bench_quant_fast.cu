@@ -2,7 +2,7 @@
 // quantize_fast_gpu (llmc/quant_fast.cuh) at training shapes, fake and packed (native GEMM) copies, against
 // device copy bandwidth measured in the same run. Also checks, for every row, that the fast outputs equal the
 // reference ones bit for bit (column "same").
-// Usage: build/bench_quant_fast [-n iters]
+// Usage: build/bench_quant_fast [-n iters] [-f row-name-substring] [-s ROWSxCOLS]   (-f, -s: a subset, e.g. for ncu)
 // Columns: ref / fast: both passes (amax + apply), us per call; amax / apply: the fast passes alone;
 // eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
 // twice + outputs) / fast time; apply% = (input + outputs) / apply time; amax% = input / amax time.
@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
            "traf%", "apply%", "amax%", "same");
     for (auto& sh : shapes) {
         const int64_t R = sh[0], C = sh[1], n = R * C;
+        if (!bench_wants_shape(b, R, C)) continue;
         uint16_t *in, *f[4];
         float* sc;
         cuda_check(cudaMalloc(&in, 2 * n));
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
                (long long)C, copy_us, 100.0 * 4.0 * n / (copy_us * 1e-6) / 1e9 / b.copy_gbs);
         for (int ci = 0; ci < ncfg; ci++) {
             const Cfg& c = cfgs[ci];
+            if (!bench_wants(b, c.name)) continue;
             QuantParams p[2];
             QuantTarget tr[2], tf[2];
             for (int k = 0; k < c.n; k++) {
