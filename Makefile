@@ -105,8 +105,13 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-
 
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all test clean
+.PHONY: all test clean benches
 all: train_gpt_fp4 $(filter-out %.sh,$(TESTS))
+
+# The benchmark binaries (dev/bench/, each rule in its concern's mk/ file; not tests, so not in `all`).
+BENCHES := build/bench_attention build/bench_fp8_gemm build/bench_fp8_fold build/bench_kernels build/bench_quant \
+           build/bench_quant_fast build/bench_overlap
+benches: $(BENCHES)
 
 train_gpt_fp4: train_gpt_fp4.cu $(HEADERS)
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
