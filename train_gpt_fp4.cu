@@ -2244,20 +2244,24 @@ int main(int argc, char** argv) {
         logger_open(&logger, tc.out_dir);
     }
     char esc[4][1024];
+    int cuda_runtime_version = 0;   // the libraries the run used: their versions decide GEMM and attention kernels
+    cuda_check(cudaRuntimeGetVersion(&cuda_runtime_version));
     logger_line(&logger,
         "{\"type\":\"config\",\"model\":\"%s\",\"layers\":%d,\"heads\":%d,\"channels\":%d,\"vocab\":%d,"
         "\"parameters\":%zu,\"batch_size\":%d,\"seq_len\":%d,\"total_batch\":%lld,\"grad_accum\":%d,\"processes\":%d,"
         "\"steps\":%d,\"lr\":%g,\"warmup\":%d,\"schedule\":\"%s\",\"final_lr_frac\":%g,\"beta1\":%g,\"beta2\":%g,"
         "\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"master_weights\":\"%s\",\"seed\":%d,\"recipe\":\"%s\","
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
-        "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"resumed_at\":%d}",
+        "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
+        "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d}",
         weights_from[0] ? "checkpoint" : tc.model[0] ? tc.model : GPT_DEFAULT_MODEL, config.num_layers, config.num_heads,
         config.channels, config.vocab_size, model.num_parameters, B, T, (long long)total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), schedule.bf16_forward_from,
         schedule.bf16_forward_step, json_escape(tc.train_data, esc[0], sizeof(esc[0])),
         json_escape(tc.val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
-        json_escape(prop.name, esc[2], sizeof(esc[2])), rs.step);
+        json_escape(prop.name, esc[2], sizeof(esc[2])), prop.multiProcessorCount, cuda_runtime_version,
+        cublasLtGetVersion(), attention_cudnn_version(), rs.step);
     {   // the bytes each rank sends and receives per step (ring algorithms), as printed at start
         const double grad_bytes = (double)model.num_parameters * sizeof(float);
         const double gather_bytes = (double)model.params_padded * sizeof(floatX);

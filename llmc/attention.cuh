@@ -1,6 +1,6 @@
 // attention.cuh: causal multi-head self-attention for GPT-2 training (fused "flash" attention).
 // defines: attention_init, attention_destroy, attention_forward, attention_backward,
-//          attention_backend_name, attention_force_own_kernel, attention_cudnn_unavailable_reason,
+//          attention_backend_name, attention_cudnn_version, attention_force_own_kernel, attention_cudnn_unavailable_reason,
 //          attention_set_verbose
 // Two implementations behind one API, with the same numbers in and out:
 //   - cuDNN's fused flash-attention engines (llmc/attention_cudnn.cuh), when built with -DENABLE_CUDNN
@@ -101,6 +101,15 @@ void attention_destroy(void) {
 static void attention_force_own_kernel(int force) {
     attention_init();
     attn_state.force_own = force;
+}
+
+// The cuDNN library's version at run time (0 when built without cuDNN), for the run's log.
+size_t attention_cudnn_version(void) {
+#ifdef ENABLE_CUDNN
+    return cudnnGetVersion();
+#else
+    return 0;
+#endif
 }
 
 const char* attention_backend_name(void) {
