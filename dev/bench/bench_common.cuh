@@ -1,10 +1,13 @@
 // bench_common.cuh: what the quantizer benchmarks share: timing a launch with CUDA events (after one
 // warm-up call) and the device copy bandwidth measured in the same run, the baseline every table
 // row is compared with.
-// defines: Bench, bench_ms(), bench_init(), bench_params()
+// defines: Bench, bench_ms(), bench_us(), bench_fill_uniform(), bench_wants(), bench_wants_shape(), bench_init(),
+//          bench_params()
 #pragma once
+#include <vector>
 #include "llmc/cuda_common.cuh"
 #include "llmc/fp4_formats.h"
+#include "llmc/stochastic_round.cuh"   // bf16_bits_rne
 
 struct Bench {
     int iters;
@@ -26,6 +29,21 @@ static double bench_ms(Bench& b, F f) {
     float ms;
     cuda_check(cudaEventElapsedTime(&ms, b.e0, b.e1));
     return ms / b.iters;
+}
+
+// Microseconds per call of f.
+template <typename F>
+static double bench_us(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
+
+// n BF16 values uniform in [-1, 1) (a 64-bit LCG from state 1, the top 24 bits), copied to the device buffer.
+static void bench_fill_uniform(uint16_t* dev, size_t n) {
+    std::vector<uint16_t> h(n);
+    uint64_t s = 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = bf16_bits_rne((float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23));
+    }
+    cuda_check(cudaMemcpy(dev, h.data(), 2 * n, cudaMemcpyHostToDevice));
 }
 
 // Whether a table row (-f) or a shape (-s) is asked for: profilers time one kernel of one row at one shape.

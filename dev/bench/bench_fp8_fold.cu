@@ -7,9 +7,6 @@
 #include "llmc/matmul_fp8.cuh"
 #include "dev/bench/bench_common.cuh"
 
-template <typename F>
-static double us(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
-
 struct Cfg {
     const char* name;
     const char* spec[2];
@@ -48,15 +45,7 @@ int main(int argc, char** argv) {
         }
         cuda_check(cudaMalloc(&sc, 64));
         cuda_check(cudaMalloc(&below, 8));
-        {
-            std::vector<uint16_t> h(n);
-            uint64_t s = 1;
-            for (int64_t i = 0; i < n; i++) {
-                s = s * 6364136223846793005ull + 1442695040888963407ull;
-                h[i] = bf16_bits_rne((float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23));
-            }
-            cuda_check(cudaMemcpy(in, h.data(), 2 * n, cudaMemcpyHostToDevice));
-        }
+        bench_fill_uniform(in, n);
         for (auto& c : cfgs) {
             QuantParams p[2];
             QuantTarget tf[2], to[2];
@@ -68,16 +57,16 @@ int main(int argc, char** argv) {
             }
             const floatX* x = (const floatX*)in;
             const size_t nmax = 4 * (R > C ? R : C);
-            double fk = us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
-            double fa = us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
-            double fp = us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
-            double ms = us(b, [&] { for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0)); });
-            double ok = us(b, [&] {
+            double fk = bench_us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+            double fa = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+            double fp = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+            double ms = bench_us(b, [&] { for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0)); });
+            double ok = bench_us(b, [&] {
                 for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0));
                 quantize_fast_gpu(x, R, C, C, to, c.n, 0);
             });
-            double oa = us(b, [&] { quant_fast_amax_gpu(x, R, C, C, to, c.n, 0); });
-            double op = us(b, [&] { quant_fast_apply_gpu(x, R, C, C, to, c.n, 0); });
+            double oa = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, to, c.n, 0); });
+            double op = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, to, c.n, 0); });
             char shape[32];
             snprintf(shape, sizeof(shape), "%lldx%lld", (long long)R, (long long)C);
             printf("%-22s %-12s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", c.name, shape, fk, fa, fp, ok, oa, op, ms);
@@ -111,12 +100,12 @@ int main(int argc, char** argv) {
         const int M = s[0], N = s[1], K = s[2], kind = s[3];
         double t16, t8;
         if (kind == 2) {   // FP32 accumulate, as wgrad
-            t16 = us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
-            t8 = us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
+            t16 = bench_us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
+            t8 = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
         } else {
             const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
-            t16 = us(b, [&] { matmul_forward((floatX*)d, (floatX*)a16, (floatX*)b16, bb, M, K, N, NULL, 0); });
-            t8 = us(b, [&] { matmul_fp8(d, N, 0, a8, sa, b8, sb, M, N, K, bb, 0, NULL, 0); });
+            t16 = bench_us(b, [&] { matmul_forward((floatX*)d, (floatX*)a16, (floatX*)b16, bb, M, K, N, NULL, 0); });
+            t8 = bench_us(b, [&] { matmul_fp8(d, N, 0, a8, sa, b8, sb, M, N, K, bb, 0, NULL, 0); });
         }
         char name[64];
         snprintf(name, sizeof(name), "%dx%dx%d", M, N, K);

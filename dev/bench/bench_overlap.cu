@@ -8,13 +8,9 @@
 //   q*|g     pass first, on a high-priority stream
 // hidden% = (serial - best overlapped) / pass alone: the share of the pass's time the overlap removes.
 // Usage: build/bench_overlap [-n iters]
-#include <vector>
 #include "llmc/quant_fast.cuh"
 #include "llmc/matmul.cuh"
 #include "dev/bench/bench_common.cuh"
-
-template <typename F>
-static double us(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
 
 struct Pair {
     const char* name;
@@ -50,15 +46,7 @@ int main(int argc, char** argv) {
     cuda_check(cudaMemset(ga, 0x3C, big * 2));
     cuda_check(cudaMemset(gb, 0x3C, big * 2));
     cuda_check(cudaMemset(gd, 0, big * 4));
-    {   // the pass's input: normal values (its kernels' speed does not depend on them, but NaN-free data is honest)
-        std::vector<uint16_t> h(big);
-        uint64_t s = 1;
-        for (size_t i = 0; i < big; i++) {
-            s = s * 6364136223846793005ull + 1442695040888963407ull;
-            h[i] = bf16_bits_rne((float)((int64_t)(s >> 40) - (1 << 23)) / (1 << 23));
-        }
-        cuda_check(cudaMemcpy(in, h.data(), big * 2, cudaMemcpyHostToDevice));
-    }
+    bench_fill_uniform(in, big);   // the pass's input (its kernels' speed does not depend on the values)
     int lo, hi;
     cuda_check(cudaDeviceGetStreamPriorityRange(&lo, &hi));
     cudaStream_t s1, s2, s2hi;
@@ -94,12 +82,12 @@ int main(int argc, char** argv) {
             cuda_check(cudaStreamWaitEvent(s1, join, 0));
         };
         // bench_ms times on the legacy stream, which waits for s1 and s2 (blocking streams)
-        const double tg = us(b, [&] { gemm(s1); });
-        const double tq = us(b, [&] { pass(s1); });
-        const double ser = us(b, [&] { gemm(s1); pass(s1); });
-        const double gq = us(b, [&] { pair(0, s2); });
-        const double qg = us(b, [&] { pair(1, s2); });
-        const double qhg = us(b, [&] { pair(1, s2hi); });
+        const double tg = bench_us(b, [&] { gemm(s1); });
+        const double tq = bench_us(b, [&] { pass(s1); });
+        const double ser = bench_us(b, [&] { gemm(s1); pass(s1); });
+        const double gq = bench_us(b, [&] { pair(0, s2); });
+        const double qg = bench_us(b, [&] { pair(1, s2); });
+        const double qhg = bench_us(b, [&] { pair(1, s2hi); });
         double best = gq < qg ? gq : qg;
         if (qhg < best) best = qhg;
         printf("%-36s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7.0f%%\n", p.name, tg, tq, ser, gq, qg, qhg,

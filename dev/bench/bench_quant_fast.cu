@@ -14,10 +14,6 @@
 #include "dev/ref/nvfp4_ref.cuh"
 #include "dev/bench/bench_common.cuh"
 
-// us per call
-template <typename F>
-static double run(Bench& b, F f) { return bench_ms(b, f) * 1e3; }
-
 static QuantParams params(const char* s) { return bench_params(s); }
 
 struct Cfg {
@@ -86,7 +82,7 @@ int main(int argc, char** argv) {
             }
             cuda_check(cudaMemcpy(in, h.data(), 2 * n, cudaMemcpyHostToDevice));
         }
-        double copy_us = run(b, [&] { cuda_check(cudaMemcpyAsync(f[0], in, 2 * n, cudaMemcpyDeviceToDevice, 0)); });
+        double copy_us = bench_us(b, [&] { cuda_check(cudaMemcpyAsync(f[0], in, 2 * n, cudaMemcpyDeviceToDevice, 0)); });
         printf("-- %lld x %lld: device copy of the tensor %.1f us (%.0f%% of the 1 GiB copy bandwidth)\n", (long long)R,
                (long long)C, copy_us, 100.0 * 4.0 * n / (copy_us * 1e-6) / 1e9 / b.copy_gbs);
         for (int ci = 0; ci < ncfg; ci++) {
@@ -119,17 +115,17 @@ int main(int argc, char** argv) {
                     tf[0].src_dec = sc + 8;
                     cuda_check(cudaMemcpy(sc + 8, &one, sizeof(float), cudaMemcpyHostToDevice));
                 }
-                double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
-                double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
-                double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+                double fast = bench_us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+                double am = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+                double ap = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
                 printf("%-26s %7s %7.1f %6s %6.1f %6.1f %4.0f%% %4.0f%% %5.0f%% %4.0f%% %4s\n", c.name, "-", fast, "-", am, ap,
                        pct(IN + OUT, fast), pct(2 * IN + OUT, fast), pct(IN + OUT, ap), pct(IN, am), "-");
                 continue;
             }
-            double ref = run(b, [&] { quantize_gpu(x, R, C, C, tr, c.n, 0); });
-            double fast = run(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
-            double am = run(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
-            double ap = run(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+            double ref = bench_us(b, [&] { quantize_gpu(x, R, C, C, tr, c.n, 0); });
+            double fast = bench_us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+            double am = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
+            double ap = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
             // bit-exactness at this shape (the whole buffers: packed copies leave most of them unwritten)
             for (int k = 0; k < 4; k++) cuda_check(cudaMemset(f[k], 0, 2 * n));
             quantize_gpu(x, R, C, C, tr, c.n, 0);
