@@ -1909,7 +1909,7 @@ int main(int argc, char** argv) {
         {"val-batches", 'm', OPT_INT, &tc.val_batches, NULL, "batches per validation (0: the whole split)"},
         {"sample-every", 's', OPT_INT, &tc.sample_every, NULL, "print a text sample every N steps (0: off)"},
         {"sample-tokens", 'g', OPT_INT, &tc.sample_tokens, NULL, "tokens per sample"},
-        {"ckpt-every", 'n', OPT_INT, &tc.ckpt_every, NULL, "checkpoint every N steps (0: at the end only); always at the end"},
+        {"ckpt-every", 'n', OPT_INT, &tc.ckpt_every, NULL, "checkpoint every N steps and at the end (0: at the end only; -1: never, for benchmarks)"},
         {"spike-z", 0, OPT_FLOAT, &tc.spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc.shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
         {"peak-tflops", 0, OPT_FLOAT, &tc.peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
@@ -1957,8 +1957,9 @@ int main(int argc, char** argv) {
     fail_if(tc.wsd_decay_frac < 0.0f || tc.wsd_decay_frac > 1.0f, "--wsd-decay-frac must be in [0, 1]");
     fail_if(tc.beta1 < 0.0f || tc.beta1 >= 1.0f || tc.beta2 < 0.0f || tc.beta2 >= 1.0f, "--beta1/--beta2 must be in [0, 1)");
     fail_if(tc.eps <= 0.0f || tc.weight_decay < 0.0f || tc.grad_clip < 0.0f, "--eps must be > 0, --weight-decay and --grad-clip >= 0");
-    fail_if(tc.val_every < 0 || tc.sample_every < 0 || tc.ckpt_every < 0 || tc.val_batches < 0 || tc.sample_tokens < 0,
-            "--val-every, --val-batches, --sample-every, --sample-tokens and --ckpt-every must be >= 0");
+    fail_if(tc.val_every < 0 || tc.sample_every < 0 || tc.val_batches < 0 || tc.sample_tokens < 0,
+            "--val-every, --val-batches, --sample-every and --sample-tokens must be >= 0");
+    fail_if(tc.ckpt_every < -1, "--ckpt-every must be >= 0, or -1 for no checkpoint at all");
     fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
     fail_if(tc.eval_every < 0 || tc.eval_items < 0, "--eval-every and --eval-items must be >= 0");
     fail_if(tc.eval_only && !tc.init_from[0], "--eval-only evaluates a checkpoint: give it with --init-from CKPT%s",
@@ -2254,7 +2255,7 @@ int main(int argc, char** argv) {
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d}",
-        weights_from[0] ? "checkpoint" : tc.model[0] ? tc.model : GPT_DEFAULT_MODEL, config.num_layers, config.num_heads,
+        config_descriptor_of(&config) ? config_descriptor_of(&config) : "custom", config.num_layers, config.num_heads,
         config.channels, config.vocab_size, model.num_parameters, B, T, (long long)total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), schedule.bf16_forward_from,
@@ -2375,7 +2376,7 @@ int main(int argc, char** argv) {
                     (long long)(step + 1) * total_batch, loss, lr, norm, ms, ms - quant_ms - comm_ms, quant_ms, gemm_ms,
                     comm_ms, tok_s, mfu, skipped);
 
-        if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last) {
+        if ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || (last && tc.ckpt_every >= 0)) {
             // an update can leave NaN or Inf weights behind a finite loss: never checkpoint them
             double nonfinite = gpt_count_nonfinite_weights(&model);
             if (nonfinite > 0) {

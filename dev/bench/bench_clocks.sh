@@ -14,7 +14,7 @@ for r in "${recipes[@]}"; do
     smi=$!
     extra=(); [ "$r" = bf16 ] || extra=(--recipe "$r")
     ./train_gpt_fp4 --model "$MODEL" -b 64 -t 1024 --total-batch 65536 --steps "$STEPS" --val-every 0 \
-        --sample-every 0 --out-dir "$tmp/run" "${extra[@]}" > /dev/null
+        --sample-every 0 --ckpt-every -1 --out-dir "$tmp/run" "${extra[@]}" > /dev/null
     kill "$smi"; wait "$smi" 2>/dev/null || true
     python3 - "$r" "$tmp/$r.csv" <<'PY'
 import statistics, sys

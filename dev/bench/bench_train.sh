@@ -23,7 +23,7 @@ for ((k = 1; k <= ROUNDS; k++)); do
         [ "$name" = bf16 ] || extra=(--recipe "$name")
         [ "$name" = "$r" ] || extra+=(--fp4-gemm "${r#*@}")
         ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
-            --train-data "$DATA" --val-every 0 --sample-every 0 --out-dir "$OUT/$r.$k" "${extra[@]}" > "$OUT/$r.$k.txt"
+            --train-data "$DATA" --val-every 0 --sample-every 0 --ckpt-every -1 --out-dir "$OUT/$r.$k" "${extra[@]}" > "$OUT/$r.$k.txt"
     done
 done
 python3 - "$OUT" "$ROUNDS" "${recipes[@]}" <<'PY'

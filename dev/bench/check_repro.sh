@@ -6,11 +6,17 @@
 #      even BF16 runs differ in the last bits): the same per-step losses in both rounds?
 #   2. compute-sanitizer over a few small steps (d6, B=4, T=256) of each FP4 recipe: initcheck (reads of
 #      global memory never written), racecheck (shared-memory hazards), memcheck (out-of-bounds accesses).
-#      Reports name the kernel; the library kernels' (cuBLASLt, cuDNN) are listed apart from ours.
+#      Reports name the kernel; the library kernels' (cuBLASLt, cuDNN) are listed apart from ours. Each
+#      run goes once per attention backend in SAN_ATTENTION: on 2026-12-02 initcheck named qf_amax_kernel
+#      with cuDNN's attention (30 reports, the print limit), and the quantizer's first read of cuDNN's
+#      output is the attention output projection's input; a clean run with the own kernels says the
+#      reports come from cuDNN's writes (which the sanitizer may not track), not from our kernels.
 # usage: bash dev/bench/check_repro.sh [recipe ...]      (default: nvfp4 nvfp4-naive quartet2)
 # env: OUT [/tmp/check_repro] (logs there), STEPS [12] for part 1, SAN_STEPS [2] for part 2 and SAN_TIMEOUT [150]
 #      seconds per sanitizer run, GPU_ARCHS [90],
-#      PARTS ["train sanitize"], SAN_TOOLS ["initcheck memcheck racecheck"]
+#      PARTS ["train sanitize"], SAN_TOOLS ["initcheck memcheck racecheck"], SAN_ATTENTION ["cudnn own"]
+# Files: OUT/train.txt, OUT/san_TOOL_RECIPE_ATTENTION.txt (each cut to its first 200 KB), OUT/summary.txt
+# (the lines printed here, with the first three reports of every sanitizer run that had any).
 # Exit status: 1 if the build failed, a recipe's losses differ between rounds, or a sanitizer reported an
 # error in one of the program's own kernels.
 set -uo pipefail
@@ -35,23 +41,35 @@ if [[ " $PARTS " == *" train "* ]]; then
 fi
 if [[ " $PARTS " == *" sanitize "* ]]; then
     command -v compute-sanitizer > /dev/null || { echo "check_repro: no compute-sanitizer on this machine"; exit 1; }
+    : > "$OUT/summary.txt"
     for r in "${recipes[@]}"; do
-        for tool in $SAN_TOOLS; do
-            t1=$SECONDS
-            log="$OUT/san_${tool}_$r.txt"
-            timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --print-limit 30 \
-                ./train_gpt_fp4 --model d6 --batch-size 4 --seq-len 256 --total-batch 1024 --steps "${SAN_STEPS:-2}" \
-                --val-every 0 --sample-every 0 --recipe "$r" --out-dir "$OUT/san_run" > "$log" 2>&1
-            # the summary line, and the kernels the reports name (ours vs the libraries')
-            summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
-            kernels=$(grep -E "^=+ +at " "$log" | sed -E 's/^=+ +at +//; s/\+0x[0-9a-f]+.*$//; s/ in .*$//; s/\(.*$//' |
-                      sort | uniq -c | sort -rn)
-            ours=$(grep -vE "cublas|cudnn|cutlass|sm90_|xmma|gemm|nvjet|Kernel2" <<<"$kernels" | grep -v '^\s*$' || true)
-            echo "check_repro: $tool $r: ${summary:-no summary (see $log)} ($((SECONDS - t1)) s)"
-            [ -n "$kernels" ] && echo "$kernels" | head -n 8 | sed 's/^/    /'
-            if [ -n "$ours" ]; then rc=1; echo "    ^ the program's own kernels are named"; fi
+        for att in ${SAN_ATTENTION:-cudnn own}; do
+            for tool in $SAN_TOOLS; do
+                t1=$SECONDS
+                log="$OUT/san_${tool}_${r}_$att.txt"
+                envs=(); [ "$att" = own ] && envs=(LLMC_ATTENTION=own)
+                env "${envs[@]}" timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --print-limit 30 \
+                    ./train_gpt_fp4 --model d6 --batch-size 4 --seq-len 256 --total-batch 1024 --steps "${SAN_STEPS:-2}" \
+                    --val-every 0 --sample-every 0 --ckpt-every -1 --recipe "$r" --out-dir "$OUT/san_run" > "$log" 2>&1
+                src=$?
+                # the summary line, and the kernels the reports name (ours vs the libraries')
+                summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -n 1)
+                [ -n "$summary" ] || summary="no summary: $([ $src = 124 ] && echo "stopped at SAN_TIMEOUT" || echo "exit status $src")"
+                kernels=$(grep -E "^=+ +at " "$log" | sed -E 's/^=+ +at +//; s/\+0x[0-9a-f]+.*$//; s/ in .*$//; s/\(.*$//' |
+                          sort | uniq -c | sort -rn)
+                ours=$(grep -vE "cublas|cudnn|cutlass|sm90_|xmma|gemm|nvjet|Kernel2" <<<"$kernels" | grep -v '^\s*$' || true)
+                echo "check_repro: $tool $r (attention $att): $summary ($((SECONDS - t1)) s)"
+                if [ -n "$kernels" ]; then
+                    echo "$kernels" | head -n 8 | sed 's/^/    /'
+                    # the first three reports, whole (the access, the kernel, the thread, the host call stack)
+                    awk '/^========= [A-Z]/ && !/COMPUTE-SANITIZER/ { n++ } /^=========/ && n >= 1 && n <= 3' "$log" | head -n 60 | sed 's/^/      /'
+                fi
+                if [ -n "$ours" ]; then rc=1; echo "    ^ the program's own kernels are named"; fi
+                truncate -s '<200K' "$log"
+            done
         done
-    done
+    done 2>&1 | tee -a "$OUT/summary.txt"
+    grep -q "own kernels are named" "$OUT/summary.txt" && rc=1
 fi
 echo "check_repro: $([ $rc = 0 ] && echo "all clean" || echo "FOUND something (see $OUT)") in $((SECONDS - t0)) s"
 exit $rc

@@ -73,7 +73,9 @@ def main():
         log.write(json.dumps(d, separators=(",", ":")) + "\n")
         log.flush()
 
-    w({"type": "config", "model": opt["--model"], "batch_size": int(opt["-b"]), "seq_len": int(opt["-t"]),
+    # FAKE_RESUME_MODEL: the model name a resumed run logs (trainers before 2026-12-02 logged "checkpoint")
+    model = os.environ.get("FAKE_RESUME_MODEL", opt["--model"]) if start > 0 else opt["--model"]
+    w({"type": "config", "model": model, "batch_size": int(opt["-b"]), "seq_len": int(opt["-t"]),
        "steps": steps, "lr": float(opt["--lr"]), "warmup": int(opt["--warmup"]),
        "final_lr_frac": float(opt["--final-lr-frac"]), "seed": seed, "recipe": recipe, "resumed_at": start})
     fin = final_loss(recipe, seed)

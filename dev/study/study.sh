@@ -137,7 +137,7 @@ import json, os, re, sys
 d, steps = sys.argv[1], int(sys.argv[2])
 plan = {"warmup": int(sys.argv[3]), "lr": float(sys.argv[4]), "final_lr_frac": float(sys.argv[5]),
         "batch_size": int(sys.argv[6]), "seq_len": int(sys.argv[7])}
-cfg_steps, cfg, last_train, vals = None, {}, 0, {}
+cfg_steps, cfg, last_train, vals, model = None, {}, 0, {}, None
 try:
     with open(os.path.join(d, "log.jsonl")) as f:
         for line in f:
@@ -148,6 +148,10 @@ try:
             t = r.get("type")
             if t == "config":
                 cfg_steps, cfg = r.get("steps"), r
+                # a resumed run of trainers before 2026-12-02 logged its model as "checkpoint": keep the
+                # model of the config line that named it
+                if r.get("model", "checkpoint") != "checkpoint":
+                    model = r["model"]
             elif t == "train":
                 last_train = max(last_train, int(r["step"]))
             elif t == "val":
@@ -158,7 +162,7 @@ ckpts = sorted(int(m.group(1)) for f in (os.listdir(d) if os.path.isdir(d) else 
                for m in [re.fullmatch(r"ckpt_(\d{8})\.bin", f)] if m)
 differ = [f"steps {cfg_steps}"] if cfg_steps != steps else []
 differ += [f"{k} {cfg[k]}" for k, v in plan.items() if k in cfg and abs(float(cfg[k]) - v) > 1e-6 * max(1.0, abs(v))]
-differ += [f"model {cfg['model']}"] if "model" in cfg and cfg["model"] != sys.argv[8] else []
+differ += [f"model {model}"] if model is not None and model != sys.argv[8] else []
 if cfg_steps is not None and last_train >= cfg_steps and cfg_steps > 0:
     if not differ:
         print("done", "%.6f" % vals[max(vals)] if vals else "nan")

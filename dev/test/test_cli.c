@@ -227,6 +227,10 @@ static void test_options_and_batch(void) {
            "-i", train_shard, "-b", "4", "-t", "16", "--total-batch", "64");
     EXPECT("rank outside the world size", RANK5, "RANK=5 is not below WORLD_SIZE=2", NULL, "-i", train_shard);
     EXPECT("unknown option", NULL, "unknown option '--batchsize'", NULL, "--batchsize", "4");
+    EXPECT("--ckpt-every below -1", NULL, "--ckpt-every must be >= 0, or -1 for no checkpoint at all", NULL,
+           "-i", train_shard, "--ckpt-every", "-2");
+    EXPECT("--ckpt-every -1 (no checkpoint) reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", val_shard, "-o", tmpdir, "-b", "2", "-t", "16", "--ckpt-every", "-1");
     EXPECT("sequence longer than the model's positions", NULL, "--seq-len 2048 exceeds the model's 1024 positions",
            NULL, "-i", train_shard, "-t", "2048");
 }
