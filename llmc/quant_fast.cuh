@@ -1042,6 +1042,113 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Row-wise fake copies without a Hadamard, 1D blocks (nvfp4's fprop X and dgrad dY, mxfp4's rows): the
+// arithmetic of qf_apply_axis1<0, SR, QF_OUT_FAKE> (same block amax, scale, SR draws and elements), laid
+// out for fewer instructions per element. The patch kernel gives a lane 8 columns of 16 rows, so both
+// lanes of a 16-element block compute its scale (and trade maxima by shuffle), and its rolled row loop
+// rotates the 64-register patch (~4.6 register moves per element in its SASS; results/README). Here a lane
+// owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one row pair at a time (a pair
+// shares its SR draws) through two fixed buffers, the next pair's loads in flight while one pair is
+// quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16), columns
+// cg * 16 + [0, 16)). EXPERIMENTAL: used only with LLMC_QF_ROW=2 in the environment until it has been
+// checked bit for bit (test_quant_fast, test_quant_gpu_cpu) and timed (bench_quant_fast,
+// bench_train.sh) on a GPU.
+#define QF_ROW2_TILE_C 256
+
+typedef struct { uint4 v[2][2]; } QFRowPair;   // [row of the pair][16-byte half of the lane's 16 columns]
+
+__device__ __forceinline__ void qf_row2_load(const uint16_t* src, int64_t ld, bool ok0, bool ok1, QFRowPair& b) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const bool ok = k ? ok1 : ok0;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            b.v[k][h] = make_uint4(0u, 0u, 0u, 0u);
+            if (ok) b.v[k][h] = __ldcs((const uint4*)(src + k * ld) + h);
+        }
+    }
+}
+
+// One row pair: rows r, r + 1 (r even) at dst, dst + ld_fake. pm: this pair's first SR draw (times
+// QF_RNG_MUL): the lane's 8 column pairs are 8 consecutive draws, each giving row r its low 32 bits and
+// row r + 1 its high ones (qf_rng_row).
+template <bool SR>
+__device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair& b, uint16_t* dst, bool ok0, bool ok1,
+                                             float s_enc, uint64_t pm) {
+    uint64_t w64[8];
+    if (SR) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) w64[i] = qf_rng64(T.key, pm + (uint64_t)i * QF_RNG_MUL);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const uint32_t w[8] = {b.v[k][0].x, b.v[k][0].y, b.v[k][0].z, b.v[k][0].w,
+                               b.v[k][1].x, b.v[k][1].y, b.v[k][1].z, b.v[k][1].w};
+        uint32_t m2 = 0;
+#pragma unroll
+        for (int i = 0; i < 8; i++) m2 = qf_vmax(m2, w[i] & 0x7FFF7FFFu);
+        uint32_t m = qf_hmax(m2);
+        if (T.bl == 32) m = qf_shfl_max(m, 1);   // the block's other 16 columns
+        const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), s_enc);
+        uint32_t rnd[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) rnd[i] = SR ? qf_rng_row(w64[i], k) : 0u;
+        uint32_t o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (m < 0x7F800000u && !T.ref_elems) {
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                o[i] = qf_fast_pair<SR>(T.g, qf_lo(w[i]), qf_hi(w[i]), w[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+        } else {   // rare: a block holding inf / NaN (rolled: the reference code once)
+#pragma unroll 1
+            for (int i = 0; i < 8; i++) {
+                const uint32_t x = qf_pick(w, i);
+                const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[j] = j == i ? ow : o[j];
+            }
+        }
+        if (k ? ok1 : ok0) {
+            uint4* d = (uint4*)(dst + k * T.ld_fake);
+            d[0] = make_uint4(o[0], o[1], o[2], o[3]);
+            d[1] = make_uint4(o[4], o[5], o[6], o[7]);
+        }
+    }
+}
+
+template <bool SR>
+__global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_constant__ QFArgs A, int64_t tiles_c) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const QFTarget& T = A.t[0];
+    const float s_enc = quant_tensor_scale_enc(&T.p, *T.amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, s_enc);
+    const uint32_t t = blockIdx.x * QF_WARPS + warp;
+    const uint32_t tr = t / (uint32_t)tiles_c, tc = t - tr * (uint32_t)tiles_c;
+    const int64_t r0 = (int64_t)tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
+    const int64_t c0 = (int64_t)tc * QF_ROW2_TILE_C + (lane & 15) * 16;
+    if (r0 - (lane >> 4) * QF_ROWS >= A.rows) return;   // whole warps: past the last tile
+    const bool cv = c0 < A.cols;
+    const int64_t nr = A.rows - r0;
+    const uint16_t* src = A.in + r0 * A.ld + c0;
+    uint16_t* dst = T.fake + r0 * T.ld_fake + c0;
+    uint64_t pm = 0, pstep = 0;
+    if (SR) {
+        pm = ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c0 >> 1)) * QF_RNG_MUL;
+        pstep = (uint64_t)(A.cols >> 1) * QF_RNG_MUL;
+    }
+    QFRowPair a, b;
+    qf_row2_load(src, A.ld, cv && 0 < nr, cv && 1 < nr, a);
+#pragma unroll 1
+    for (int r = 0; r < QF_ROWS; r += 4) {   // rows r, r + 1 from a; r + 2, r + 3 from b
+        qf_row2_load(src + (r + 2) * A.ld, A.ld, cv && r + 2 < nr, cv && r + 3 < nr, b);
+        qf_row2_pair<SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, s_enc, pm);
+        pm += pstep;
+        if (r + 4 < QF_ROWS) qf_row2_load(src + (r + 4) * A.ld, A.ld, cv && r + 4 < nr, cv && r + 5 < nr, a);
+        qf_row2_pair<SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, s_enc, pm);
+        pm += pstep;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Host side
 
 // The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
@@ -1216,6 +1323,23 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 
+// LLMC_QF_ROW=2: the experimental row-wise kernel (qf_row2_kernel) for the targets it covers.
+static inline int qf_row2_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char* e = getenv("LLMC_QF_ROW");
+        on = e && strcmp(e, "2") == 0;
+    }
+    return on;
+}
+static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
+    const int64_t tiles_c = ceil_div(L.a.cols, QF_ROW2_TILE_C);
+    const unsigned blocks = (unsigned)ceil_div(tiles_c * ceil_div(L.a.rows, QF_TILE_R), QF_WARPS);
+    if (L.a.t[0].sr) qf_row2_kernel<true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    else qf_row2_kernel<false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    cuda_check_last();
+}
+
 template <int HA, int HB, int OUT>
 static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
     qf_apply_kernel<HA, HB, OUT><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
@@ -1251,7 +1375,8 @@ static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
         else qg_launch_4o6<OUT>(L, k, s);
     }
     if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0])) {
-        if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
+        if (L.ha == 0 && OUT == QF_OUT_FAKE && L.a.t[0].bw == 1 && qf_row2_enabled()) qf_launch_row2(L, s);
+        else if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);

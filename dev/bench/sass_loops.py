@@ -4,7 +4,7 @@
 For each function of a `cuobjdump -sass` listing whose name matches PATTERN: its loops (backward branches,
 with their length in instructions) and, for the longest loops, the opcode histogram of the loop body. With
 --skip-slow, the body leaves out the blocks that the quantizer's fast path branches over
-(`@!P6 BRA P0, X`: the rare inf/NaN reference path), which approximates what a fast-path iteration executes.
+(`@!Pa BRA Pb, X`, forward: the rare inf/NaN reference path), which approximates what a fast-path iteration executes.
 
 How the #12 analysis made its listing (no cuobjdump in this machine's CUDA toolkit; PyPI has it):
     pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d /tmp/whl   (unzip both; PATH to nvdisasm)
@@ -61,8 +61,8 @@ def main():
             skip = []
             if a.skip_slow:
                 for addr, t in body:
-                    m = re.match(r"@!P6 BRA P0, 0x([0-9a-f]+)", t)
-                    if m and lo <= addr <= hi:
+                    m = re.match(r"@!P\d BRA !?P\d, 0x([0-9a-f]+)", t)
+                    if m and lo <= addr <= hi and int(m.group(1), 16) > addr:
                         skip.append((addr + 16, int(m.group(1), 16)))
             ops = collections.Counter(opcode(t) for addr, t in body
                                       if lo <= addr <= hi and not any(s <= addr < e for s, e in skip))
