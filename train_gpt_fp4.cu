@@ -2245,6 +2245,7 @@ int main(int argc, char** argv) {
         logger_open(&logger, tc.out_dir);
     }
     char esc[4][1024];
+    const char* model_name = config_descriptor_of(&config);   // the shape trained, also after --resume
     int cuda_runtime_version = 0;   // the libraries the run used: their versions decide GEMM and attention kernels
     cuda_check(cudaRuntimeGetVersion(&cuda_runtime_version));
     logger_line(&logger,
@@ -2255,7 +2256,7 @@ int main(int argc, char** argv) {
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d}",
-        config_descriptor_of(&config) ? config_descriptor_of(&config) : "custom", config.num_layers, config.num_heads,
+        model_name ? model_name : "custom", config.num_layers, config.num_heads,
         config.channels, config.vocab_size, model.num_parameters, B, T, (long long)total_batch, grad_accum, world, tc.steps, tc.lr,
         tc.warmup, tc.schedule, tc.final_lr_frac, tc.beta1, tc.beta2, tc.eps, tc.weight_decay, tc.grad_clip,
         tc.master_weights, tc.seed, json_escape(recipe_text, esc[3], sizeof(esc[3])), schedule.bf16_forward_from,

@@ -542,11 +542,12 @@ static void gpu_checks(int quick) {
     // 47 x 272: odd rows (a row pair with one valid row, a partly valid half-warp) and a partial last tile
     // of 256 columns (qf_row2_kernel), in the quick subset too
     const int64_t small[][3] = {{64, 96, 0}, {47, 272, 16}, {96, 160, 8}, {48, 80, 0}, {32, 256, 24}, {160, 48, 0}};
+    const int nsmall = (int)(sizeof(small) / sizeof(small[0]));
     int ran = 0;
     for (int i = 0; i < nspec; i++) {
         for (int axis = 0; axis < 2; axis++) {
             Case c = {{specbuf[i], NULL}, {axis, 0}, 1};
-            const int nsh = quick ? 2 : 6;
+            const int nsh = quick ? 2 : nsmall;
             for (int sh = 0; sh < nsh; sh++) {
                 int kind = (i + sh + axis) % D_COUNT;
                 ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], kind, 1000 + i);
@@ -563,13 +564,13 @@ static void gpu_checks(int quick) {
             for (auto h : {"h0", "h16", "h32,seed=5", "h8"}) snprintf(fp8buf[nfp8++], 96, "fp8,%s,%s,rne,%s", b, s, h);
     for (int i = 0; i < nfp8; i++)
         for (int axis = 0; axis < 2; axis++)
-            for (int sh = 0; sh < (quick ? 2 : 6); sh++) {
+            for (int sh = 0; sh < (quick ? 2 : nsmall); sh++) {
                 Case c = {{fp8buf[i], NULL}, {axis, 0}, 1};
                 ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], (i + sh + axis) % D_COUNT, 3000 + i);
             }
     for (int i = 0; i < nfp8; i++) {   // the Q/K part's dY pair, and fp8 with a 4-bit copy of the same source
         Case c = {{fp8buf[i], i % 2 ? fp8buf[(i * 7) % nfp8] : specbuf[(i * 37) % nspec]}, {1, 0}, 2};
-        ran += run_case(c, small[i % 6][0], small[i % 6][1], small[i % 6][2], i % D_COUNT, 3500 + i);
+        ran += run_case(c, small[i % nsmall][0], small[i % nsmall][1], small[i % nsmall][2], i % D_COUNT, 3500 + i);
     }
     printf("fp8 grid: %d cases ran\n", ran);
     // dual targets (row-wise + column-wise), random spec pairs on small shapes, every data kind
@@ -578,7 +579,7 @@ static void gpu_checks(int quick) {
         int a = (int)(urand() * nspec), b = (int)(urand() * nspec);
         Case c = {{specbuf[a], specbuf[b]}, {1, 0}, 2};
         if (urand() < 0.5) { c.axis[0] = 0; c.axis[1] = 1; }
-        const int sh = i % 6;
+        const int sh = i % nsmall;
         ran += run_case(c, small[sh][0], small[sh][1], small[sh][2], i % D_COUNT, 2000 + i);
     }
     printf("dual targets, small shapes: %d cases ran\n", ran);
