@@ -222,7 +222,7 @@ static size_t gpt_per_layer(const GPT* m, int id) {
 template <typename T>
 static T* device_alloc(size_t count, size_t* total_bytes) {
     T* p = NULL;
-    cuda_check(cudaMalloc((void**)&p, count * sizeof(T)));
+    cuda_malloc(&p, count * sizeof(T));
     if (total_bytes) *total_bytes += count * sizeof(T);
     return p;
 }
@@ -625,18 +625,18 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
             m->fp4_scratch = (uint8_t*)m->acts.logits;
             m->fp4_scratch_bytes = logits;
         } else {
-            cuda_check(cudaMalloc(&m->fp4_scratch, need));
+            cuda_malloc(&m->fp4_scratch, need);
             m->fp4_scratch_bytes = need;
             m->fp4_scratch_owned = 1;
         }
     }
     if (m->fp4_scalars) return;
-    cuda_check(cudaMalloc(&m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars)));
+    cuda_malloc(&m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars));
     m->amax_ahead = (unsigned*)calloc(fp4_sites(m), sizeof(unsigned));
-    cuda_check(cudaMalloc(&m->fold_ahead, fp4_sites(m) * 2 * (size_t)(4 * C) * sizeof(uint32_t)));
+    cuda_malloc(&m->fold_ahead, fp4_sites(m) * 2 * (size_t)(4 * C) * sizeof(uint32_t));
     size_t nstats = (size_t)L * NUM_LINEARS * NUM_SLOTS;
-    cuda_check(cudaMalloc(&m->diag_stats, nstats * sizeof(QuantStats)));
-    cuda_check(cudaMalloc(&m->diag_compare, (size_t)L * NUM_LINEARS * sizeof(QuantCompare)));
+    cuda_malloc(&m->diag_stats, nstats * sizeof(QuantStats));
+    cuda_malloc(&m->diag_compare, (size_t)L * NUM_LINEARS * sizeof(QuantCompare));
 }
 
 // --bf16-forward-from: from its switch step on, the run's recipe with the forward GEMMs (fprop's two slots
@@ -1661,7 +1661,7 @@ static void held_out_alloc(HeldOut* h, int B, int T) {
     h->inputs = (int*)xmalloc(N * sizeof(int));
     h->targets = (int*)xmalloc(N * sizeof(int));
     h->hits_host = (int*)xmalloc(N * sizeof(int));
-    cuda_check(cudaMalloc(&h->hits_device, N * sizeof(int)));
+    cuda_malloc(&h->hits_device, N * sizeof(int));
 }
 
 static void held_out_free(HeldOut* h) {

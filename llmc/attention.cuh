@@ -135,7 +135,7 @@ static void attn_give_up_cudnn(const char* why) {
 static void attn_cudnn_reserve_workspace(size_t bytes) {
     if (bytes <= attn_state.workspace_bytes) return;
     if (attn_state.workspace) cuda_check(cudaFree(attn_state.workspace));   // synchronizes: safe to free
-    cuda_check(cudaMalloc(&attn_state.workspace, bytes));
+    cuda_malloc(&attn_state.workspace, bytes);
     attn_state.workspace_bytes = bytes;
 }
 
@@ -238,7 +238,7 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
     const size_t need = (size_t)B * NH * T * sizeof(float);
     if (need > attn_state.dsum_bytes) {
         if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
-        cuda_check(cudaMalloc(&attn_state.dsum, need));
+        cuda_malloc(&attn_state.dsum, need);
         attn_state.dsum_bytes = need;
     }
     attn_own_backward(dqkv, dout, qkv, out, stats, attn_state.dsum, B, T, NH, HS, stream);

@@ -1,5 +1,5 @@
 // cuda_common.cuh: CUDA error checks and the program-wide BF16 type.
-// defines: floatX (= __nv_bfloat16), cuda_check(), cuda_check_last(), device_count_or_zero(),
+// defines: floatX (= __nv_bfloat16), cuda_check(), cuda_check_last(), cuda_malloc(), device_count_or_zero(),
 //          cuda_driver_installed()
 #pragma once
 #include <dlfcn.h>
@@ -16,6 +16,22 @@ static inline void cuda_check_(cudaError_t e, const char* file, int line) {
 }
 #define cuda_check(e) cuda_check_((e), __FILE__, __LINE__)
 #define cuda_check_last() cuda_check_(cudaGetLastError(), __FILE__, __LINE__)
+
+// The trainer's device allocations. LLMC_POISON=1 in the environment fills each new buffer with 0xFF
+// bytes (NaN in BF16 and FP32) instead of leaving whatever the allocator had: a kernel that reads memory
+// nothing wrote then turns the loss into NaN or changes it, where a sanitizer's report may instead be a
+// write it could not see (a library's tensor-memory stores). dev/bench/check_repro.sh's poison part
+// compares such a run with a plain one, loss for loss.
+static inline void cuda_malloc_(void** p, size_t bytes, const char* file, int line) {
+    static int poison = -1;
+    if (poison < 0) {
+        const char* e = getenv("LLMC_POISON");
+        poison = e && e[0] && strcmp(e, "0") != 0;
+    }
+    cuda_check_(cudaMalloc(p, bytes), file, line);
+    if (poison) cuda_check_(cudaMemset(*p, 0xFF, bytes), file, line);
+}
+#define cuda_malloc(p, bytes) cuda_malloc_((void**)(p), (bytes), __FILE__, __LINE__)
 
 // 1 if an NVIDIA driver library (libcuda.so.1) can be loaded at all. The CUDA runtime answers
 // cudaErrorInsufficientDriver both when there is none and when the one installed is too old; only the

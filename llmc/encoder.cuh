@@ -80,8 +80,8 @@ void encoder_backward_init(EncoderBackward* eb, int B, int T, int C) {
     eb->max_slots = 2 * eb->max_N / ENC_CHUNK + 1;
     size_t bytes = encoder_backward_ints(eb->max_N) * sizeof(int);
     cuda_check(cudaMallocHost((void**)&eb->host, bytes));
-    cuda_check(cudaMalloc((void**)&eb->dev, bytes));
-    cuda_check(cudaMalloc((void**)&eb->partials, (size_t)eb->max_slots * C * sizeof(float)));
+    cuda_malloc(&eb->dev, bytes);
+    cuda_malloc(&eb->partials, (size_t)eb->max_slots * C * sizeof(float));
     cuda_check(cudaEventCreateWithFlags(&eb->copied, cudaEventDisableTiming));
 }
 

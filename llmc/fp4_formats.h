@@ -5,11 +5,11 @@
 //          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
 //          quant_scale_is_e4m3(), quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale,
-//          quant_block_scale_e4m3_to(), quant_block_scale(), f32_mul_rn(), quant_4o6_err_add(),
-//          quant_packed_scale_value(), nvfp4_swizzled_scale_offset(), QuantSource, quant_source_names[],
-//          quant_spec_eden_problem(), quant_step_sign_mask(), quant_params_set_step_signs(), EDEN_SIGN_DRAW_BASE,
-//          EDEN_SCALE_DRAW_BASE, EDEN_V, EDEN_SCALE_MAX, f32_div_rn(), eden_tensor_scale_enc(), eden_group_scale(),
-//          eden_scale_sr(), eden_scale_r16(), eden_sum128(), eden_correction()
+//          quant_block_scale_e4m3_pre(), quant_block_scale_e4m3_to(), quant_block_scale(), f32_mul_rn(),
+//          quant_4o6_err_add(), quant_packed_scale_value(), nvfp4_swizzled_scale_offset(), QuantSource,
+//          quant_source_names[], quant_spec_eden_problem(), quant_step_sign_mask(), quant_params_set_step_signs(),
+//          EDEN_SIGN_DRAW_BASE, EDEN_SCALE_DRAW_BASE, EDEN_V, EDEN_SCALE_MAX, f32_div_rn(), eden_tensor_scale_enc(),
+//          eden_group_scale(), eden_scale_sr(), eden_scale_r16(), eden_sum128(), eden_correction()
 // Every function the quantizer applies to a number lives here as an HD function, so the CPU path
 // (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
 // dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
@@ -585,15 +585,18 @@ typedef struct {
 // encode scale (FP4_NUMERICS.md, NVFP4 steps 3-4, with m in place of 6):
 //   mult = S_enc * (1/m); sdec = e4m3(fminf(bamax * mult, FLT_MAX)); inv = fminf(1/(sdec*S_dec), FLT_MAX)
 // m is the grid's max, or for 4o6 one of its two candidates, 6 and 4.
-HD QuantBlockScale quant_block_scale_e4m3_to(float bamax, float s_enc, float m) {
+// The same with the tensor's two constants given (mult = s_enc (1 / m), s_dec = 1 / s_enc): kernels
+// compute them once instead of per block.
+HD QuantBlockScale quant_block_scale_e4m3_pre(float bamax, float mult, float s_dec) {
     QuantBlockScale b;
     b.is_nan = 0;
-    float mult = s_enc * (1.0f / m);
-    float s_dec = 1.0f / s_enc;
     b.sdec = e4m3_rne_satfinite(fminf(bamax * mult, FLT_MAX));
     b.bits = e4m3_bits(b.sdec);
     b.inv = fminf(1.0f / (b.sdec * s_dec), FLT_MAX);
     return b;
+}
+HD QuantBlockScale quant_block_scale_e4m3_to(float bamax, float s_enc, float m) {
+    return quant_block_scale_e4m3_pre(bamax, s_enc * (1.0f / m), 1.0f / s_enc);
 }
 
 // Block scale from the block amax and the tensor encode scale. MS-EDEN: the pre-correction scale

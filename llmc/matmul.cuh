@@ -40,7 +40,7 @@ static struct {
 void matmul_init(void) {
     cublas_check(cublasLtCreate(&g_matmul.handle));
     g_matmul.workspace_bytes = 64ull << 20;  // Hopper kernels want 32 MiB+; 64 leaves room
-    cuda_check(cudaMalloc(&g_matmul.workspace, g_matmul.workspace_bytes));
+    cuda_malloc(&g_matmul.workspace, g_matmul.workspace_bytes);
     const float host_constants[2] = {0.0f, 1.0f};
     cuda_check(cudaMalloc(&g_matmul.constants, sizeof(host_constants)));
     cuda_check(cudaMemcpy(g_matmul.constants, host_constants, sizeof(host_constants), cudaMemcpyHostToDevice));

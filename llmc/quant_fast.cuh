@@ -30,6 +30,10 @@
 // of one row: block amax and the Hadamard stages h >= 8 go through shuffles. Column-wise (axis 0) blocks
 // are a column of the thread's 16 rows (L=16) or of two lanes rg = 0, 1 (L=32, H32: shuffle xor 16).
 // 2D tiles: the thread's 16 x 8 patch plus lanes xor 1 (16x16) or xor 1, 2, 16 (32x32).
+// Row-wise fake copies without a Hadamard in 1D blocks (nvfp4's fprop X and dgrad dY) have a kernel of their
+// own, laid out so that a lane owns whole blocks (fewer instructions per element, the same arithmetic):
+// qf_row2_kernel. (A column-wise H16 kernel laid out the same way ran slower than the patch kernel:
+// results/README.md, "A column-wise kernel laid out like qf_row2_kernel".)
 //
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
@@ -332,6 +336,14 @@ __device__ __forceinline__ uint32_t qf_fast_codes(const QFTarget& T, float v0, f
     qf_fast_mags<SR>(T.g, v0, v1, inv0, inv1, rnd, m0, m1);
     return qf_code_index(m0, T.code_mul, T.code_shift) | (qf_code_index(m1, T.code_mul, T.code_shift) << 4) |
            ((sw >> 12) & 0x8u) | ((sw >> 24) & 0x80u);
+}
+
+// A block's fast-path words -> their fake BF16 words (row-wise targets: qf_apply_axis1, qf_row2_pair).
+template <bool SR, int N>
+__device__ __forceinline__ void qf_fast_words(const QFGrid& g, const uint32_t (&vw)[N], const QuantBlockScale& bs,
+                                              const uint32_t (&rnd)[N], uint32_t (&o)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) o[i] = qf_fast_pair<SR>(g, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
 }
 
 __device__ __forceinline__ uint32_t qf_slow_pair(const QuantParams& p, float v0, float v1, const QuantBlockScale& b0,
@@ -648,12 +660,12 @@ __device__ __forceinline__ void qf_apply_axis1(const QFTarget& T, const QFArgs& 
         }
         uint32_t o[4] = {0, 0, 0, 0};   // fake: the row's 8 BF16 values; packed: o[0] its 8 codes
         if (fast) {
+            if constexpr (OUT == QF_OUT_PACKED) {
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                if constexpr (OUT == QF_OUT_PACKED)
+                for (int i = 0; i < 4; i++)
                     o[0] |= qf_fast_codes<SR>(T, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.inv, rnd[i]) << (8 * i);
-                else
-                    o[i] = qf_fast_pair<SR>(T.g, qf_lo(vw[i]), qf_hi(vw[i]), vw[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+            } else {
+                qf_fast_words<SR>(T.g, vw, bs, rnd, o);
             }
         } else {   // rare: a block holding inf / NaN; rolled so that the reference code appears once
 #pragma unroll 1
@@ -1042,6 +1054,29 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
 }
 
 // ---------------------------------------------------------------------------------------------------
+// A target's block-scale rule with its per-tensor constants computed once (the kernels below): for E4M3
+// scales quant_block_scale_e4m3_pre (the same arithmetic as quant_block_scale, whose mult and s_dec hold
+// divisions), otherwise quant_block_scale itself.
+typedef struct {
+    float s_enc, mult, s_dec;
+    int e4m3;
+} QFBlockRule;
+
+__device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float amax) {
+    QFBlockRule R;
+    R.s_enc = quant_tensor_scale_enc(&T.p, amax);
+    R.e4m3 = quant_scale_is_e4m3(T.p.scale) && !T.eden;
+    R.mult = R.s_enc * (1.0f / T.p.grid.maxval);
+    R.s_dec = 1.0f / R.s_enc;
+    return R;
+}
+// m: the block amax bits
+__device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, const QFBlockRule& R, uint32_t m) {
+    return R.e4m3 ? quant_block_scale_e4m3_pre(f32_from_bits(m), R.mult, R.s_dec)
+                  : quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Row-wise fake copies without a Hadamard, 1D blocks (nvfp4's fprop X and dgrad dY, mxfp4's rows): the
 // arithmetic of qf_apply_axis1<0, SR, QF_OUT_FAKE> (same block amax, scale, SR draws and elements), laid
 // out for fewer instructions per element. The patch kernel gives a lane 8 columns of 16 rows, so both
@@ -1050,9 +1085,9 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
 // owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one row pair at a time (a pair
 // shares its SR draws) through two fixed buffers, the next pair's loads in flight while one pair is
 // quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16), columns
-// cg * 16 + [0, 16)). EXPERIMENTAL: used only with LLMC_QF_ROW=2 in the environment until it has been
-// checked bit for bit (test_quant_fast, test_quant_gpu_cpu) and timed (bench_quant_fast,
-// bench_train.sh) on a GPU.
+// cg * 16 + [0, 16)). The only kernel for these copies (qf_dispatch_apply_form); bit for bit equal to the
+// reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its apply
+// runs at 222 us (RTN) and 307 us (SR) against the patch kernel's 243 and 321 (results/README).
 #define QF_ROW2_TILE_C 256
 
 typedef struct { uint4 v[2][2]; } QFRowPair;   // [row of the pair][16-byte half of the lane's 16 columns]
@@ -1074,7 +1109,7 @@ __device__ __forceinline__ void qf_row2_load(const uint16_t* src, int64_t ld, bo
 // row r + 1 its high ones (qf_rng_row).
 template <bool SR>
 __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair& b, uint16_t* dst, bool ok0, bool ok1,
-                                             float s_enc, uint64_t pm) {
+                                             const QFBlockRule& R, uint64_t pm) {
     uint64_t w64[8];
     if (SR) {
 #pragma unroll
@@ -1089,15 +1124,13 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
         for (int i = 0; i < 8; i++) m2 = qf_vmax(m2, w[i] & 0x7FFF7FFFu);
         uint32_t m = qf_hmax(m2);
         if (T.bl == 32) m = qf_shfl_max(m, 1);   // the block's other 16 columns
-        const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), s_enc);
+        const QuantBlockScale bs = qf_block_scale(T, R, m);
         uint32_t rnd[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) rnd[i] = SR ? qf_rng_row(w64[i], k) : 0u;
         uint32_t o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (m < 0x7F800000u && !T.ref_elems) {
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                o[i] = qf_fast_pair<SR>(T.g, qf_lo(w[i]), qf_hi(w[i]), w[i], bs.inv, bs.sdec, bs.inv, bs.sdec, rnd[i]);
+            qf_fast_words<SR>(T.g, w, bs, rnd, o);
         } else {   // rare: a block holding inf / NaN (rolled: the reference code once)
 #pragma unroll 1
             for (int i = 0; i < 8; i++) {
@@ -1119,8 +1152,8 @@ template <bool SR>
 __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_constant__ QFArgs A, int64_t tiles_c) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const QFTarget& T = A.t[0];
-    const float s_enc = quant_tensor_scale_enc(&T.p, *T.amax);
-    if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, s_enc);
+    const QFBlockRule R = qf_block_rule(T, *T.amax);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
     const uint32_t t = blockIdx.x * QF_WARPS + warp;
     const uint32_t tr = t / (uint32_t)tiles_c, tc = t - tr * (uint32_t)tiles_c;
     const int64_t r0 = (int64_t)tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
@@ -1140,10 +1173,10 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 #pragma unroll 1
     for (int r = 0; r < QF_ROWS; r += 4) {   // rows r, r + 1 from a; r + 2, r + 3 from b
         qf_row2_load(src + (r + 2) * A.ld, A.ld, cv && r + 2 < nr, cv && r + 3 < nr, b);
-        qf_row2_pair<SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, s_enc, pm);
+        qf_row2_pair<SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm);
         pm += pstep;
         if (r + 4 < QF_ROWS) qf_row2_load(src + (r + 4) * A.ld, A.ld, cv && r + 4 < nr, cv && r + 5 < nr, a);
-        qf_row2_pair<SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, s_enc, pm);
+        qf_row2_pair<SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm);
         pm += pstep;
     }
 }
@@ -1323,12 +1356,14 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 
-// LLMC_QF_ROW=2: the experimental row-wise kernel (qf_row2_kernel) for the targets it covers.
-static inline int qf_row2_enabled(void) {
+// LLMC_QF_PATCH=1 in the environment: the patch kernel (qf_apply_kernel) for the copies qf_row2_kernel makes,
+// the same numbers more slowly; for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
+// dev/bench/check_quant_gpu.sh).
+static inline int qf_patch_only(void) {
     static int on = -1;
     if (on < 0) {
-        const char* e = getenv("LLMC_QF_ROW");
-        on = e && strcmp(e, "2") == 0;
+        const char* e = getenv("LLMC_QF_PATCH");
+        on = e && e[0] && strcmp(e, "0") != 0;
     }
     return on;
 }
@@ -1375,7 +1410,7 @@ static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
         else qg_launch_4o6<OUT>(L, k, s);
     }
     if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0])) {
-        if (L.ha == 0 && OUT == QF_OUT_FAKE && L.a.t[0].bw == 1 && qf_row2_enabled()) qf_launch_row2(L, s);
+        if (L.ha == 0 && OUT == QF_OUT_FAKE && L.a.t[0].bw == 1 && !qf_patch_only()) qf_launch_row2(L, s);
         else if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);

@@ -6,9 +6,11 @@
 # usage: bash dev/bench/check_quant_gpu.sh [recipe ...]      (default: bf16 nvfp4 quartet2 quartet2-4o6)
 # env: OUT (logs there: build.txt, tests.txt, bench_quant_fast.txt, bench_train.txt; default /tmp/check_quant),
 #      GPU_ARCHS [90], STEPS [20], QUICK [0]: 1 runs the quick subsets of the two quantizer tests,
-#      COMPARE_ENV [empty]: an experimental kernel's switch, e.g. COMPARE_ENV=LLMC_QF_ROW=2: the checks run
-#      with it, and each bench runs twice, without it and then with it (bench_quant_fast_compare.txt,
-#      bench_train_compare.txt), each against its own run's copy bandwidth and BF16 step.
+#      CHECK_ENV [empty]: VAR=value settings the checks run with (an experimental kernel's switch);
+#      COMPARE_ENV [empty]: VAR=value settings each bench runs with a second time, after a run without them
+#      (bench_quant_fast_compare.txt, bench_train_compare.txt), each against its own run's copy bandwidth
+#      and BF16 step: COMPARE_ENV=LLMC_QF_PATCH=1 times the patch kernel against qf_row2_kernel; an
+#      experimental switch X=1 is checked and timed with CHECK_ENV=X=1 COMPARE_ENV=X=1.
 # Exit status: 1 if the build or any check failed (the benches still run after a failed check, to see it).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,8 +25,8 @@ echo "check_quant_gpu: built in $((SECONDS - t0)) s"
 rc=0
 for t in "build/test_quant_fast ${q[*]}" "build/test_quant_gpu_cpu ${q[*]}" "./test_gpt_fp4"; do
     t1=$SECONDS
-    env ${COMPARE_ENV:-} $t >> "$OUT/tests.txt" 2>&1 || rc=1
-    echo "check_quant_gpu: ${COMPARE_ENV:+$COMPARE_ENV }$t: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1) ($((SECONDS - t1)) s)"
+    env ${CHECK_ENV:-} $t >> "$OUT/tests.txt" 2>&1 || rc=1
+    echo "check_quant_gpu: ${CHECK_ENV:+$CHECK_ENV }$t: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1) ($((SECONDS - t1)) s)"
 done
 grep -E "^FAIL" "$OUT/tests.txt" | head -n 20
 build/bench_quant_fast > "$OUT/bench_quant_fast.txt" 2>&1 || rc=1

@@ -11,20 +11,26 @@
 #      with cuDNN's attention (30 reports, the print limit), and the quantizer's first read of cuDNN's
 #      output is the attention output projection's input; a clean run with the own kernels says the
 #      reports come from cuDNN's writes (which the sanitizer may not track), not from our kernels.
+#      (On 2026-12-02 it did not: with the own kernels initcheck named attn_own_forward_kernel, whose first
+#      input, QKV, cuBLASLt writes. Part 3 tells such reports from real ones.)
+#   3. poison: the same few d6 steps per recipe (own attention, so runs are deterministic), once plainly and
+#      once with LLMC_POISON=1, which fills every buffer the trainer allocates with NaN bytes: a kernel that
+#      reads memory nothing wrote changes the losses (or makes them NaN). Equal losses say the sanitizer's
+#      reports are writes it did not see.
 # usage: bash dev/bench/check_repro.sh [recipe ...]      (default: nvfp4 nvfp4-naive quartet2)
 # env: OUT [/tmp/check_repro] (logs there), STEPS [12] for part 1, SAN_STEPS [2] for part 2 and SAN_TIMEOUT [150]
 #      seconds per sanitizer run, GPU_ARCHS [90],
-#      PARTS ["train sanitize"], SAN_TOOLS ["initcheck memcheck racecheck"], SAN_ATTENTION ["cudnn own"]
+#      PARTS ["train sanitize poison"], POISON_STEPS [6], SAN_TOOLS ["initcheck memcheck racecheck"], SAN_ATTENTION ["cudnn own"]
 # Files: OUT/train.txt, OUT/san_TOOL_RECIPE_ATTENTION.txt (each cut to its first 200 KB), OUT/summary.txt
 # (the lines printed here, with the first three reports of every sanitizer run that had any).
-# Exit status: 1 if the build failed, a recipe's losses differ between rounds, or a sanitizer reported an
-# error in one of the program's own kernels.
+# Exit status: 1 if the build failed, a recipe's losses differ between rounds or with poisoned memory, or a
+# sanitizer reported an error in one of the program's own kernels.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/check_repro}
 mkdir -p "$OUT"
 recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(nvfp4 nvfp4-naive quartet2)
-PARTS=${PARTS:-"train sanitize"}
+PARTS=${PARTS:-"train sanitize poison"}
 SAN_TOOLS=${SAN_TOOLS:-"initcheck memcheck racecheck"}
 export NCCL_NVLS_ENABLE=0
 t0=$SECONDS
@@ -71,6 +77,40 @@ if [[ " $PARTS " == *" sanitize "* ]]; then
         done
     done 2>&1 | tee -a "$OUT/summary.txt"
     grep -q "own kernels are named" "$OUT/summary.txt" && rc=1
+fi
+if [[ " $PARTS " == *" poison "* ]]; then
+    for r in "${recipes[@]}"; do
+        t1=$SECONDS
+        for mode in plain poison; do
+            envs=(LLMC_ATTENTION=own); [ $mode = poison ] && envs+=(LLMC_POISON=1)
+            env "${envs[@]}" ./train_gpt_fp4 --model d6 --batch-size 8 --seq-len 1024 --total-batch 8192 \
+                --steps "${POISON_STEPS:-6}" --val-every 0 --sample-every 0 --ckpt-every -1 --recipe "$r" \
+                --out-dir "$OUT/poison_${r}_$mode" > "$OUT/poison_${r}_$mode.txt" 2>&1 ||
+                echo "check_repro: poison $r: the $mode run FAILED (see $OUT/poison_${r}_$mode.txt)"
+        done
+        # the per-step losses of both runs, as logged (6 decimals)
+        verdict=$(python3 - "$OUT/poison_${r}_plain/log.jsonl" "$OUT/poison_${r}_poison/log.jsonl" <<'PY'
+import json, sys
+runs = []
+for path in sys.argv[1:]:
+    try:
+        runs.append([l["loss"] for l in map(json.loads, open(path)) if l.get("type") == "train"])
+    except (OSError, ValueError) as e:
+        runs.append(None)
+a, b = runs
+if not a or not b:
+    print("NO: a run has no losses")
+elif a == b:
+    print(f"same losses at all {len(a)} steps (last {a[-1]:.6f})")
+else:
+    k = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    print(f"NO: they differ from step {k + 1} ({a[k] if k < len(a) else '-'} plain, {b[k] if k < len(b) else '-'} poisoned)")
+PY
+)
+        echo "check_repro: poison $r: $verdict ($((SECONDS - t1)) s)" | tee -a "$OUT/summary.txt"
+        [[ "$verdict" == NO* ]] && rc=1
+        rm -rf "$OUT/poison_${r}_plain" "$OUT/poison_${r}_poison"
+    done
 fi
 echo "check_repro: $([ $rc = 0 ] && echo "all clean" || echo "FOUND something (see $OUT)") in $((SECONDS - t0)) s"
 exit $rc
