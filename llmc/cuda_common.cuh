@@ -22,16 +22,17 @@ static inline void cuda_check_(cudaError_t e, const char* file, int line) {
 // nothing wrote then turns the loss into NaN or changes it, where a sanitizer's report may instead be a
 // write it could not see (a library's tensor-memory stores). dev/bench/check_repro.sh's poison part
 // compares such a run with a plain one, loss for loss.
-static inline void cuda_malloc_(void** p, size_t bytes, const char* file, int line) {
+template <typename T>
+static inline void cuda_malloc_(T** p, size_t bytes, const char* file, int line) {
     static int poison = -1;
     if (poison < 0) {
         const char* e = getenv("LLMC_POISON");
         poison = e && e[0] && strcmp(e, "0") != 0;
     }
-    cuda_check_(cudaMalloc(p, bytes), file, line);
+    cuda_check_(cudaMalloc((void**)p, bytes), file, line);
     if (poison) cuda_check_(cudaMemset(*p, 0xFF, bytes), file, line);
 }
-#define cuda_malloc(p, bytes) cuda_malloc_((void**)(p), (bytes), __FILE__, __LINE__)
+#define cuda_malloc(p, bytes) cuda_malloc_((p), (bytes), __FILE__, __LINE__)
 
 // 1 if an NVIDIA driver library (libcuda.so.1) can be loaded at all. The CUDA runtime answers
 // cudaErrorInsufficientDriver both when there is none and when the one installed is too old; only the

@@ -1087,7 +1087,7 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 // quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16), columns
 // cg * 16 + [0, 16)). The only kernel for these copies (qf_dispatch_apply_form); bit for bit equal to the
 // reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its apply
-// runs at 222 us (RTN) and 307 us (SR) against the patch kernel's 243 and 321 (results/README).
+// ran at 227 us (RTN) and 303 us (SR) against the patch kernel's 243 and 321 (results/README, row2/).
 #define QF_ROW2_TILE_C 256
 
 typedef struct { uint4 v[2][2]; } QFRowPair;   // [row of the pair][16-byte half of the lane's 16 columns]

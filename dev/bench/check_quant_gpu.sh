@@ -28,6 +28,9 @@ for t in "build/test_quant_fast ${q[*]}" "build/test_quant_gpu_cpu ${q[*]}" "./t
     env ${CHECK_ENV:-} $t >> "$OUT/tests.txt" 2>&1 || rc=1
     echo "check_quant_gpu: ${CHECK_ENV:+$CHECK_ENV }$t: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1) ($((SECONDS - t1)) s)"
 done
+# the patch kernel's row-wise path (LLMC_QF_PATCH=1, kept for A/B timing) against the reference too
+LLMC_QF_PATCH=1 build/test_quant_fast ${q[*]} >> "$OUT/tests.txt" 2>&1 || rc=1
+echo "check_quant_gpu: LLMC_QF_PATCH=1 build/test_quant_fast ${q[*]}: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1)"
 grep -E "^FAIL" "$OUT/tests.txt" | head -n 20
 build/bench_quant_fast > "$OUT/bench_quant_fast.txt" 2>&1 || rc=1
 cat "$OUT/bench_quant_fast.txt"

@@ -38,6 +38,7 @@ make -j"$(nproc)" train_gpt_fp4 GPU_ARCHS="${GPU_ARCHS:-90}" > "$OUT/build.txt" 
     { grep -E "error" "$OUT/build.txt" | head -n 20; echo "check_repro: the build FAILED"; exit 1; }
 echo "check_repro: built in $((SECONDS - t0)) s"
 rc=0
+: > "$OUT/summary.txt"
 if [[ " $PARTS " == *" train "* ]]; then
     t1=$SECONDS
     LLMC_ATTENTION=own ROUNDS=2 STEPS=${STEPS:-12} BENCH_OUT="$OUT/train" dev/bench/bench_train.sh bf16 "${recipes[@]}" > "$OUT/train.txt" 2>&1 || rc=1
@@ -47,7 +48,6 @@ if [[ " $PARTS " == *" train "* ]]; then
 fi
 if [[ " $PARTS " == *" sanitize "* ]]; then
     command -v compute-sanitizer > /dev/null || { echo "check_repro: no compute-sanitizer on this machine"; exit 1; }
-    : > "$OUT/summary.txt"
     for r in "${recipes[@]}"; do
         for att in ${SAN_ATTENTION:-cudnn own}; do
             for tool in $SAN_TOOLS; do
@@ -83,23 +83,24 @@ if [[ " $PARTS " == *" poison "* ]]; then
         t1=$SECONDS
         for mode in plain poison; do
             envs=(LLMC_ATTENTION=own); [ $mode = poison ] && envs+=(LLMC_POISON=1)
+            rm -rf "$OUT/poison_${r}_$mode"   # no log of an earlier run to compare by mistake
             env "${envs[@]}" ./train_gpt_fp4 --model d6 --batch-size 8 --seq-len 1024 --total-batch 8192 \
                 --steps "${POISON_STEPS:-6}" --val-every 0 --sample-every 0 --ckpt-every -1 --recipe "$r" \
                 --out-dir "$OUT/poison_${r}_$mode" > "$OUT/poison_${r}_$mode.txt" 2>&1 ||
-                echo "check_repro: poison $r: the $mode run FAILED (see $OUT/poison_${r}_$mode.txt)"
+                { echo "check_repro: poison $r: the $mode run FAILED (see $OUT/poison_${r}_$mode.txt)" | tee -a "$OUT/summary.txt"; rc=1; }
         done
         # the per-step losses of both runs, as logged (6 decimals)
-        verdict=$(python3 - "$OUT/poison_${r}_plain/log.jsonl" "$OUT/poison_${r}_poison/log.jsonl" <<'PY'
+        verdict=$(python3 - "${POISON_STEPS:-6}" "$OUT/poison_${r}_plain/log.jsonl" "$OUT/poison_${r}_poison/log.jsonl" <<'PY'
 import json, sys
-runs = []
-for path in sys.argv[1:]:
+steps, runs = int(sys.argv[1]), []
+for path in sys.argv[2:]:
     try:
         runs.append([l["loss"] for l in map(json.loads, open(path)) if l.get("type") == "train"])
     except (OSError, ValueError) as e:
         runs.append(None)
 a, b = runs
-if not a or not b:
-    print("NO: a run has no losses")
+if not a or not b or len(a) != steps or len(b) != steps:
+    print(f"NO: the runs logged {len(a or [])} and {len(b or [])} of {steps} steps")
 elif a == b:
     print(f"same losses at all {len(a)} steps (last {a[-1]:.6f})")
 else:
@@ -108,7 +109,7 @@ else:
 PY
 )
         echo "check_repro: poison $r: $verdict ($((SECONDS - t1)) s)" | tee -a "$OUT/summary.txt"
-        [[ "$verdict" == NO* ]] && rc=1
+        [[ "$verdict" == same* ]] || rc=1   # an empty verdict (no python3, an exception) fails too
         rm -rf "$OUT/poison_${r}_plain" "$OUT/poison_${r}_poison"
     done
 fi
