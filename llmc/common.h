@@ -1,5 +1,5 @@
 // common.h: what every file of the program needs, host or device.
-// defines: HD (host+device qualifier), fail(), fail_if(), xmalloc(), fopen_check(), fread_check(),
+// defines: HD (host+device qualifier), fail(), fail_if(), env_flag(), xmalloc(), fopen_check(), fread_check(),
 //          fwrite_check(), fclose_check(), ceil_div()
 // Plain C/C++ with no CUDA requirement, so the CPU tests build with g++ alone.
 #pragma once
@@ -27,6 +27,13 @@ static inline void fail(const char* fmt, ...) {
     exit(EXIT_FAILURE);
 }
 #define fail_if(cond, ...) do { if (cond) fail(__VA_ARGS__); } while (0)
+
+// An on/off switch from the environment (REQUIRE_GPU, LLMC_POISON, LLMC_QF_PATCH): on when the variable is
+// set to anything but "" or "0".
+static inline int env_flag(const char* name) {
+    const char* e = getenv(name);
+    return e && e[0] && strcmp(e, "0") != 0;
+}
 
 static inline void* xmalloc(size_t n) {
     void* p = malloc(n ? n : 1);

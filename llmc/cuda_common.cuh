@@ -24,11 +24,7 @@ static inline void cuda_check_(cudaError_t e, const char* file, int line) {
 // compares such a run with a plain one, loss for loss.
 template <typename T>
 static inline void cuda_malloc_(T** p, size_t bytes, const char* file, int line) {
-    static int poison = -1;
-    if (poison < 0) {
-        const char* e = getenv("LLMC_POISON");
-        poison = e && e[0] && strcmp(e, "0") != 0;
-    }
+    static const int poison = env_flag("LLMC_POISON");
     cuda_check_(cudaMalloc((void**)p, bytes), file, line);
     if (poison) cuda_check_(cudaMemset(*p, 0xFF, bytes), file, line);
 }
@@ -54,10 +50,9 @@ static inline int device_count_or_zero(void) {
     cudaGetLastError();
     if (e == cudaSuccess && n > 0) return n;
     if (e == cudaSuccess || e == cudaErrorNoDevice || !cuda_driver_installed()) {
-        const char* require = getenv("REQUIRE_GPU");
-        fail_if(require && require[0] && strcmp(require, "0") != 0,
+        fail_if(env_flag("REQUIRE_GPU"),
                 "REQUIRE_GPU=%s is set, but this machine has no CUDA GPU (%s); run on a GPU machine, or unset "
-                "REQUIRE_GPU to let the GPU tests skip", require,
+                "REQUIRE_GPU to let the GPU tests skip", getenv("REQUIRE_GPU"),
                 e == cudaSuccess || e == cudaErrorNoDevice ? "the NVIDIA driver sees no device"
                                                            : "no NVIDIA driver: libcuda.so.1 cannot be loaded");
         return 0;

@@ -1085,7 +1085,7 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 // owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one row pair at a time (a pair
 // shares its SR draws) through two fixed buffers, the next pair's loads in flight while one pair is
 // quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16), columns
-// cg * 16 + [0, 16)). The only kernel for these copies (qf_dispatch_apply_form); bit for bit equal to the
+// cg * 16 + [0, 16)). The default kernel for these copies (qf_dispatch_apply_form); bit for bit equal to the
 // reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its apply
 // ran at 227 us (RTN) and 303 us (SR) against the patch kernel's 243 and 321 (results/README, row2/).
 #define QF_ROW2_TILE_C 256
@@ -1360,11 +1360,7 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
 // the same numbers more slowly; for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
 // dev/bench/check_quant_gpu.sh).
 static inline int qf_patch_only(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char* e = getenv("LLMC_QF_PATCH");
-        on = e && e[0] && strcmp(e, "0") != 0;
-    }
+    static const int on = env_flag("LLMC_QF_PATCH");
     return on;
 }
 static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {

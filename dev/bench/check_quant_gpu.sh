@@ -23,14 +23,13 @@ make -j"$(nproc)" train_gpt_fp4 test_gpt_fp4 build/test_quant_fast build/test_qu
     GPU_ARCHS="${GPU_ARCHS:-90}" > "$OUT/build.txt" 2>&1 || { grep -E "error" "$OUT/build.txt" | head -n 20; echo "check_quant_gpu: the build FAILED"; exit 1; }
 echo "check_quant_gpu: built in $((SECONDS - t0)) s"
 rc=0
-for t in "build/test_quant_fast ${q[*]}" "build/test_quant_gpu_cpu ${q[*]}" "./test_gpt_fp4"; do
+# the last: the patch kernel's row-wise path (LLMC_QF_PATCH=1, kept for A/B timing) against the reference too
+for t in "build/test_quant_fast ${q[*]}" "build/test_quant_gpu_cpu ${q[*]}" "./test_gpt_fp4" \
+         "LLMC_QF_PATCH=1 build/test_quant_fast ${q[*]}"; do
     t1=$SECONDS
     env ${CHECK_ENV:-} $t >> "$OUT/tests.txt" 2>&1 || rc=1
     echo "check_quant_gpu: ${CHECK_ENV:+$CHECK_ENV }$t: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1) ($((SECONDS - t1)) s)"
 done
-# the patch kernel's row-wise path (LLMC_QF_PATCH=1, kept for A/B timing) against the reference too
-LLMC_QF_PATCH=1 build/test_quant_fast ${q[*]} >> "$OUT/tests.txt" 2>&1 || rc=1
-echo "check_quant_gpu: LLMC_QF_PATCH=1 build/test_quant_fast ${q[*]}: $(grep '^TESTS' "$OUT/tests.txt" | tail -n 1)"
 grep -E "^FAIL" "$OUT/tests.txt" | head -n 20
 build/bench_quant_fast > "$OUT/bench_quant_fast.txt" 2>&1 || rc=1
 cat "$OUT/bench_quant_fast.txt"

@@ -96,7 +96,7 @@ steps, runs = int(sys.argv[1]), []
 for path in sys.argv[2:]:
     try:
         runs.append([l["loss"] for l in map(json.loads, open(path)) if l.get("type") == "train"])
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError):
         runs.append(None)
 a, b = runs
 if not a or not b or len(a) != steps or len(b) != steps:
