@@ -787,8 +787,8 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
         all[n] = *ahead;
         took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
     }
-    if (!have_amax) quant_fast_amax_gpu(v->ptr, R, Cc, ld, all, n + took_ahead, m->stream, 1);
-    quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
+    if (have_amax) quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
+    else quantize_fast_gpu(v->ptr, R, Cc, ld, all, n, m->stream, 1, took_ahead);   // both passes, or one (qf_rowfold_ok)
     phase_end(m, timed, PHASE_QUANT);
     return took_ahead;
 }

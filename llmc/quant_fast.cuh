@@ -1182,6 +1182,189 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Row-wise FP8 copies in one pass (mxfp4's fprop X and dgrad dY on the FP8 path): the amax pass and the
+// apply pass of qf_apply_axis1<0, false, QF_OUT_FP8> in one kernel, the same arithmetic. A row's offset
+// (fp8_fold.h) needs only that row's maximum, so a warp that holds whole rows in registers takes it there
+// and folds them without reading the tensor again: 2 bytes read and 1 written per element instead of 2 + 2
+// + 1. Lane l holds columns (32 j + l) * 8 + [0, 8) of each of its RPW rows for chunks j < NCH (coalesced
+// 512-byte loads; a 1x32 block is 4 lanes of one chunk, a 1x16 block 2). The same read also takes what the
+// amax pass takes for a column-wise 1D target of the same source without a Hadamard (the other copy of the
+// pass, or one taken ahead for the backward): its tensor amax and, for an FP8 one, its per-row maxima
+// (the columns' maxima here), gathered per warp in shared memory and flushed once per CTA. Round to
+// nearest, 1D blocks, rows of at most 20 chunks (5120 columns); the rest runs as two passes
+// (qf_rowfold_ok). Bit for bit the two-pass result in test_fp8_fold (which runs both).
+#define QF_RF_CHUNK 256   // columns per chunk (32 lanes x 8)
+
+// e8m0_exponent of a finite block amax (magnitude bits m) without its loop and branches: an FP32 subnormal
+// (a BF16 subnormal block) normalized with a leading-zero count. test_fp8_fold checks it against
+// e8m0_exponent for every BF16 magnitude, grid and rule.
+__device__ __forceinline__ int qf_e8m0_exponent(uint32_t m, const GridTraits& g, bool ceil_rule) {
+    const bool sub = m < 0x00800000u;
+    const int p = 31 - __clz(m | 1u);   // a subnormal's leading one
+    const int E = sub ? p - 149 : (int)(m >> 23) - 127;
+    const uint32_t mant = (sub ? m << (23 - p) : m) & 0x7FFFFFu;
+    const int e = E - g.emax + (ceil_rule && mant > g.max_mant);
+    return m == 0 ? -127 : max(-127, min(127, e));
+}
+// The E8M0 block scale of a finite block amax (quant_block_scale's E8M0 case, without its run-time choice of
+// rule, which the kernel would otherwise carry once per chunk).
+__device__ __forceinline__ QuantBlockScale qf_e8m0_scale(const QFTarget& T, uint32_t m) {
+    QuantBlockScale b;
+    const int e = qf_e8m0_exponent(m, T.p.grid, T.p.scale == QSCALE_E8M0_CEIL);
+    b.sdec = exp2_exact(e);
+    b.inv = exp2_exact(-e);
+    b.bits = (uint8_t)(e + 127);
+    b.is_nan = 0;
+    return b;
+}
+// A fast-path word (two BF16 values) -> its two E4M3 bytes: the fake values' magnitudes |q| sdec (exact in
+// FP32 and in BF16, or inf: what qf_fast_pair stores) with the input's signs, times 2^-o (inv), converted as
+// qf_fold2 converts the fake word, without packing the fake values to BF16 and back.
+__device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, const QuantBlockScale& bs, float inv) {
+    float m0, m1;
+    qf_fast_mags<false>(g, qf_lo(w), qf_hi(w), bs.inv, bs.inv, 0u, m0, m1);
+    const float f0 = f32_from_bits(f32_bits(QF_MUL(m0, bs.sdec)) | ((w << 16) & 0x80000000u));
+    const float f1 = f32_from_bits(f32_bits(QF_MUL(m1, bs.sdec)) | (w & 0x80000000u));
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(QF_MUL(f0, inv), QF_MUL(f1, inv)), __NV_SATFINITE, __NV_E4M3);
+}
+// A chunk of 8 values whose block holds inf / NaN (m: the block amax bits): the reference elements. Not
+// inlined, so that the kernel's unrolled chunks share one copy of the reference code.
+__device__ __noinline__ uint4 qf_rf_slow(const QFTarget& T, uint4 v, uint32_t m) {
+    const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), 1.0f);
+    return make_uint4(qf_slow_pair(T.p, qf_lo(v.x), qf_hi(v.x), bs, bs, 0, 0u), qf_slow_pair(T.p, qf_lo(v.y), qf_hi(v.y), bs, bs, 0, 0u),
+                      qf_slow_pair(T.p, qf_lo(v.z), qf_hi(v.z), bs, bs, 0, 0u), qf_slow_pair(T.p, qf_lo(v.w), qf_hi(v.w), bs, bs, 0, 0u));
+}
+
+template <int NCH, int RPW>
+__global__ void __launch_bounds__(QF_THREADS, NCH * RPW <= 12 ? 5 : NCH * RPW <= 16 ? 4 : 3)
+qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
+    extern __shared__ uint4 qf_rf_cols[];   // [warp][cols / 8]: packed BF16 magnitude maxima of 8 columns
+    __shared__ uint32_t red[QF_WARPS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const QFTarget& T = A.t[0];
+    if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0 scales: no tensor scale
+    const int64_t nc8 = A.cols / 8;
+    uint4* cm = qf_rf_cols + warp * nc8;
+    if (col_max)
+        for (int64_t i = lane; i < nc8; i += 32) cm[i] = make_uint4(0u, 0u, 0u, 0u);
+    const bool leader = (lane & (T.bl == 32 ? 3 : 1)) == 0;   // a block's first lane counts it
+    uint32_t tmax = 0;
+    unsigned below = 0;
+    const int64_t groups = ceil_div(A.rows, (int64_t)RPW), stride = (int64_t)gridDim.x * QF_WARPS;
+    int64_t g = (int64_t)blockIdx.x * QF_WARPS + warp;
+    // chunk (k, j) of group g: row g * RPW + k, columns (32 j + lane) * 8 + [0, 8); zeros past the ends
+    auto load = [&](int64_t gg, int k, int j) {
+        const int64_t r = gg * RPW + k, c8 = (int64_t)j * 32 + lane;
+        uint4 u = make_uint4(0u, 0u, 0u, 0u);
+        if (gg < groups && r < A.rows && c8 < nc8) u = __ldcs((const uint4*)(A.in + r * A.ld) + c8);
+        return u;
+    };
+    uint4 v[RPW][NCH];
+#pragma unroll
+    for (int k = 0; k < RPW; k++)
+#pragma unroll
+        for (int j = 0; j < NCH; j++) v[k][j] = load(g, k, j);
+    // software-pipelined: once chunk (k, j) is folded, its registers load that chunk of the warp's next group
+    for (; g < groups; g += stride) {
+        const int64_t r0 = g * RPW;
+        if (col_max) {
+#pragma unroll
+            for (int j = 0; j < NCH; j++) {
+                const int64_t c8 = (int64_t)j * 32 + lane;
+                if (c8 >= nc8) continue;
+                uint4 m = cm[c8];
+#pragma unroll
+                for (int k = 0; k < RPW; k++) {
+                    m.x = qf_vmax(m.x, v[k][j].x & 0x7FFF7FFFu); m.y = qf_vmax(m.y, v[k][j].y & 0x7FFF7FFFu);
+                    m.z = qf_vmax(m.z, v[k][j].z & 0x7FFF7FFFu); m.w = qf_vmax(m.w, v[k][j].w & 0x7FFF7FFFu);
+                }
+                cm[c8] = m;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < RPW; k++) {
+            uint32_t bm[NCH], rm = 0;
+#pragma unroll
+            for (int j = 0; j < NCH; j++) {
+                const uint4 w = v[k][j];
+                uint32_t m = qf_hmax(qf_vmax(qf_vmax(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu),
+                                             qf_vmax(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu)));
+                m = qf_shfl_max(m, 1);
+                if (T.bl == 32) m = qf_shfl_max(m, 2);
+                bm[j] = m;
+                rm = qf_max(rm, m);
+            }
+#pragma unroll
+            for (int x = 2; x < 32; x <<= 1) rm = qf_shfl_max(rm, x);   // (xor 1 is in every block maximum)
+            tmax = qf_max(tmax, rm);
+            const int64_t row = r0 + k;
+            const bool rv = row < A.rows;   // warp-uniform
+            const int off = fp8_fold_offset(&T.p, T.dmax, rm);
+            const float inv = exp2_exact(-off);
+            if (lane == 0 && rv) {
+                T.fold_max[row] = rm;
+                T.fold_scale[row] = fp8_fold_scale(off);
+            }
+#pragma unroll
+            for (int j = 0; j < NCH; j++) {
+                const int64_t c8 = (int64_t)j * 32 + lane;
+                uint32_t b01, b23;   // the chunk's 8 E4M3 bytes
+                uint8_t bits = 0xFF;   // an inf / NaN block's: never counted
+                if (bm[j] < 0x7F800000u) {
+                    const QuantBlockScale bs = qf_e8m0_scale(T, bm[j]);
+                    b01 = qf_fold_fast2(T.g, v[k][j].x, bs, inv) | (qf_fold_fast2(T.g, v[k][j].y, bs, inv) << 16);
+                    b23 = qf_fold_fast2(T.g, v[k][j].z, bs, inv) | (qf_fold_fast2(T.g, v[k][j].w, bs, inv) << 16);
+                    bits = bs.bits;
+                } else {   // rare: the reference elements' fake words, folded
+                    const uint4 u = qf_rf_slow(T, v[k][j], bm[j]);
+                    b01 = qf_fold2(u.x, inv) | (qf_fold2(u.y, inv) << 16);
+                    b23 = qf_fold2(u.z, inv) | (qf_fold2(u.w, inv) << 16);
+                }
+                v[k][j] = load(g + stride, k, j);
+                if (rv && c8 < nc8) {
+                    *(uint2*)(T.fp8 + row * T.ld_fp8 + c8 * 8) = make_uint2(b01, b23);
+                    below += leader && fp8_fold_counted(bits, off, T.dmin);
+                }
+            }
+        }
+    }
+    qf_count_below(T, below);
+    // the tensor amax: of the row-wise target and of a column-wise one (the same values, unrotated)
+    if (lane == 0) red[warp] = tmax;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        uint32_t m = 0;
+        for (int i = 0; i < QF_WARPS; i++) m = qf_max(m, red[i]);
+        if (m) {
+            atomicMax((unsigned int*)T.amax, m);
+            if (A.t[1].amax) atomicMax((unsigned int*)A.t[1].amax, m);
+        }
+    }
+    if (!col_max) return;   // (uniform over the grid)
+    // every CTA flushes every column: each starts at its own place in them and skips the atomic where the
+    // maximum is already as large, so that the CTAs, which end together, do not queue on the same addresses
+    const QFTarget& C = A.t[1];
+    const int64_t start = (int64_t)blockIdx.x * 37 % nc8;
+    for (int64_t ii = threadIdx.x; ii < nc8; ii += QF_THREADS) {
+        const int64_t i = ii + start < nc8 ? ii + start : ii + start - nc8;
+        uint4 m = qf_rf_cols[i];
+        for (int wi = 1; wi < QF_WARPS; wi++) {
+            const uint4 u = qf_rf_cols[wi * nc8 + i];
+            m.x = qf_vmax(m.x, u.x); m.y = qf_vmax(m.y, u.y); m.z = qf_vmax(m.z, u.z); m.w = qf_vmax(m.w, u.w);
+        }
+        const uint32_t p[4] = {m.x, m.y, m.z, m.w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int64_t c = i * 8 + 2 * q;
+            uint32_t* lo = C.fold_max + (c >> C.bw_log2);
+            uint32_t* hi = C.fold_max + ((c + 1) >> C.bw_log2);
+            if ((p[q] << 16) > *(volatile uint32_t*)lo) atomicMax(lo, p[q] << 16);
+            if ((p[q] & 0xFFFF0000u) > *(volatile uint32_t*)hi) atomicMax(hi, p[q] & 0xFFFF0000u);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Host side
 
 // The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
@@ -1357,7 +1540,8 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
 }
 
 // LLMC_QF_PATCH=1 in the environment: the patch kernel (qf_apply_kernel) for the copies qf_row2_kernel makes,
-// the same numbers more slowly; for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
+// and the two passes (amax, then the patch kernel) for those qf_rowfold_kernel makes: the same numbers more
+// slowly, for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
 // dev/bench/check_quant_gpu.sh).
 static inline int qf_patch_only(void) {
     static const int on = env_flag("LLMC_QF_PATCH");
@@ -1369,6 +1553,37 @@ static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
     if (L.a.t[0].sr) qf_row2_kernel<true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
     else qf_row2_kernel<false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
     cuda_check_last();
+}
+
+// The one-pass row-wise FP8 kernel (qf_rowfold_kernel) takes L (every target of the call, amax-only ones
+// included) when its row-wise target is an FP8 copy it makes (round to nearest, 1D blocks, no Hadamard,
+// rows of at most 20 chunks) and a column-wise target, if any, has no Hadamard and 1D blocks (the pairs
+// checked on the GPU); not under LLMC_QF_PATCH=1.
+static inline int qf_rowfold_ok(const QFLaunch& L) {
+    const QFTarget& t = L.a.t[0];
+    return L.ha == 0 && t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems && (L.hb < 0 || (L.hb == 0 && L.a.t[1].bw == 1)) &&
+           ceil_div(L.a.cols, (int64_t)QF_RF_CHUNK) <= 20 && !qf_patch_only();
+}
+
+template <int NCH, int RPW>
+static inline void qf_launch_rowfold_n(const QFLaunch& L, int col_max, cudaStream_t s) {
+    const size_t smem = col_max ? (size_t)QF_WARPS * (size_t)L.a.cols * 2 : 0;   // <= 40 KB (5120 columns)
+    static int per_sm = 0;   // at the largest shared memory this instantiation takes
+    if (!per_sm)
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_rowfold_kernel<NCH, RPW>, QF_THREADS,
+                                                                 (size_t)QF_WARPS * NCH * QF_RF_CHUNK * 2));
+    int64_t blocks = ceil_div(ceil_div(L.a.rows, (int64_t)RPW), (int64_t)QF_WARPS);
+    const int64_t cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
+    if (blocks > cap) blocks = cap;
+    qf_rowfold_kernel<NCH, RPW><<<(unsigned)blocks, QF_THREADS, smem, s>>>(L.a, col_max);
+    cuda_check_last();
+}
+static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
+    const int64_t nch = ceil_div(L.a.cols, (int64_t)QF_RF_CHUNK);
+    const int col_max = L.hb == 0 && L.a.t[1].fold_max != nullptr;
+    if (nch <= 4) qf_launch_rowfold_n<4, 4>(L, col_max, s);
+    else if (nch <= 12) qf_launch_rowfold_n<12, 1>(L, col_max, s);
+    else qf_launch_rowfold_n<20, 1>(L, col_max, s);
 }
 
 template <int HA, int HB, int OUT>
@@ -1443,12 +1658,23 @@ static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t 
     qf_dispatch_apply(L, s);
 }
 
-// Both passes (the contract of the reference quantize_gpu).
+// Both passes (the contract of the reference quantize_gpu) for t[0..n); the amax pass also takes the amax
+// (and FP8 per-row maxima) of n_ahead amax-only targets t[n..n + n_ahead), whose outputs are not written
+// (a backward copy taken ahead by the forward). zeroed: the caller zeroed every target's *amax (else
+// this does). A row-wise FP8 copy the one-pass kernel takes (qf_rowfold_ok) is made in one read with the
+// amax pass's work for the other targets; anything else runs the amax pass, then the apply pass.
 static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
-                                     int n, cudaStream_t s) {
+                                     int n, cudaStream_t s, int zeroed = 0, int n_ahead = 0) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
-    for (int k = 0; k < n; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
-    qf_dispatch_amax(L, s);
+    const QFLaunch La = n_ahead ? qf_prepare(in, rows, cols, ld, t, n + n_ahead, 0) : L;
+    for (int k = 0; k < n + n_ahead && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
+    if (L.ha == 0 && qf_rowfold_ok(La)) {
+        qf_launch_rowfold(La, s);
+        L.ha = -1;   // made; the column-wise copy (if any) remains
+        qf_dispatch_apply(L, s);
+        return;
+    }
+    qf_dispatch_amax(La, s);
     qf_dispatch_apply(L, s);
 }
 

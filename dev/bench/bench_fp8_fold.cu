@@ -1,5 +1,9 @@
 // bench_fp8_fold.cu: the FP8 fold (quant_fast.cuh with FP8 targets, fp8_fold.h) against the fake-quant copy of
 // the same spec, at GPT-2 d12 training shapes, both passes and each alone, and the fold's extra memset.
+// "fold" is quantize_fast_gpu as the trainer calls it (for the row-wise RNE copies one pass,
+// qf_rowfold_kernel); "o.amax" + "o.apply" are the amax and apply passes called apart (always two), so
+// fold against their sum is the one-pass kernel's gain, measured in the same run. "ahead": the second
+// target's amax only (the forward's X pass, which takes wgrad.x's maxima for the backward).
 // Also times matmul_fp8 against the BF16 GEMM (matmul.cuh) at the d12 linear shapes, with and without a bias.
 // Usage: build/bench_fp8_fold [-n iters]
 #include <vector>
@@ -12,6 +16,7 @@ struct Cfg {
     const char* spec[2];
     int axis[2];
     int n;
+    int ahead;   // the second target is amax-only
 };
 
 int main(int argc, char** argv) {
@@ -19,13 +24,15 @@ int main(int argc, char** argv) {
     if (!bench_init(b, argc, argv, "bench_fp8_fold")) return 0;
     const Cfg cfgs[] = {
         {"mxfp4 row (fprop X)", {"mxfp4", NULL}, {1, 0}, 1},
+        {"mxfp4 row + col ahead", {"mxfp4", "mxfp4"}, {1, 0}, 2, 1},
+        {"DUAL mxfp4 dY", {"mxfp4", "mxfp4"}, {1, 0}, 2},
         {"mxfp4 col (wgrad X)", {"mxfp4", NULL}, {0, 0}, 1},
         {"mxfp4 col SR", {"mxfp4,sr", NULL}, {0, 0}, 1},
         {"DUAL mxfp4 dY SR", {"mxfp4,sr", "mxfp4,sr"}, {1, 0}, 2},
         {"DUAL mxfp4-2d dY SR", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
         {"mxfp4 col H16", {"mxfp4,h16", NULL}, {0, 0}, 1},
     };
-    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}};
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 2304}, {65536, 768}, {16384, 5120}};   // (the last: d36, B=16)
     printf("%-22s %-12s %8s %8s %8s %8s %8s %8s %8s\n", "config", "shape", "fake", "f.amax", "f.apply", "fold", "o.amax",
            "o.apply", "memset");
     for (auto& sh : shapes) {
@@ -57,16 +64,17 @@ int main(int argc, char** argv) {
             }
             const floatX* x = (const floatX*)in;
             const size_t nmax = 4 * (R > C ? R : C);
-            double fk = bench_us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, c.n, 0); });
+            const int na = c.ahead, nq = c.n - na;   // targets quantized, amax-only
+            double fk = bench_us(b, [&] { quantize_fast_gpu(x, R, C, C, tf, nq, 0, 0, na); });
             double fa = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, tf, c.n, 0); });
-            double fp = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, c.n, 0); });
+            double fp = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, tf, nq, 0); });
             double ms = bench_us(b, [&] { for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0)); });
             double ok = bench_us(b, [&] {
                 for (int k = 0; k < c.n; k++) cuda_check(cudaMemsetAsync(mx[k], 0, nmax, 0));
-                quantize_fast_gpu(x, R, C, C, to, c.n, 0);
+                quantize_fast_gpu(x, R, C, C, to, nq, 0, 0, na);
             });
             double oa = bench_us(b, [&] { quant_fast_amax_gpu(x, R, C, C, to, c.n, 0); });
-            double op = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, to, c.n, 0); });
+            double op = bench_us(b, [&] { quant_fast_apply_gpu(x, R, C, C, to, nq, 0); });
             char shape[32];
             snprintf(shape, sizeof(shape), "%lldx%lld", (long long)R, (long long)C);
             printf("%-22s %-12s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", c.name, shape, fk, fa, fp, ok, oa, op, ms);
@@ -110,6 +118,27 @@ int main(int argc, char** argv) {
         char name[64];
         snprintf(name, sizeof(name), "%dx%dx%d", M, N, K);
         printf("%-18s %-16s %9.1f %9.1f %7.3f\n", name, kinds[kind], t16, t8, t8 / t16);
+        // the heuristic's other candidates for this GEMM (matmul_fp8 takes the first): how much a choice by
+        // timing could gain
+        Fp8Key key = {M, N, K, N, kind == 2, kind == 1, kind == 2};
+        Fp8Plan* p = matmul_fp8_plan(&key);
+        cublasLtMatmulPreference_t pref;
+        cublas_check(cublasLtMatmulPreferenceCreate(&pref));
+        cublas_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &g_matmul.workspace_bytes, sizeof(size_t)));
+        cublasLtMatmulHeuristicResult_t res[8];
+        int found = 0;
+        cublas_check(cublasLtMatmulAlgoGetHeuristic(g_matmul.handle, p->desc, p->a, p->b, p->d, p->d, pref, 8, res, &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+        const cublasLtMatmulAlgo_t first = p->algo;
+        printf("    candidates (us):");
+        for (int i = 0; i < found; i++) {
+            p->algo = res[i].algo;
+            const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
+            printf(" %.1f", bench_us(b, [&] { matmul_fp8(d, N, kind == 2, a8, sa, b8, sb, M, N, K, bb, kind == 2, NULL, 0); }));
+        }
+        printf("\n");
+        p->algo = first;
     }
     matmul_fp8_destroy();
     matmul_destroy();

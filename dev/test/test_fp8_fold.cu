@@ -10,7 +10,11 @@
 //     per-row scales and the count of blocks below the window, bit for bit, for every E8M0 spec shape
 //     (1x32, 32x32, 1x16, 16x16; floor and ceil; RNE and SR; Hadamard 0, 16, 32), both axes, the trainer's
 //     pairs, on normal, heavy-tailed, special and non-finite data, and on rows whose blocks spread over
-//     more than the window (crafted: a known number of blocks below it);
+//     more than the window (crafted: a known number of blocks below it); each case three ways: one
+//     quantize_fast_gpu call (the one-pass row kernel, qf_rowfold_kernel, where it applies), the amax and
+//     apply passes called apart, and for pairs the column copy's maxima taken ahead by the row copy's call
+//     and the column copy made alone afterwards (the trainer's X); which calls take the one-pass kernel;
+//   - qf_e8m0_exponent (that kernel's block exponent) against e8m0_exponent for every BF16 magnitude;
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
 #include <math.h>
@@ -110,7 +114,14 @@ static int n_cases = 0, n_fail = 0;
 static long long n_below = 0;
 
 // One pass of one or two targets (different axes) over a rows x cols view; each target against the twin.
-static void run_case(const char* const* specs, const int* axes, int n, int64_t rows, int64_t cols, int kind) {
+// How the pass runs: quantize_fast_gpu (one pass for the row-wise copies qf_rowfold_ok takes), the amax pass
+// and the apply pass called apart (always two), or (pairs) the row-wise copy with the column-wise target's
+// amax taken ahead and the column-wise copy made later from it, as the trainer's forward and backward do X.
+enum { M_ONE_CALL, M_TWO_PASSES, M_AHEAD, M_COUNT };
+static const char* const MNAMES[M_COUNT] = {"one call", "two passes", "ahead"};
+
+static void run_case(const char* const* specs, const int* axes, int n, int64_t rows, int64_t cols, int kind,
+                     int mode = M_ONE_CALL) {
     QuantParams p[2];
     for (int k = 0; k < n; k++) p[k] = parse(specs[k]);
     std::vector<uint16_t> h = make_data(rows, cols, kind);
@@ -139,14 +150,23 @@ static void run_case(const char* const* specs, const int* axes, int n, int64_t r
         t[k].fold_below = below + k;
     }
     char desc[300];
-    snprintf(desc, sizeof(desc), "[%s ax%d%s%s] %lldx%lld %s", specs[0], axes[0], n == 2 ? " + " : "", n == 2 ? specs[1] : "",
-             (long long)rows, (long long)cols, DNAMES[kind]);
+    snprintf(desc, sizeof(desc), "[%s ax%d%s%s] %lldx%lld %s, %s", specs[0], axes[0], n == 2 ? " + " : "",
+             n == 2 ? specs[1] : "", (long long)rows, (long long)cols, DNAMES[kind], MNAMES[mode]);
     if (!quant_fast_supported(t, n, rows, cols, cols)) {
         n_fail++;
         printf("FAIL %s: quant_fast_supported refuses an FP8 target\n", desc);
         return;
     }
-    quantize_fast_gpu((const floatX*)in, rows, cols, cols, t, n, 0);
+    const floatX* x = (const floatX*)in;
+    if (mode == M_ONE_CALL) {
+        quantize_fast_gpu(x, rows, cols, cols, t, n, 0);
+    } else if (mode == M_TWO_PASSES) {
+        quant_fast_amax_gpu(x, rows, cols, cols, t, n, 0);
+        quant_fast_apply_gpu(x, rows, cols, cols, t, n, 0);
+    } else {
+        quantize_fast_gpu(x, rows, cols, cols, t, 1, 0, 0, n - 1);
+        if (n == 2) quant_fast_apply_gpu(x, rows, cols, cols, &t[1], 1, 0);
+    }
     cuda_check(cudaDeviceSynchronize());
     unsigned got_below[2];
     cuda_check(cudaMemcpy(got_below, below, sizeof(got_below), cudaMemcpyDeviceToHost));
@@ -179,32 +199,89 @@ static void run_case(const char* const* specs, const int* axes, int n, int64_t r
     cudaFree(in); cudaFree(sc); cudaFree(below);
 }
 
+// qf_e8m0_exponent (the one-pass kernel's) against e8m0_exponent for every finite BF16 magnitude, each grid
+// with a fold, both rules.
+__global__ void e8m0_exp_kernel(int* out, GridTraits g, int ceil_rule) {
+    const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;   // BF16 magnitudes 0 .. 0x7F7F
+    if (b < 0x7F80u) out[b] = qf_e8m0_exponent(b << 16, g, ceil_rule);
+}
+static void e8m0_checks(void) {
+    int* d;
+    cuda_check(cudaMalloc(&d, 0x7F80 * sizeof(int)));
+    std::vector<int> got(0x7F80);
+    const int grids[3] = {QGRID_E2M1, QGRID_INT4, QGRID_E1M2};
+    long bad = 0;
+    for (int gi = 0; gi < 3; gi++)
+        for (int ceil_rule = 0; ceil_rule < 2; ceil_rule++) {
+            const GridTraits* g = grid_traits((QuantGrid)grids[gi]);
+            e8m0_exp_kernel<<<0x7F80 / 128, 128>>>(d, *g, ceil_rule);
+            cuda_check(cudaMemcpy(got.data(), d, got.size() * sizeof(int), cudaMemcpyDeviceToHost));
+            for (uint32_t b = 0; b < 0x7F80u; b++) {
+                const int want = e8m0_exponent(bf16_bits_to_float((uint16_t)b), g, ceil_rule);
+                if (got[b] != want && bad++ < 3)
+                    printf("  qf_e8m0_exponent(0x%04x, %s, %s) = %d, want %d\n", b, quant_grid_table[grids[gi]].name,
+                           ceil_rule ? "ceil" : "floor", got[b], want);
+            }
+        }
+    cudaFree(d);
+    CHECK(bad == 0, "qf_e8m0_exponent differs from e8m0_exponent for %ld BF16 magnitudes", bad);
+}
+
 static void fold_checks(int quick) {
     const char* specs[] = {"mxfp4", "mxfp4-ceil", "mxfp4-2d", "mxfp4,sr", "mxfp4-2d,sr", "mxfp4,h16", "mxfp4,sr,h32,seed=3",
                            "mxfp4,16x16", "mxfp4,1x16,sr", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
-    // partial tiles too: 48 and 16 rows (32-row tiles), 96 and 160 columns (128-column tiles)
-    const int64_t shapes[][2] = {{64, 96}, {96, 160}, {32, 256}, {160, 64}, {256, 384}, {48, 96}, {16, 128}};
+    // partial tiles too: 48 and 16 rows (32-row tiles), 96 and 160 columns (128-column tiles); for the one-pass
+    // row kernel rows of 1 to 20 chunks of 256 columns, partial chunks, row counts that are not a multiple of its
+    // 4 rows per warp, and one row too long for it (5376 columns: two passes)
+    const int64_t shapes[][2] = {{64, 96}, {96, 160}, {32, 256}, {160, 64}, {256, 384}, {48, 96}, {16, 128},
+                                 {48, 2304}, {16, 3840}, {32, 5120}, {16, 5376}, {96, 1280}};
+    const int nshape = sizeof(shapes) / sizeof(shapes[0]);
     const int nspec = sizeof(specs) / sizeof(specs[0]);
     for (int i = 0; i < nspec; i++)
         for (int ax = 0; ax < 2; ax++)
-            for (int si = 0; si < 7; si++)
-                for (int kind = 0; kind < D_COUNT; kind++) {
-                    if (quick && (si > 1 || kind == D_HEAVY)) continue;
-                    const QuantParams p = parse(specs[i]);
-                    const int64_t rows = shapes[si][0], cols = shapes[si][1];
-                    const int64_t M = ax ? rows : cols, K = ax ? cols : rows;
-                    if (K % p.block_l || M % p.block_w || (p.hadamard && K % p.hadamard)) continue;
-                    run_case(&specs[i], &ax, 1, rows, cols, kind);
-                }
+            for (int si = 0; si < nshape; si++)
+                for (int kind = 0; kind < D_COUNT; kind++)
+                    for (int mode = M_ONE_CALL; mode <= M_TWO_PASSES; mode++) {
+                        if (quick && ((si > 1 && si != 7 && si != 9) || kind == D_HEAVY)) continue;
+                        const QuantParams p = parse(specs[i]);
+                        const int64_t rows = shapes[si][0], cols = shapes[si][1];
+                        const int64_t M = ax ? rows : cols, K = ax ? cols : rows;
+                        if (K % p.block_l || M % p.block_w || (p.hadamard && K % p.hadamard)) continue;
+                        run_case(&specs[i], &ax, 1, rows, cols, kind, mode);
+                    }
     // the trainer's pairs: dY's two copies (rows + columns), as the recipes make them
     const char* pairs[][2] = {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, {"mxfp4,sr", "mxfp4,sr,h32,seed=7"}, {"mxfp4", "mxfp4,h16"},
                               {"mxfp4", "mxfp4"}};
     const int axes[2] = {1, 0};
     for (auto& pr : pairs)
-        for (int kind = 0; kind < D_COUNT; kind++) {
-            run_case(pr, axes, 2, 256, 384, kind);
-            if (!quick) run_case(pr, axes, 2, 1024, 768, kind);
+        for (int kind = 0; kind < D_COUNT; kind++)
+            for (int mode = 0; mode < M_COUNT; mode++) {
+                run_case(pr, axes, 2, 256, 384, kind, mode);
+                run_case(pr, axes, 2, 64, 2304, kind, mode);
+                if (!quick) run_case(pr, axes, 2, 1024, 768, kind, mode);
+            }
+    // the one-pass kernel is what the one-call cases above ran for these (else they ran the two passes twice)
+    struct { const char* spec[2]; int n; int64_t rows, cols; int want; } rf[] = {
+        {{"mxfp4", NULL}, 1, 256, 384, 1}, {{"mxfp4", "mxfp4"}, 2, 256, 384, 1}, {{"mxfp4-ceil", "mxfp4-ceil,sr"}, 2, 64, 2304, 1},
+        {{"mxfp4", NULL}, 1, 32, 5120, 1}, {{"mxfp4,1x16", NULL}, 1, 16, 3840, 1}, {{"mxfp4", NULL}, 1, 16, 5376, 0},
+        {{"mxfp4,sr", NULL}, 1, 256, 384, 0}, {{"mxfp4", "mxfp4,h16"}, 2, 256, 384, 0}, {{"mxfp4-2d", NULL}, 1, 256, 384, 0},
+        {{"mxfp4,h16", NULL}, 1, 256, 384, 0}, {{"mxfp4", "mxfp4-2d"}, 2, 64, 384, 0}};
+    int rf_bad = 0;
+    for (auto& c : rf) {
+        QuantTarget t[2];
+        QuantParams p[2];
+        for (int k = 0; k < c.n; k++) {
+            p[k] = parse(c.spec[k]);
+            t[k] = quant_target_fake(&p[k], 1 - k, 1, NULL, 0, (float*)16, (float*)32);
+            t[k].fp8 = (uint8_t*)64; t[k].fold_max = (uint32_t*)128; t[k].fold_scale = (float*)256; t[k].fold_below = (unsigned*)512;
         }
+        const QFLaunch L = qf_prepare((const floatX*)1024, c.rows, c.cols, c.cols, t, c.n);
+        const int want = c.want && !qf_patch_only();   // LLMC_QF_PATCH=1: always two passes
+        if (qf_rowfold_ok(L) != want && rf_bad++ < 3)
+            printf("  qf_rowfold_ok(%s%s%s, %lldx%lld) = %d, want %d\n", c.spec[0], c.n == 2 ? " + " : "", c.n == 2 ? c.spec[1] : "",
+                   (long long)c.rows, (long long)c.cols, !want, want);
+    }
+    CHECK(rf_bad == 0, "fold: the one-pass row kernel must take exactly the row-wise RNE 1D copies of <= 5120 columns");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
     CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
     CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
@@ -304,6 +381,7 @@ int main(int argc, char** argv) {
         test_skip("fp8 fold gpu", "no CUDA GPU on this machine");
         return test_summary("fp8_fold");
     }
+    e8m0_checks();
     fold_checks(quick);
     const char* reason = matmul_fp8_reason();
     if (reason) {
