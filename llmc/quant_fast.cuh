@@ -1188,11 +1188,12 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 // and folds them without reading the tensor again: 2 bytes read and 1 written per element instead of 2 + 2
 // + 1. Lane l holds columns (32 j + l) * 8 + [0, 8) of each of its RPW rows for chunks j < NCH (coalesced
 // 512-byte loads; a 1x32 block is 4 lanes of one chunk, a 1x16 block 2). The same read also takes what the
-// amax pass takes for a column-wise 1D target of the same source without a Hadamard (the other copy of the
-// pass, or one taken ahead for the backward): its tensor amax and, for an FP8 one, its per-row maxima
-// (the columns' maxima here), gathered per warp in shared memory and flushed once per CTA. Round to
-// nearest, 1D blocks, rows of at most 20 chunks (5120 columns); the rest runs as two passes
-// (qf_rowfold_ok). Bit for bit the two-pass result in test_fp8_fold (which runs both).
+// amax pass takes for a column-wise FP8 1D target of the same source without a Hadamard (the other copy of
+// the pass, or one taken ahead for the backward): its tensor amax and per-row maxima (the columns' maxima
+// here), gathered per warp in shared memory and flushed once per CTA. Round to nearest, 1D blocks, rows of
+// at most 20 chunks (5120 columns); the rest runs as two passes (qf_rowfold_ok). test_fp8_fold checks both
+// paths against the CPU twin bit for bit (bytes, row scales, blocks below the window) and their amax and
+// per-row maxima against the input's exact maxima.
 #define QF_RF_CHUNK 256   // columns per chunk (32 lanes x 8)
 
 // e8m0_exponent of a finite block amax (magnitude bits m) without its loop and branches: an FP32 subnormal
@@ -1557,11 +1558,13 @@ static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
 
 // The one-pass row-wise FP8 kernel (qf_rowfold_kernel) takes L (every target of the call, amax-only ones
 // included) when its row-wise target is an FP8 copy it makes (round to nearest, 1D blocks, no Hadamard,
-// rows of at most 20 chunks) and a column-wise target, if any, has no Hadamard and 1D blocks (the pairs
-// checked on the GPU); not under LLMC_QF_PATCH=1.
+// rows of at most 20 chunks) and a column-wise target, if any, is an FP8 copy without a Hadamard in 1D
+// blocks (the pairs test_fp8_fold checks); not under LLMC_QF_PATCH=1.
 static inline int qf_rowfold_ok(const QFLaunch& L) {
     const QFTarget& t = L.a.t[0];
-    return L.ha == 0 && t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems && (L.hb < 0 || (L.hb == 0 && L.a.t[1].bw == 1)) &&
+    const QFTarget& c = L.a.t[1];
+    return L.ha == 0 && t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems &&
+           (L.hb < 0 || (L.hb == 0 && c.out == QF_OUT_FP8 && c.bw == 1)) &&
            ceil_div(L.a.cols, (int64_t)QF_RF_CHUNK) <= 20 && !qf_patch_only();
 }
 

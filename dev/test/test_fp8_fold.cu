@@ -185,13 +185,34 @@ static void run_case(const char* const* specs, const int* axes, int n, int64_t r
         for (int64_t i = 0; i < n_el; i++)
             if (got[i] != want[i] && !bad++) first = i;
         for (int64_t i = 0; i < M; i++) bad_rs += f32_bits(got_rs[i]) != f32_bits(want_rs[i]);
+        // without a Hadamard the amax pass (or the one-pass kernel) takes the input's exact maxima: the tensor
+        // amax and each GEMM row's (per band of block_w rows), as FP32 bits of the largest BF16 magnitude,
+        // NaN payloads included; the offsets above see them only to the binade, so they are checked here
+        int64_t bad_max = 0;
+        if (!p[k].hadamard) {
+            const int64_t nmax = M / p[k].block_w;
+            std::vector<uint32_t> want_mx(nmax, 0), got_mx(nmax);
+            uint32_t want_amax = 0, got_amax;
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < cols; c++) {
+                    const uint32_t m = (uint32_t)(h[r * cols + c] & 0x7FFF) << 16;
+                    const int64_t i = (axes[k] ? r : c) / p[k].block_w;
+                    want_mx[i] = m > want_mx[i] ? m : want_mx[i];
+                    want_amax = m > want_amax ? m : want_amax;
+                }
+            cuda_check(cudaMemcpy(got_mx.data(), mx[k], nmax * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(&got_amax, sc + 2 * k, sizeof(uint32_t), cudaMemcpyDeviceToHost));
+            for (int64_t i = 0; i < nmax; i++) bad_max += got_mx[i] != want_mx[i];
+            bad_max += got_amax != want_amax;
+        }
         n_below += wb;
-        if (bad || bad_rs || (int64_t)got_below[k] != wb) {
+        if (bad || bad_rs || bad_max || (int64_t)got_below[k] != wb) {
             n_fail++;
             if (n_fail <= 10)
                 printf("FAIL %s t%d: %lld bytes differ (first [%lld] 0x%02x want 0x%02x), %lld row scales differ, "
-                       "%u blocks below the window, want %lld\n", desc, k, (long long)bad, (long long)first,
-                       first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0, (long long)bad_rs, got_below[k], (long long)wb);
+                       "%lld maxima differ, %u blocks below the window, want %lld\n", desc, k, (long long)bad, (long long)first,
+                       first >= 0 ? got[first] : 0, first >= 0 ? want[first] : 0, (long long)bad_rs, (long long)bad_max,
+                       got_below[k], (long long)wb);
         }
         cudaFree(fp8[k]); cudaFree(rs[k]); cudaFree(mx[k]);
     }
@@ -231,10 +252,12 @@ static void fold_checks(int quick) {
     const char* specs[] = {"mxfp4", "mxfp4-ceil", "mxfp4-2d", "mxfp4,sr", "mxfp4-2d,sr", "mxfp4,h16", "mxfp4,sr,h32,seed=3",
                            "mxfp4,16x16", "mxfp4,1x16,sr", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
     // partial tiles too: 48 and 16 rows (32-row tiles), 96 and 160 columns (128-column tiles); for the one-pass
-    // row kernel rows of 1 to 20 chunks of 256 columns, partial chunks, row counts that are not a multiple of its
-    // 4 rows per warp, and one row too long for it (5376 columns: two passes)
+    // row kernel rows of 1 to 20 chunks of 256 columns, a partly filled chunk (96, 160, 384, 1408 columns), row
+    // counts that are not a multiple of its 4 rows per warp (50, 18: row-wise specs only), and one row too long
+    // for it (5376 columns: two passes)
     const int64_t shapes[][2] = {{64, 96}, {96, 160}, {32, 256}, {160, 64}, {256, 384}, {48, 96}, {16, 128},
-                                 {48, 2304}, {16, 3840}, {32, 5120}, {16, 5376}, {96, 1280}};
+                                 {48, 2304}, {16, 3840}, {32, 5120}, {16, 5376}, {96, 1280}, {50, 384}, {18, 2304},
+                                 {32, 1408}};
     const int nshape = sizeof(shapes) / sizeof(shapes[0]);
     const int nspec = sizeof(specs) / sizeof(specs[0]);
     for (int i = 0; i < nspec; i++)
@@ -260,6 +283,19 @@ static void fold_checks(int quick) {
                 run_case(pr, axes, 2, 64, 2304, kind, mode);
                 if (!quick) run_case(pr, axes, 2, 1024, 768, kind, mode);
             }
+    // shapes tall enough that the one-pass kernel's warps take several row groups (its grid is at most the
+    // resident CTAs: on an H200 about 8448 rows of 384 columns, 2640 of 2304, 1584 of 5120), so the next group's
+    // loads issued while folding (the software pipeline) and the column maxima gathered over many groups are
+    // checked; mxfp4-2d's forward X pair (an SR column copy) among them
+    const char* tall[][2] = {{"mxfp4", NULL}, {"mxfp4", "mxfp4"}, {"mxfp4-ceil", "mxfp4-ceil,sr"}};
+    const int64_t tall_shapes[][2] = {{9216, 384}, {3072, 2304}, {2048, 5120}};
+    for (auto& tp : tall)
+        for (auto& sh : tall_shapes)
+            for (int kind = 0; kind < D_COUNT; kind++)
+                for (int mode = 0; mode < (tp[1] ? M_COUNT : M_AHEAD); mode++) {
+                    if ((quick && kind != D_SPREAD) || (kind != D_NORMAL && kind != D_SPREAD && kind != D_NONFINITE)) continue;
+                    run_case(tp, axes, tp[1] ? 2 : 1, sh[0], sh[1], kind, mode);
+                }
     // the one-pass kernel is what the one-call cases above ran for these (else they ran the two passes twice)
     struct { const char* spec[2]; int n; int64_t rows, cols; int want; } rf[] = {
         {{"mxfp4", NULL}, 1, 256, 384, 1}, {{"mxfp4", "mxfp4"}, 2, 256, 384, 1}, {{"mxfp4-ceil", "mxfp4-ceil,sr"}, 2, 64, 2304, 1},
@@ -281,7 +317,8 @@ static void fold_checks(int quick) {
             printf("  qf_rowfold_ok(%s%s%s, %lldx%lld) = %d, want %d\n", c.spec[0], c.n == 2 ? " + " : "", c.n == 2 ? c.spec[1] : "",
                    (long long)c.rows, (long long)c.cols, !want, want);
     }
-    CHECK(rf_bad == 0, "fold: the one-pass row kernel must take exactly the row-wise RNE 1D copies of <= 5120 columns");
+    CHECK(rf_bad == 0, "fold: the one-pass row kernel must take exactly the row-wise RNE 1D FP8 copies of <= 5120 columns, "
+          "with at most a column-wise FP8 1D partner without a Hadamard");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
     CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
     CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
