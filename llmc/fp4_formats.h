@@ -5,8 +5,8 @@
 //          QuantScaleRule, QuantRounding, QuantSigns, QuantSpec, quant_presets[], quant_spec_parse(),
 //          quant_spec_format(), quant_spec_is_valid(), QuantParams, quant_sign_mask(), quant_params(),
 //          quant_scale_is_e4m3(), quant_tensor_scale_enc(), quant_tensor_scale_dec(), QuantBlockScale,
-//          quant_block_scale_e4m3_pre(), quant_block_scale_e4m3_to(), quant_block_scale(), f32_mul_rn(),
-//          quant_4o6_err_add(), quant_packed_scale_value(), nvfp4_swizzled_scale_offset(), QuantSource,
+//          quant_block_scale_e4m3_pre(), quant_block_scale_e4m3_to(), quant_block_scale_e8m0(), quant_block_scale(),
+//          f32_mul_rn(), quant_4o6_err_add(), quant_packed_scale_value(), nvfp4_swizzled_scale_offset(), QuantSource,
 //          quant_source_names[], quant_spec_eden_problem(), quant_step_sign_mask(), quant_params_set_step_signs(),
 //          EDEN_SIGN_DRAW_BASE, EDEN_SCALE_DRAW_BASE, EDEN_V, EDEN_SCALE_MAX, f32_div_rn(), eden_tensor_scale_enc(),
 //          eden_group_scale(), eden_scale_sr(), eden_scale_r16(), eden_sum128(), eden_correction()
@@ -599,6 +599,17 @@ HD QuantBlockScale quant_block_scale_e4m3_to(float bamax, float s_enc, float m) 
     return quant_block_scale_e4m3_pre(bamax, s_enc * (1.0f / m), 1.0f / s_enc);
 }
 
+// The E8M0 block scale 2^e of a finite block (e from e8m0_exponent): sdec = 2^e, inv = 2^-e (x * 2^-e is
+// exactly the correctly rounded x / 2^e).
+HD QuantBlockScale quant_block_scale_e8m0(int e) {
+    QuantBlockScale b;
+    b.sdec = exp2_exact(e);
+    b.inv = exp2_exact(-e);
+    b.bits = (uint8_t)(e + 127);
+    b.is_nan = 0;
+    return b;
+}
+
 // Block scale from the block amax and the tensor encode scale. MS-EDEN: the pre-correction scale
 // eden_group_scale (the stored one is its corrected, stochastically rounded successor). E4M3: quant_block_scale_e4m3_to the grid's
 // max (for 4o6 that is its 6-candidate; the choice between 6 and 4 needs the block's values, see
@@ -615,10 +626,7 @@ HD QuantBlockScale quant_block_scale(const QuantParams* p, float bamax, float s_
     } else if (!(bamax <= FLT_MAX)) {
         b.sdec = NAN; b.inv = 0.0f; b.bits = 0xFF; b.is_nan = 1;
     } else {
-        int e = e8m0_exponent(bamax, &p->grid, p->scale == QSCALE_E8M0_CEIL);
-        b.sdec = exp2_exact(e);
-        b.inv = exp2_exact(-e);
-        b.bits = (uint8_t)(e + 127);
+        b = quant_block_scale_e8m0(e8m0_exponent(bamax, &p->grid, p->scale == QSCALE_E8M0_CEIL));
     }
     return b;
 }

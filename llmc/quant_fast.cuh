@@ -1210,13 +1210,7 @@ __device__ __forceinline__ int qf_e8m0_exponent(uint32_t m, const GridTraits& g,
 // The E8M0 block scale of a finite block amax (quant_block_scale's E8M0 case, without its run-time choice of
 // rule, which the kernel would otherwise carry once per chunk).
 __device__ __forceinline__ QuantBlockScale qf_e8m0_scale(const QFTarget& T, uint32_t m) {
-    QuantBlockScale b;
-    const int e = qf_e8m0_exponent(m, T.p.grid, T.p.scale == QSCALE_E8M0_CEIL);
-    b.sdec = exp2_exact(e);
-    b.inv = exp2_exact(-e);
-    b.bits = (uint8_t)(e + 127);
-    b.is_nan = 0;
-    return b;
+    return quant_block_scale_e8m0(qf_e8m0_exponent(m, T.p.grid, T.p.scale == QSCALE_E8M0_CEIL));
 }
 // A fast-path word (two BF16 values) -> its two E4M3 bytes: the fake values' magnitudes |q| sdec (exact in
 // FP32 and in BF16, or inf: what qf_fast_pair stores) with the input's signs, times 2^-o (inv), converted as
