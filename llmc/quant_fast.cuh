@@ -33,7 +33,9 @@
 // Row-wise fake copies without a Hadamard in 1D blocks (nvfp4's fprop X and dgrad dY) have a kernel of their
 // own, laid out so that a lane owns whole blocks (fewer instructions per element, the same arithmetic):
 // qf_row2_kernel. (A column-wise H16 kernel laid out the same way ran slower than the patch kernel:
-// results/README.md, "A column-wise kernel laid out like qf_row2_kernel".)
+// results/README.md, "A column-wise kernel laid out like qf_row2_kernel".) On the FP8 path, row-wise copies
+// in 1D blocks without a Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the
+// column-wise ones by qf_colfold_kernel (a lane owns whole column blocks).
 //
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
@@ -1360,6 +1362,122 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// Column-wise FP8 copies (mxfp4's wgrad copies of X and dY, the column-wise copy of W): the apply pass of
+// qf_apply_axis0<0, false, QF_OUT_FP8> laid out for whole blocks per thread, the same arithmetic. A lane owns
+// two adjacent columns (one 4-byte word per row) of BL rows, a whole 1 x BL block of each (no shuffle), so a
+// warp's load of a row is 128 contiguous bytes; it folds rows r, r + 1 of one column as one word (a byte
+// permute). Each column's 32 E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade
+// halves first so that each store instruction writes 16 whole 32-byte sectors (the even lane a column's
+// first 16 bytes, the odd lane its last 16): with each lane storing its own column's halves, the instruction
+// touched 32 half sectors and the pass ran 1.27x slower (331.9 against 261.8 us at 65536 x 3072; results/README).
+// A warp keeps its 64 columns (their offsets once) and walks row blocks gridDim.y apart, the next block's
+// loads issued as each row pair is folded. Needs the GEMM rows' maxima (fold_max, from the amax pass or taken
+// ahead by the row kernel above). Round to nearest, 1D blocks, no Hadamard (qf_colfold_ok). test_fp8_fold
+// checks it against the CPU twin bit for bit, and which calls take it.
+#define QF_CF_COLS 64   // columns per warp (32 lanes x 2)
+
+// Rows r, r + 1 (words a, b) of a block pair holding inf / NaN (mlo, mhi: the block amax bits of columns c and
+// c + 1): the reference elements, folded; column c's two bytes in the low half. Not inlined (and taking no
+// array, so that the kernel's registers stay registers).
+__device__ __noinline__ uint32_t qf_cf_slow(const QFTarget& T, uint32_t a, uint32_t b, uint32_t mlo, uint32_t mhi,
+                                            float invlo, float invhi) {
+    const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f);
+    const QuantBlockScale bhi = quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f);
+    const uint32_t fa = qf_slow_pair(T.p, qf_lo(a), qf_hi(a), blo, bhi, 0, 0u);
+    const uint32_t fb = qf_slow_pair(T.p, qf_lo(b), qf_hi(b), blo, bhi, 0, 0u);
+    return qf_fold2(__byte_perm(fa, fb, 0x5410), invlo) | (qf_fold2(__byte_perm(fa, fb, 0x7632), invhi) << 16);
+}
+
+template <int BL>
+__global__ void __launch_bounds__(QF_THREADS, 6) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
+    const QFTarget& T = A.t[1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0: no tensor scale
+    const int64_t c = ((int64_t)blockIdx.x * QF_WARPS + warp) * QF_CF_COLS + 2 * lane;   // columns c, c + 1
+    const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither, and both lanes of a pair
+    const int64_t nrb = A.rows / BL;
+    const int olo_off = cv ? qf_fold_offset(T, c) : 0, ohi_off = cv ? qf_fold_offset(T, c + 1) : 0;
+    const float invlo = exp2_exact(-olo_off), invhi = exp2_exact(-ohi_off);
+    if (cv && blockIdx.y == 0) {
+        T.fold_scale[c] = fp8_fold_scale(olo_off);
+        T.fold_scale[c + 1] = fp8_fold_scale(ohi_off);
+    }
+    // row r of row block rb: ptr(rb) + r * ld, walked with one pointer (a 64-bit multiply per load is ~10
+    // instructions); a block past the end, or columns past the edge, load zeros
+    const int64_t ldb = A.ld * 2;
+    auto block = [&](int64_t rb) { return (const char*)(A.in + c) + rb * BL * ldb; };
+    int64_t rb = blockIdx.y;
+    uint32_t v[BL];
+    {
+        const bool ok = rb < nrb && cv;
+        const char* q = block(rb);
+#pragma unroll
+        for (int r = 0; r < BL; r++, q += ldb) v[r] = ok ? __ldcs((const uint32_t*)q) : 0u;
+    }
+    unsigned below = 0;
+    for (; rb < nrb; rb += gridDim.y) {   // uniform over the CTA
+        const bool ok = rb + gridDim.y < nrb && cv;
+        const char* q = block(rb + gridDim.y);
+        uint32_t m2 = 0;
+#pragma unroll
+        for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
+        const uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
+        uint32_t olo[BL / 4], ohi[BL / 4];   // the E4M3 bytes of columns c and c + 1, 4 rows a word
+        const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
+        const QuantBlockScale blo = qf_e8m0_scale(T, mlo), bhi = qf_e8m0_scale(T, mhi);   // (fast blocks)
+#pragma unroll
+        for (int r = 0; r < BL; r += 2) {
+            uint32_t lo, hi;
+            if (fast) {
+                lo = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo);
+                hi = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi);
+            } else {   // rare
+                const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi);
+                lo = x & 0xFFFFu;
+                hi = x >> 16;
+            }
+            if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
+            else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
+            v[r] = ok ? __ldcs((const uint32_t*)q) : 0u;
+            q += ldb;
+            v[r + 1] = ok ? __ldcs((const uint32_t*)q) : 0u;
+            q += ldb;
+        }
+        // an inf / NaN block's scale bits as the reference's (E8M0 NaN: never counted)
+        const uint8_t blo_bits = fast ? blo.bits : quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f).bits;
+        const uint8_t bhi_bits = fast ? bhi.bits : quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f).bits;
+        if constexpr (BL == 32) {
+            // lanes 2i, 2i + 1 (columns ce .. ce + 3) trade halves: the even lane stores the first 16 bytes of
+            // each of the four columns, the odd lane the last 16
+            const bool odd = lane & 1;
+            uint32_t rl[4], rh[4];
+#pragma unroll
+            for (int q4 = 0; q4 < 4; q4++) {
+                rl[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? olo[q4] : olo[4 + q4], 1);
+                rh[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? ohi[q4] : ohi[4 + q4], 1);
+            }
+            if (cv) {
+                uint8_t* d = T.fp8 + (c - (odd ? 2 : 0)) * T.ld_fp8 + rb * BL + (odd ? 16 : 0);
+                const uint4 a0 = odd ? make_uint4(rl[0], rl[1], rl[2], rl[3]) : make_uint4(olo[0], olo[1], olo[2], olo[3]);
+                const uint4 a1 = odd ? make_uint4(rh[0], rh[1], rh[2], rh[3]) : make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
+                const uint4 a2 = odd ? make_uint4(olo[4], olo[5], olo[6], olo[7]) : make_uint4(rl[0], rl[1], rl[2], rl[3]);
+                const uint4 a3 = odd ? make_uint4(ohi[4], ohi[5], ohi[6], ohi[7]) : make_uint4(rh[0], rh[1], rh[2], rh[3]);
+                *(uint4*)d = a0;
+                *(uint4*)(d + T.ld_fp8) = a1;
+                *(uint4*)(d + 2 * T.ld_fp8) = a2;
+                *(uint4*)(d + 3 * T.ld_fp8) = a3;
+            }
+        } else if (cv) {   // BL = 16: a column block is half a sector (no recipe folds 1x16 column copies)
+            uint8_t* d = T.fp8 + c * T.ld_fp8 + rb * BL;
+            *(uint4*)d = make_uint4(olo[0], olo[1], olo[2], olo[3]);
+            *(uint4*)(d + T.ld_fp8) = make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
+        }
+        if (cv) below += fp8_fold_counted(blo_bits, olo_off, T.dmin) + fp8_fold_counted(bhi_bits, ohi_off, T.dmin);
+    }
+    qf_count_below(T, below);
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Host side
 
 // The Hadamard-size combinations with a kernel (each is a separate instantiation, so the list is kept to
@@ -1583,6 +1701,32 @@ static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
     else qf_launch_rowfold_n<20, 1>(L, col_max, s);
 }
 
+// The column-wise FP8 kernel (qf_colfold_kernel) takes the column-wise target of L when it is an FP8 copy in
+// 1D blocks without a Hadamard, rounded to nearest; not under LLMC_QF_PATCH=1.
+static inline int qf_colfold_ok(const QFLaunch& L) {
+    const QFTarget& c = L.a.t[1];
+    return L.hb == 0 && c.out == QF_OUT_FP8 && !c.sr && c.bw == 1 && !c.ref_elems && (c.bl == 16 || c.bl == 32) &&
+           !qf_patch_only();
+}
+// A grid that fits at once (so that no CTA waits for a second wave), with each warp taking at least 4 row
+// blocks where the rows allow (the loads of its next block in flight while it folds one).
+template <int BL>
+static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
+    static int per_sm = 0;
+    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_colfold_kernel<BL>, QF_THREADS, 0));
+    const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
+    const int64_t cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
+    int64_t by = ceil_div(nrb, (int64_t)4);
+    if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
+    if (by > 65535) by = 65535;
+    qf_colfold_kernel<BL><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, 0, s>>>(L.a);
+    cuda_check_last();
+}
+static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
+    if (L.a.t[1].bl == 32) qf_launch_colfold_n<32>(L, s);
+    else qf_launch_colfold_n<16>(L, s);
+}
+
 template <int HA, int HB, int OUT>
 static inline void qf_launch_apply(const QFLaunch& L, cudaStream_t s) {
     qf_apply_kernel<HA, HB, OUT><<<(unsigned)ceil_div(L.a.tiles, QF_WARPS), QF_THREADS, 0, s>>>(L.a);
@@ -1625,7 +1769,8 @@ static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
     if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1])) {
-        if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
+        if (L.hb == 0 && OUT == QF_OUT_FP8 && qf_colfold_ok(L)) qf_launch_colfold(L, s);
+        else if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
         else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);
         else if (L.hb == 32) qf_launch_apply<-1, 32, OUT>(L, s);

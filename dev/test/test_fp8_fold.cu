@@ -13,7 +13,8 @@
 //     more than the window (crafted: a known number of blocks below it); each case three ways: one
 //     quantize_fast_gpu call (the one-pass row kernel, qf_rowfold_kernel, where it applies), the amax and
 //     apply passes called apart, and for pairs the column copy's maxima taken ahead by the row copy's call
-//     and the column copy made alone afterwards (the trainer's X); which calls take the one-pass kernel;
+//     and the column copy made alone afterwards (the trainer's X); which calls take the one-pass row kernel
+//     and the column kernel (qf_colfold_kernel: the column-wise RNE 1D copies, in every mode);
 //   - qf_e8m0_exponent (that kernel's block exponent) against e8m0_exponent for every BF16 magnitude;
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
@@ -250,7 +251,7 @@ static void e8m0_checks(void) {
 
 static void fold_checks(int quick) {
     const char* specs[] = {"mxfp4", "mxfp4-ceil", "mxfp4-2d", "mxfp4,sr", "mxfp4-2d,sr", "mxfp4,h16", "mxfp4,sr,h32,seed=3",
-                           "mxfp4,16x16", "mxfp4,1x16,sr", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
+                           "mxfp4,16x16", "mxfp4,1x16,sr", "mxfp4,1x16", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
     // partial tiles too: 48 and 16 rows (32-row tiles), 96 and 160 columns (128-column tiles); for the one-pass
     // row kernel rows of 1 to 20 chunks of 256 columns, a partly filled chunk (96, 160, 384, 1408 columns), row
     // counts that are not a multiple of its 4 rows per warp (50, 18: row-wise specs only), and one row too long
@@ -286,7 +287,8 @@ static void fold_checks(int quick) {
     // shapes tall enough that the one-pass kernel's warps take several row groups (its grid is at most the
     // resident CTAs: on an H200 about 8448 rows of 384 columns, 2640 of 2304, 1584 of 5120), so the next group's
     // loads issued while folding (the software pipeline) and the column maxima gathered over many groups are
-    // checked; mxfp4-2d's forward X pair (an SR column copy) among them
+    // checked; mxfp4-2d's forward X pair (an SR column copy) among them. The column kernel's warps take 4 row
+    // blocks each here (its grid gives each at least 4 where the rows allow), so its pipelined loads too.
     const char* tall[][2] = {{"mxfp4", NULL}, {"mxfp4", "mxfp4"}, {"mxfp4-ceil", "mxfp4-ceil,sr"}};
     const int64_t tall_shapes[][2] = {{9216, 384}, {3072, 2304}, {2048, 5120}};
     const int tall_kinds[] = {D_SPREAD, D_NORMAL, D_NONFINITE};   // quick: the first
@@ -318,6 +320,21 @@ static void fold_checks(int quick) {
     }
     CHECK(rf_bad == 0, "fold: the one-pass row kernel must take exactly the row-wise RNE 1D FP8 copies of <= 5120 columns, "
           "with at most a column-wise FP8 1D partner without a Hadamard");
+    // and the column kernel (qf_colfold_kernel) what the column-wise cases above ran for exactly these copies
+    struct { const char* spec; int want; } cf[] = {
+        {"mxfp4", 1}, {"mxfp4-ceil", 1}, {"mxfp4,1x16", 1}, {"int4,e8m0", 1}, {"mxfp4,sr", 0}, {"mxfp4-2d", 0},
+        {"mxfp4,16x16", 0}, {"mxfp4,h16", 0}, {"mxfp4,1x16,sr", 0}};
+    int cf_bad = 0;
+    for (auto& c : cf) {
+        const QuantParams p = parse(c.spec);
+        QuantTarget t = quant_target_fake(&p, 0, 1, NULL, 0, (float*)16, (float*)32);
+        t.fp8 = (uint8_t*)64; t.fold_max = (uint32_t*)128; t.fold_scale = (float*)256; t.fold_below = (unsigned*)512;
+        const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
+        const int want = c.want && !qf_patch_only();
+        if (qf_colfold_ok(L) != want && cf_bad++ < 3)
+            printf("  qf_colfold_ok(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
+    }
+    CHECK(cf_bad == 0, "fold: the column kernel must take exactly the column-wise RNE 1D FP8 copies without a Hadamard");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
     CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
     CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
