@@ -10,11 +10,14 @@
 #      more, also says whether each recipe's per-step losses (the log's 6 decimals) were the same in every round
 #      (bit for bit only with LLMC_ATTENTION=own: cuDNN's attention backward sums with atomics, and FP4
 #      rounding magnifies its last-bit differences; dev/bench/check_repro.sh)
+# A recipe whose run fails is named, with the end of its log, and left out of the table (the ratios are
+# against the first recipe that ran, as the header says); the exit status is then 1.
 set -euo pipefail
 STEPS=${STEPS:-30}; MODEL=${MODEL:-d12}; B=${B:-64}; T=${T:-1024}; ROUNDS=${ROUNDS:-1}
 DATA=${DATA:-data/tinyshakespeare/tiny_shakespeare_train.bin}
 OUT=${BENCH_OUT:-/tmp/bench_train}
 recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(bf16)
+failed=()
 mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; k++)); do
     for r in "${recipes[@]}"; do
@@ -22,13 +25,24 @@ for ((k = 1; k <= ROUNDS; k++)); do
         name=${r%%@*}
         [ "$name" = bf16 ] || extra=(--recipe "$name")
         [ "$name" = "$r" ] || extra+=(--fp4-gemm "${r#*@}")
-        ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
-            --train-data "$DATA" --val-every 0 --sample-every 0 --ckpt-every -1 --out-dir "$OUT/$r.$k" "${extra[@]}" > "$OUT/$r.$k.txt"
+        # a recipe that fails is reported and left out of the table; the others still run (exit status 1)
+        if ! ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
+                --train-data "$DATA" --val-every 0 --sample-every 0 --ckpt-every -1 --out-dir "$OUT/$r.$k" "${extra[@]}" \
+                > "$OUT/$r.$k.txt" 2>&1; then
+            echo "bench_train: $r (round $k) FAILED; the end of $OUT/$r.$k.txt:" >&2
+            tail -n 5 "$OUT/$r.$k.txt" >&2
+            failed+=("$r")
+        fi
     done
 done
-python3 - "$OUT" "$ROUNDS" "${recipes[@]}" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${failed[*]:-}" "${recipes[@]}" <<'PY'
 import json, statistics, sys
-out, rounds, recipes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out, rounds, failed, recipes = sys.argv[1], int(sys.argv[2]), set(sys.argv[3].split()), sys.argv[4:]
+if failed:
+    print(f"left out (failed): {' '.join(r for r in recipes if r in failed)}")
+recipes = [r for r in recipes if r not in failed]
+if not recipes:
+    sys.exit(0)
 rows, same = [], {}
 for r in recipes:
     best = None
@@ -72,3 +86,4 @@ for r, ms, tok, mfu, quant, gemm, mem, loss in rows:
 if same:
     print(f"same losses in all {rounds} rounds (to the log's 6 decimals): " + "; ".join(f"{r} {v}" for r, v in same.items()))
 PY
+[ ${#failed[@]} -eq 0 ]
