@@ -121,18 +121,23 @@ static long long n_below = 0;
 enum { M_ONE_CALL, M_TWO_PASSES, M_AHEAD, M_COUNT };
 static const char* const MNAMES[M_COUNT] = {"one call", "two passes", "ahead"};
 
+// pad: the input's rows are cols + pad elements apart (ld), the padding NaN, which no kernel may read into a copy.
 static void run_case(const char* const* specs, const int* axes, int n, int64_t rows, int64_t cols, int kind,
-                     int mode = M_ONE_CALL) {
+                     int mode = M_ONE_CALL, int64_t pad = 0) {
     QuantParams p[2];
     for (int k = 0; k < n; k++) p[k] = parse(specs[k]);
     std::vector<uint16_t> h = make_data(rows, cols, kind);
+    const int64_t ld = cols + pad;
+    std::vector<uint16_t> hp(rows * ld, 0x7FC0);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) hp[r * ld + c] = h[r * cols + c];
     uint16_t* in;
     uint8_t* fp8[2];
     float *rs[2], *sc;
     uint32_t* mx[2];
     unsigned* below;
-    cuda_check(cudaMalloc(&in, h.size() * 2));
-    cuda_check(cudaMemcpy(in, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+    cuda_check(cudaMalloc(&in, hp.size() * 2));
+    cuda_check(cudaMemcpy(in, hp.data(), hp.size() * 2, cudaMemcpyHostToDevice));
     cuda_check(cudaMalloc(&sc, 8 * sizeof(float)));
     cuda_check(cudaMalloc(&below, 2 * sizeof(unsigned)));
     cuda_check(cudaMemset(below, 0, 2 * sizeof(unsigned)));
@@ -142,6 +147,7 @@ static void run_case(const char* const* specs, const int* axes, int n, int64_t r
         cuda_check(cudaMalloc(&fp8[k], n_el));
         cuda_check(cudaMemset(fp8[k], 0x5A, n_el));
         cuda_check(cudaMalloc(&rs[k], most * sizeof(float)));
+        cuda_check(cudaMemset(rs[k], 0xFF, most * sizeof(float)));   // NaN: a row scale the kernels miss shows
         cuda_check(cudaMalloc(&mx[k], most * sizeof(uint32_t)));
         cuda_check(cudaMemset(mx[k], 0, most * sizeof(uint32_t)));
         t[k] = quant_target_fake(&p[k], axes[k], rng_key(9, 4, 200 + k), NULL, 0, sc + 2 * k, sc + 2 * k + 1);
@@ -151,22 +157,22 @@ static void run_case(const char* const* specs, const int* axes, int n, int64_t r
         t[k].fold_below = below + k;
     }
     char desc[300];
-    snprintf(desc, sizeof(desc), "[%s ax%d%s%s] %lldx%lld %s, %s", specs[0], axes[0], n == 2 ? " + " : "",
-             n == 2 ? specs[1] : "", (long long)rows, (long long)cols, DNAMES[kind], MNAMES[mode]);
-    if (!quant_fast_supported(t, n, rows, cols, cols)) {
+    snprintf(desc, sizeof(desc), "[%s ax%d%s%s] %lldx%lld%s %s, %s", specs[0], axes[0], n == 2 ? " + " : "",
+             n == 2 ? specs[1] : "", (long long)rows, (long long)cols, pad ? " (padded ld)" : "", DNAMES[kind], MNAMES[mode]);
+    if (!quant_fast_supported(t, n, rows, cols, ld)) {
         n_fail++;
         printf("FAIL %s: quant_fast_supported refuses an FP8 target\n", desc);
         return;
     }
     const floatX* x = (const floatX*)in;
     if (mode == M_ONE_CALL) {
-        quantize_fast_gpu(x, rows, cols, cols, t, n, 0);
+        quantize_fast_gpu(x, rows, cols, ld, t, n, 0);
     } else if (mode == M_TWO_PASSES) {
-        quant_fast_amax_gpu(x, rows, cols, cols, t, n, 0);
-        quant_fast_apply_gpu(x, rows, cols, cols, t, n, 0);
+        quant_fast_amax_gpu(x, rows, cols, ld, t, n, 0);
+        quant_fast_apply_gpu(x, rows, cols, ld, t, n, 0);
     } else {
-        quantize_fast_gpu(x, rows, cols, cols, t, 1, 0, 0, n - 1);
-        if (n == 2) quant_fast_apply_gpu(x, rows, cols, cols, &t[1], 1, 0);
+        quantize_fast_gpu(x, rows, cols, ld, t, 1, 0, 0, n - 1);
+        if (n == 2) quant_fast_apply_gpu(x, rows, cols, ld, &t[1], 1, 0);
     }
     cuda_check(cudaDeviceSynchronize());
     unsigned got_below[2];
@@ -255,10 +261,10 @@ static void fold_checks(int quick) {
     // partial tiles too: 48 and 16 rows (32-row tiles), 96 and 160 columns (128-column tiles); for the one-pass
     // row kernel rows of 1 to 20 chunks of 256 columns, a partly filled chunk (96, 160, 384, 1408 columns), row
     // counts that are not a multiple of its 4 rows per warp (50, 18: row-wise specs only), and one row too long
-    // for it (5376 columns: two passes)
+    // for it (5376 columns: two passes); 40 columns: a warp of the column kernel partly valid (column-wise specs)
     const int64_t shapes[][2] = {{64, 96}, {96, 160}, {32, 256}, {160, 64}, {256, 384}, {48, 96}, {16, 128},
                                  {48, 2304}, {16, 3840}, {32, 5120}, {16, 5376}, {96, 1280}, {50, 384}, {18, 2304},
-                                 {32, 1408}};
+                                 {32, 1408}, {64, 40}};
     const int nshape = sizeof(shapes) / sizeof(shapes[0]);
     const int nspec = sizeof(specs) / sizeof(specs[0]);
     for (int i = 0; i < nspec; i++)
@@ -282,15 +288,17 @@ static void fold_checks(int quick) {
             for (int mode = 0; mode < M_COUNT; mode++) {
                 run_case(pr, axes, 2, 256, 384, kind, mode);
                 run_case(pr, axes, 2, 64, 2304, kind, mode);
+                run_case(pr, axes, 2, 96, 384, kind, mode, 8);   // rows 392 elements apart, NaN between
                 if (!quick) run_case(pr, axes, 2, 1024, 768, kind, mode);
             }
     // shapes tall enough that the one-pass kernel's warps take several row groups (its grid is at most the
     // resident CTAs: on an H200 about 8448 rows of 384 columns, 2640 of 2304, 1584 of 5120), so the next group's
     // loads issued while folding (the software pipeline) and the column maxima gathered over many groups are
     // checked; mxfp4-2d's forward X pair (an SR column copy) among them. The column kernel's warps take 4 row
-    // blocks each here (its grid gives each at least 4 where the rows allow), so its pipelined loads too.
+    // blocks each here (its grid gives each at least 4 where the rows allow), so its pipelined loads too;
+    // 131072 x 256 has more row blocks than 4 per warp of the resident grid (its capped grid: ~5 each).
     const char* tall[][2] = {{"mxfp4", NULL}, {"mxfp4", "mxfp4"}, {"mxfp4-ceil", "mxfp4-ceil,sr"}};
-    const int64_t tall_shapes[][2] = {{9216, 384}, {3072, 2304}, {2048, 5120}};
+    const int64_t tall_shapes[][2] = {{9216, 384}, {3072, 2304}, {2048, 5120}, {131072, 256}};
     const int tall_kinds[] = {D_SPREAD, D_NORMAL, D_NONFINITE};   // quick: the first
     for (auto& tp : tall)
         for (auto& sh : tall_shapes)
