@@ -5,7 +5,8 @@
 // fold against their sum is the one-pass kernel's gain, measured in the same run. "ahead": the second
 // target's amax only (the forward's X pass, which takes wgrad.x's maxima for the backward).
 // Also times matmul_fp8 against the BF16 GEMM (matmul.cuh) at the d12 linear shapes, with and without a bias.
-// Usage: build/bench_fp8_fold [-n iters]
+// Usage: build/bench_fp8_fold [-n iters] [-f SUBSTR] [-s RxC]: -f / -s keep only the table rows whose config
+// name holds SUBSTR / of that shape, and then skip the GEMMs (for a profiler: dev/bench/profile_quant.sh's way).
 #include <vector>
 #include "llmc/quant_fast.cuh"
 #include "llmc/matmul_fp8.cuh"
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
            "o.apply", "memset");
     for (auto& sh : shapes) {
         const int64_t R = sh[0], C = sh[1], n = R * C;
+        if (!bench_wants_shape(b, R, C)) continue;
         uint16_t *in, *f[2];
         uint8_t* q[2];
         float *sc, *rs[2];
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
         cuda_check(cudaMalloc(&below, 8));
         bench_fill_uniform(in, n);
         for (auto& c : cfgs) {
+            if (!bench_wants(b, c.name)) continue;
             QuantParams p[2];
             QuantTarget tf[2], to[2];
             for (int k = 0; k < c.n; k++) {
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
         cudaFree(sc);
         cudaFree(below);
     }
+    if (b.only || b.shape[0]) return 0;   // one row of the table asked for
     // GEMMs: D (M x N) = A (M x K) B (N x K)^T, the d12 linears' shapes
     matmul_init();
     const int BT = 65536, Cm = 768;
