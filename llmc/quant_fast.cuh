@@ -1639,11 +1639,19 @@ static inline int qf_num_sms(void) {
     return sms;
 }
 
+// How many CTAs of a kernel (QF_THREADS each, smem bytes of dynamic shared memory) the GPU holds at once: the
+// grid of the kernels that stride over their work. per_sm: the caller's cache of the occupancy (per instantiation).
+template <typename K>
+static inline int64_t qf_resident_ctas(K kernel, size_t smem, int* per_sm) {
+    if (!*per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, QF_THREADS, smem));
+    return (int64_t)qf_num_sms() * (*per_sm > 0 ? *per_sm : 1);
+}
+
 template <int HA, int HB, bool FOLD>
 static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
-    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_amax_kernel<HA, HB, FOLD>, QF_THREADS, 0));
-    int64_t blocks = ceil_div(L.a.tiles, QF_WARPS), cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
+    int64_t blocks = ceil_div(L.a.tiles, QF_WARPS);
+    const int64_t cap = qf_resident_ctas(qf_amax_kernel<HA, HB, FOLD>, 0, &per_sm);
     if (blocks > cap) blocks = cap;
     // a column-wise FP8 target keeps its column maxima while a warp stays on one tile column: with a grid
     // stride (blocks x warps tiles) that is a multiple of the tile columns, it always does
@@ -1672,11 +1680,13 @@ static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
 // included) when its row-wise target is an FP8 copy it makes (round to nearest, 1D blocks, no Hadamard,
 // rows of at most 20 chunks) and a column-wise target, if any, is an FP8 copy without a Hadamard in 1D
 // blocks (the pairs test_fp8_fold checks); not under LLMC_QF_PATCH=1.
+// A copy the fold kernels below make (either axis): FP8, round to nearest, 1D blocks, 4-bit elements.
+static inline int qf_fold_kernel_target(const QFTarget& t) {
+    return t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems;
+}
 static inline int qf_rowfold_ok(const QFLaunch& L) {
-    const QFTarget& t = L.a.t[0];
     const QFTarget& c = L.a.t[1];
-    return L.ha == 0 && t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems &&
-           (L.hb < 0 || (L.hb == 0 && c.out == QF_OUT_FP8 && c.bw == 1)) &&
+    return L.ha == 0 && qf_fold_kernel_target(L.a.t[0]) && (L.hb < 0 || (L.hb == 0 && c.out == QF_OUT_FP8 && c.bw == 1)) &&
            ceil_div(L.a.cols, (int64_t)QF_RF_CHUNK) <= 20 && !qf_patch_only();
 }
 
@@ -1684,11 +1694,8 @@ template <int NCH, int RPW>
 static inline void qf_launch_rowfold_n(const QFLaunch& L, int col_max, cudaStream_t s) {
     const size_t smem = col_max ? (size_t)QF_WARPS * (size_t)L.a.cols * 2 : 0;   // <= 40 KB (5120 columns)
     static int per_sm = 0;   // at the largest shared memory this instantiation takes
-    if (!per_sm)
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_rowfold_kernel<NCH, RPW>, QF_THREADS,
-                                                                 (size_t)QF_WARPS * NCH * QF_RF_CHUNK * 2));
+    const int64_t cap = qf_resident_ctas(qf_rowfold_kernel<NCH, RPW>, (size_t)QF_WARPS * NCH * QF_RF_CHUNK * 2, &per_sm);
     int64_t blocks = ceil_div(ceil_div(L.a.rows, (int64_t)RPW), (int64_t)QF_WARPS);
-    const int64_t cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
     if (blocks > cap) blocks = cap;
     qf_rowfold_kernel<NCH, RPW><<<(unsigned)blocks, QF_THREADS, smem, s>>>(L.a, col_max);
     cuda_check_last();
@@ -1704,18 +1711,15 @@ static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
 // The column-wise FP8 kernel (qf_colfold_kernel) takes the column-wise target of L when it is an FP8 copy in
 // 1D blocks without a Hadamard, rounded to nearest; not under LLMC_QF_PATCH=1.
 static inline int qf_colfold_ok(const QFLaunch& L) {
-    const QFTarget& c = L.a.t[1];
-    return L.hb == 0 && c.out == QF_OUT_FP8 && !c.sr && c.bw == 1 && !c.ref_elems && (c.bl == 16 || c.bl == 32) &&
-           !qf_patch_only();
+    return L.hb == 0 && qf_fold_kernel_target(L.a.t[1]) && !qf_patch_only();   // (block_l is 16 or 32: qf_target_ok)
 }
 // A grid that fits at once (so that no CTA waits for a second wave), with each warp taking at least 4 row
 // blocks where the rows allow (the loads of its next block in flight while it folds one).
 template <int BL>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
-    if (!per_sm) cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qf_colfold_kernel<BL>, QF_THREADS, 0));
+    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL>, 0, &per_sm);
     const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
-    const int64_t cap = (int64_t)qf_num_sms() * (per_sm > 0 ? per_sm : 1);
     int64_t by = ceil_div(nrb, (int64_t)4);
     if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
     if (by > 65535) by = 65535;
