@@ -1363,17 +1363,20 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 
 // ---------------------------------------------------------------------------------------------------
 // Column-wise FP8 copies (mxfp4's wgrad copies of X and dY, the column-wise copy of W): the apply pass of
-// qf_apply_axis0<0, false, QF_OUT_FP8> laid out for whole blocks per thread, the same arithmetic. A lane owns
-// two adjacent columns (one 4-byte word per row) of BL rows, a whole 1 x BL block of each (no shuffle), so a
-// warp's load of a row is 128 contiguous bytes; it folds rows r, r + 1 of one column as one word (a byte
+// qf_apply_axis0<0, false, QF_OUT_FP8> laid out for whole blocks per thread, the same arithmetic. A CTA takes
+// 256 columns and walks row blocks gridDim.y apart; it copies each BL x 256 tile into shared memory with
+// cp.async, QF_CF_STAGES tiles in flight, so that the bytes in flight are not held in registers. A lane owns
+// two adjacent columns (one 4-byte word per row, a conflict-free shared load) of a tile: a whole 1 x BL block
+// of each, so the block maxima need no shuffle; it folds rows r, r + 1 of one column as one word (a byte
 // permute). Each column's 32 E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade
-// halves first so that each store instruction writes 16 whole 32-byte sectors (the even lane a column's
-// first 16 bytes, the odd lane its last 16): with each lane storing its own column's halves, the instruction
-// touched 32 half sectors and the pass ran 1.27x slower (331.9 against 261.8 us at 65536 x 3072; results/README).
-// A warp keeps its 64 columns (their offsets once) and walks row blocks gridDim.y apart, the next block's
-// loads issued as each row pair is folded. Needs the GEMM rows' maxima (fold_max, from the amax pass or taken
-// ahead by the row kernel above). Round to nearest, 1D blocks, no Hadamard (qf_colfold_ok). test_fp8_fold
-// checks it against the CPU twin bit for bit, and which calls take it.
+// halves first so that each store instruction writes 16 whole 32-byte sectors (the even lane a column's first
+// 16 bytes, the odd lane its last 16). Measured (results/README, "The column-wise FP8 kernel"): with each lane
+// storing its own column's halves the pass ran 1.27x slower; loading each warp's next block into registers
+// instead of shared memory (one block per warp in flight, 80 registers with spills) left DRAM waits at the top
+// of every block (52% of the stall samples) and took 265 us at 65536 x 3072 against 208 with 4 stages. Needs
+// the GEMM rows' maxima (fold_max, from the amax pass or taken ahead by the row kernel above). Round to
+// nearest, 1D blocks, no Hadamard (qf_colfold_ok). test_fp8_fold checks it against the CPU twin bit for bit,
+// and which calls take it.
 #define QF_CF_COLS 64   // columns per warp (32 lanes x 2)
 
 // Rows r, r + 1 (words a, b) of a block pair holding inf / NaN (mlo, mhi: the block amax bits of columns c and
@@ -1388,12 +1391,81 @@ __device__ __noinline__ uint32_t qf_cf_slow(const QFTarget& T, uint32_t a, uint3
     return qf_fold2(__byte_perm(fa, fb, 0x5410), invlo) | (qf_fold2(__byte_perm(fa, fb, 0x7632), invhi) << 16);
 }
 
+// One row block of columns c, c + 1 (v: its BL words, rows r in v[r]) folded and stored (rb: the block's
+// index down the rows); returns the blocks below the window it counted.
 template <int BL>
-__global__ void __launch_bounds__(QF_THREADS, 6) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
+__device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_t (&v)[BL], int lane, int64_t c, bool cv,
+                                                int64_t rb, int olo_off, int ohi_off, float invlo, float invhi) {
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
+    const uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
+    uint32_t olo[BL / 4], ohi[BL / 4];   // the E4M3 bytes of columns c and c + 1, 4 rows a word
+    const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
+    const QuantBlockScale blo = qf_e8m0_scale(T, mlo), bhi = qf_e8m0_scale(T, mhi);   // (fast blocks)
+#pragma unroll
+    for (int r = 0; r < BL; r += 2) {
+        uint32_t lo, hi;
+        if (fast) {
+            lo = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo);
+            hi = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi);
+        } else {   // rare
+            const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi);
+            lo = x & 0xFFFFu;
+            hi = x >> 16;
+        }
+        if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
+        else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
+    }
+    // an inf / NaN block's scale bits as the reference's (E8M0 NaN: never counted)
+    const uint8_t blo_bits = fast ? blo.bits : quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f).bits;
+    const uint8_t bhi_bits = fast ? bhi.bits : quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f).bits;
+    if constexpr (BL == 32) {
+        // lanes 2i, 2i + 1 (columns ce .. ce + 3) trade halves: the even lane stores the first 16 bytes of
+        // each of the four columns, the odd lane the last 16
+        const bool odd = lane & 1;
+        uint32_t rl[4], rh[4];
+#pragma unroll
+        for (int q4 = 0; q4 < 4; q4++) {
+            rl[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? olo[q4] : olo[4 + q4], 1);
+            rh[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? ohi[q4] : ohi[4 + q4], 1);
+        }
+        if (cv) {
+            uint8_t* d = T.fp8 + (c - (odd ? 2 : 0)) * T.ld_fp8 + rb * BL + (odd ? 16 : 0);
+            const uint4 a0 = odd ? make_uint4(rl[0], rl[1], rl[2], rl[3]) : make_uint4(olo[0], olo[1], olo[2], olo[3]);
+            const uint4 a1 = odd ? make_uint4(rh[0], rh[1], rh[2], rh[3]) : make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
+            const uint4 a2 = odd ? make_uint4(olo[4], olo[5], olo[6], olo[7]) : make_uint4(rl[0], rl[1], rl[2], rl[3]);
+            const uint4 a3 = odd ? make_uint4(ohi[4], ohi[5], ohi[6], ohi[7]) : make_uint4(rh[0], rh[1], rh[2], rh[3]);
+            *(uint4*)d = a0;
+            *(uint4*)(d + T.ld_fp8) = a1;
+            *(uint4*)(d + 2 * T.ld_fp8) = a2;
+            *(uint4*)(d + 3 * T.ld_fp8) = a3;
+        }
+    } else if (cv) {   // BL = 16: a column block is half a sector (no recipe folds 1x16 column copies)
+        uint8_t* d = T.fp8 + c * T.ld_fp8 + rb * BL;
+        *(uint4*)d = make_uint4(olo[0], olo[1], olo[2], olo[3]);
+        *(uint4*)(d + T.ld_fp8) = make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
+    }
+    return cv ? fp8_fold_counted(blo_bits, olo_off, T.dmin) + fp8_fold_counted(bhi_bits, ohi_off, T.dmin) : 0u;
+}
+
+#define QF_CF_STAGES 4   // tiles in flight per CTA (3 CTAs per SM: 64 KB of shared memory each at BL = 32)
+__device__ __forceinline__ void qf_cp_async16(uint32_t dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void qf_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+template <int BL>
+__global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
+    extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
+    constexpr int TILE = BL * QF_WARPS * QF_CF_COLS * 2;   // bytes
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0: no tensor scale
-    const int64_t c = ((int64_t)blockIdx.x * QF_WARPS + warp) * QF_CF_COLS + 2 * lane;   // columns c, c + 1
+    const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
+    const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
     const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither, and both lanes of a pair
     const int64_t nrb = A.rows / BL;
     const int olo_off = cv ? qf_fold_offset(T, c) : 0, ohi_off = cv ? qf_fold_offset(T, c + 1) : 0;
@@ -1402,77 +1474,38 @@ __global__ void __launch_bounds__(QF_THREADS, 6) qf_colfold_kernel(const __grid_
         T.fold_scale[c] = fp8_fold_scale(olo_off);
         T.fold_scale[c + 1] = fp8_fold_scale(ohi_off);
     }
-    // row r of row block rb: ptr(rb) + r * ld, walked with one pointer (a 64-bit multiply per load is ~10
-    // instructions); a block past the end, or columns past the edge, load zeros
-    const int64_t ldb = A.ld * 2;
-    auto block = [&](int64_t rb) { return (const char*)(A.in + c) + rb * BL * ldb; };
-    int64_t rb = blockIdx.y;
-    uint32_t v[BL];
-    {
-        const bool ok = rb < nrb && cv;
-        const char* q = block(rb);
+    // the CTA's row blocks: blockIdx.y + k gridDim.y, k < nt; tile k goes to stage k % QF_CF_STAGES, each
+    // thread copying BL / 4 of its 16-byte pieces (piece i: row i / 32, columns c0 + 8 (i % 32)); columns
+    // past the edge are zero-filled (a copy of 0 bytes)
+    const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
+    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(qf_cf_tiles);
+    auto issue = [&](int64_t k) {
+        if (k < nt) {
+            const int64_t r0 = ((int64_t)blockIdx.y + k * gridDim.y) * BL;
+            const uint32_t st = sbase + (uint32_t)(k % QF_CF_STAGES) * TILE;
 #pragma unroll
-        for (int r = 0; r < BL; r++, q += ldb) v[r] = ok ? __ldcs((const uint32_t*)q) : 0u;
-    }
+            for (int j = 0; j < BL / 4; j++) {
+                const int i = j * QF_THREADS + threadIdx.x, row = i >> 5, piece = i & 31;
+                const int64_t col = c0 + piece * 8;
+                const bool ok = col < A.cols;
+                qf_cp_async16(st + row * (TILE / BL) + piece * 16, ok ? (const void*)(A.in + (r0 + row) * A.ld + col) : (const void*)A.in,
+                              ok ? 16 : 0);
+            }
+        }
+        qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
+    };
+#pragma unroll
+    for (int k = 0; k < QF_CF_STAGES - 1; k++) issue(k);
     unsigned below = 0;
-    for (; rb < nrb; rb += gridDim.y) {   // uniform over the CTA
-        const bool ok = rb + gridDim.y < nrb && cv;
-        const char* q = block(rb + gridDim.y);
-        uint32_t m2 = 0;
+    for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
+        qf_cp_async_wait<QF_CF_STAGES - 2>();   // this thread's pieces of tile k are in
+        __syncthreads();                        // everyone's; and tile k - 1, whose stage is refilled next, is done
+        issue(k + QF_CF_STAGES - 1);
+        const uint32_t* t = (const uint32_t*)((const char*)qf_cf_tiles + (k % QF_CF_STAGES) * TILE) + warp * 32 + lane;
+        uint32_t v[BL];
 #pragma unroll
-        for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
-        const uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
-        uint32_t olo[BL / 4], ohi[BL / 4];   // the E4M3 bytes of columns c and c + 1, 4 rows a word
-        const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
-        const QuantBlockScale blo = qf_e8m0_scale(T, mlo), bhi = qf_e8m0_scale(T, mhi);   // (fast blocks)
-#pragma unroll
-        for (int r = 0; r < BL; r += 2) {
-            uint32_t lo, hi;
-            if (fast) {
-                lo = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo);
-                hi = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi);
-            } else {   // rare
-                const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi);
-                lo = x & 0xFFFFu;
-                hi = x >> 16;
-            }
-            if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
-            else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
-            v[r] = ok ? __ldcs((const uint32_t*)q) : 0u;
-            q += ldb;
-            v[r + 1] = ok ? __ldcs((const uint32_t*)q) : 0u;
-            q += ldb;
-        }
-        // an inf / NaN block's scale bits as the reference's (E8M0 NaN: never counted)
-        const uint8_t blo_bits = fast ? blo.bits : quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f).bits;
-        const uint8_t bhi_bits = fast ? bhi.bits : quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f).bits;
-        if constexpr (BL == 32) {
-            // lanes 2i, 2i + 1 (columns ce .. ce + 3) trade halves: the even lane stores the first 16 bytes of
-            // each of the four columns, the odd lane the last 16
-            const bool odd = lane & 1;
-            uint32_t rl[4], rh[4];
-#pragma unroll
-            for (int q4 = 0; q4 < 4; q4++) {
-                rl[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? olo[q4] : olo[4 + q4], 1);
-                rh[q4] = __shfl_xor_sync(0xFFFFFFFFu, odd ? ohi[q4] : ohi[4 + q4], 1);
-            }
-            if (cv) {
-                uint8_t* d = T.fp8 + (c - (odd ? 2 : 0)) * T.ld_fp8 + rb * BL + (odd ? 16 : 0);
-                const uint4 a0 = odd ? make_uint4(rl[0], rl[1], rl[2], rl[3]) : make_uint4(olo[0], olo[1], olo[2], olo[3]);
-                const uint4 a1 = odd ? make_uint4(rh[0], rh[1], rh[2], rh[3]) : make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
-                const uint4 a2 = odd ? make_uint4(olo[4], olo[5], olo[6], olo[7]) : make_uint4(rl[0], rl[1], rl[2], rl[3]);
-                const uint4 a3 = odd ? make_uint4(ohi[4], ohi[5], ohi[6], ohi[7]) : make_uint4(rh[0], rh[1], rh[2], rh[3]);
-                *(uint4*)d = a0;
-                *(uint4*)(d + T.ld_fp8) = a1;
-                *(uint4*)(d + 2 * T.ld_fp8) = a2;
-                *(uint4*)(d + 3 * T.ld_fp8) = a3;
-            }
-        } else if (cv) {   // BL = 16: a column block is half a sector (no recipe folds 1x16 column copies)
-            uint8_t* d = T.fp8 + c * T.ld_fp8 + rb * BL;
-            *(uint4*)d = make_uint4(olo[0], olo[1], olo[2], olo[3]);
-            *(uint4*)(d + T.ld_fp8) = make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
-        }
-        if (cv) below += fp8_fold_counted(blo_bits, olo_off, T.dmin) + fp8_fold_counted(bhi_bits, ohi_off, T.dmin);
+        for (int r = 0; r < BL; r++) v[r] = t[r * (TILE / BL / 4)];
+        below += qf_cf_block<BL>(T, v, lane, c, cv, (int64_t)blockIdx.y + k * gridDim.y, olo_off, ohi_off, invlo, invhi);
     }
     qf_count_below(T, below);
 }
@@ -1713,17 +1746,20 @@ static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
 static inline int qf_colfold_ok(const QFLaunch& L) {
     return L.hb == 0 && qf_fold_kernel_target(L.a.t[1]) && !qf_patch_only();   // (block_l is 16 or 32: qf_target_ok)
 }
-// A grid that fits at once (so that no CTA waits for a second wave), with each warp taking at least 4 row
-// blocks where the rows allow (the loads of its next block in flight while it folds one).
+// A grid that fits at once (so that no CTA waits for a second wave), with each CTA taking at least 4 row
+// blocks where the rows allow (its cp.async pipeline full).
 template <int BL>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
-    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL>, 0, &per_sm);
+    const size_t smem = (size_t)QF_CF_STAGES * BL * QF_WARPS * QF_CF_COLS * 2;
+    if (!per_sm && smem > 48 * 1024)
+        cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL>, smem, &per_sm);
     const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
     int64_t by = ceil_div(nrb, (int64_t)4);
     if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
     if (by > 65535) by = 65535;
-    qf_colfold_kernel<BL><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, 0, s>>>(L.a);
+    qf_colfold_kernel<BL><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
