@@ -1217,9 +1217,12 @@ __device__ __forceinline__ QuantBlockScale qf_e8m0_scale(const QFTarget& T, uint
 // A fast-path word (two BF16 values) -> its two E4M3 bytes: the fake values' magnitudes |q| sdec (exact in
 // FP32 and in BF16, or inf: what qf_fast_pair stores) with the input's signs, times 2^-o (inv), converted as
 // qf_fold2 converts the fake word, without packing the fake values to BF16 and back.
-__device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, const QuantBlockScale& bs, float inv) {
+// SR: rnd holds the low value's 16 random bits in its low half, the high value's in its high half.
+template <bool SR = false>
+__device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, const QuantBlockScale& bs, float inv,
+                                                  uint32_t rnd = 0u) {
     float m0, m1;
-    qf_fast_mags<false>(g, qf_lo(w), qf_hi(w), bs.inv, bs.inv, 0u, m0, m1);
+    qf_fast_mags<SR>(g, qf_lo(w), qf_hi(w), bs.inv, bs.inv, rnd, m0, m1);
     const float f0 = f32_from_bits(f32_bits(QF_MUL(m0, bs.sdec)) | ((w << 16) & 0x80000000u));
     const float f1 = f32_from_bits(f32_bits(QF_MUL(m1, bs.sdec)) | (w & 0x80000000u));
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(QF_MUL(f0, inv), QF_MUL(f1, inv)), __NV_SATFINITE, __NV_E4M3);
@@ -1375,27 +1378,30 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 // instead of shared memory (one block per warp in flight, 80 registers with spills) left DRAM waits at the top
 // of every block (52% of the stall samples) and took 265 us at 65536 x 3072 against 208 with 4 stages. Needs
 // the GEMM rows' maxima (fold_max, from the amax pass or taken ahead by the row kernel above). Round to
-// nearest, 1D blocks, no Hadamard (qf_colfold_ok). test_fp8_fold checks it against the CPU twin bit for bit,
-// and which calls take it.
+// nearest or stochastically (SR: sr_bits16's draws, as the patch kernel's), 1D blocks, no Hadamard
+// (qf_colfold_ok). test_fp8_fold checks it against the CPU twin bit for bit, and which calls take it.
 #define QF_CF_COLS 64   // columns per warp (32 lanes x 2)
 
 // Rows r, r + 1 (words a, b) of a block pair holding inf / NaN (mlo, mhi: the block amax bits of columns c and
-// c + 1): the reference elements, folded; column c's two bytes in the low half. Not inlined (and taking no
-// array, so that the kernel's registers stay registers).
+// c + 1): the reference elements, folded; column c's two bytes in the low half. SR: ra, rb are rows r and
+// r + 1's 32 random bits (column c's in the low half). Not inlined (and taking no array, so that the
+// kernel's registers stay registers).
 __device__ __noinline__ uint32_t qf_cf_slow(const QFTarget& T, uint32_t a, uint32_t b, uint32_t mlo, uint32_t mhi,
-                                            float invlo, float invhi) {
+                                            float invlo, float invhi, uint32_t ra, uint32_t rb) {
     const QuantBlockScale blo = quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f);
     const QuantBlockScale bhi = quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f);
-    const uint32_t fa = qf_slow_pair(T.p, qf_lo(a), qf_hi(a), blo, bhi, 0, 0u);
-    const uint32_t fb = qf_slow_pair(T.p, qf_lo(b), qf_hi(b), blo, bhi, 0, 0u);
+    const uint32_t fa = qf_slow_pair(T.p, qf_lo(a), qf_hi(a), blo, bhi, T.sr, ra);
+    const uint32_t fb = qf_slow_pair(T.p, qf_lo(b), qf_hi(b), blo, bhi, T.sr, rb);
     return qf_fold2(__byte_perm(fa, fb, 0x5410), invlo) | (qf_fold2(__byte_perm(fa, fb, 0x7632), invhi) << 16);
 }
 
 // One row block of columns c, c + 1 (v: its BL words, rows r in v[r]) folded and stored (rb: the block's
-// index down the rows); returns the blocks below the window it counted.
-template <int BL>
+// index down the rows); returns the blocks below the window it counted. SR: the block's rows 2k, 2k + 1 take
+// the draw at pm + k pstep (sr_bits16's 2 x 2 square of these rows and columns c, c + 1).
+template <int BL, bool SR>
 __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_t (&v)[BL], int lane, int64_t c, bool cv,
-                                                int64_t rb, int olo_off, int ohi_off, float invlo, float invhi) {
+                                                int64_t rb, int olo_off, int ohi_off, float invlo, float invhi,
+                                                uint64_t pm, uint64_t pstep) {
     uint32_t m2 = 0;
 #pragma unroll
     for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
@@ -1405,12 +1411,17 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
     const QuantBlockScale blo = qf_e8m0_scale(T, mlo), bhi = qf_e8m0_scale(T, mhi);   // (fast blocks)
 #pragma unroll
     for (int r = 0; r < BL; r += 2) {
-        uint32_t lo, hi;
+        uint32_t lo, hi, ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
+        if (SR) {
+            const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
+            ra = qf_rng_row(w64, 0);
+            rb2 = qf_rng_row(w64, 1);
+        }
         if (fast) {
-            lo = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo);
-            hi = qf_fold_fast2(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi);
+            lo = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo, __byte_perm(ra, rb2, 0x5410));
+            hi = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi, __byte_perm(ra, rb2, 0x7632));
         } else {   // rare
-            const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi);
+            const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi, ra, rb2);
             lo = x & 0xFFFFu;
             hi = x >> 16;
         }
@@ -1457,7 +1468,7 @@ __device__ __forceinline__ void qf_cp_async_commit(void) { asm volatile("cp.asyn
 template <int N>
 __device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-template <int BL>
+template <int BL, bool SR>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
     constexpr int TILE = BL * QF_WARPS * QF_CF_COLS * 2;   // bytes
@@ -1478,6 +1489,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
     // thread copying BL / 4 of its 16-byte pieces (piece i: row i / 32, columns c0 + 8 (i % 32)); columns
     // past the edge are zero-filled (a copy of 0 bytes)
     const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
+    const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
     const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(qf_cf_tiles);
     auto issue = [&](int64_t k) {
         if (k < nt) {
@@ -1488,8 +1500,8 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
                 const int i = j * QF_THREADS + threadIdx.x, row = i >> 5, piece = i & 31;
                 const int64_t col = c0 + piece * 8;
                 const bool ok = col < A.cols;
-                qf_cp_async16(st + row * (TILE / BL) + piece * 16, ok ? (const void*)(A.in + (r0 + row) * A.ld + col) : (const void*)A.in,
-                              ok ? 16 : 0);
+                const void* src = ok ? (const void*)(A.in + (r0 + row) * A.ld + col) : (const void*)A.in;
+                qf_cp_async16(st + row * (TILE / BL) + piece * 16, src, ok ? 16 : 0);
             }
         }
         qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
@@ -1505,7 +1517,10 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
         uint32_t v[BL];
 #pragma unroll
         for (int r = 0; r < BL; r++) v[r] = t[r * (TILE / BL / 4)];
-        below += qf_cf_block<BL>(T, v, lane, c, cv, (int64_t)blockIdx.y + k * gridDim.y, olo_off, ohi_off, invlo, invhi);
+        const int64_t rb = (int64_t)blockIdx.y + k * gridDim.y;
+        // SR: square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2 (as the patch kernel's)
+        const uint64_t pm = SR ? ((uint64_t)rb * (BL / 2) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
+        below += qf_cf_block<BL, SR>(T, v, lane, c, cv, rb, olo_off, ohi_off, invlo, invhi, pm, pstep);
     }
     qf_count_below(T, below);
 }
@@ -1713,13 +1728,14 @@ static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
 // included) when its row-wise target is an FP8 copy it makes (round to nearest, 1D blocks, no Hadamard,
 // rows of at most 20 chunks) and a column-wise target, if any, is an FP8 copy without a Hadamard in 1D
 // blocks (the pairs test_fp8_fold checks); not under LLMC_QF_PATCH=1.
-// A copy the fold kernels below make (either axis): FP8, round to nearest, 1D blocks, 4-bit elements.
-static inline int qf_fold_kernel_target(const QFTarget& t) {
-    return t.out == QF_OUT_FP8 && !t.sr && t.bw == 1 && !t.ref_elems;
+// A copy the fold kernels below make (either axis): FP8, 1D blocks, 4-bit elements; round to nearest, or
+// (sr_ok: the column kernel) stochastically.
+static inline int qf_fold_kernel_target(const QFTarget& t, int sr_ok) {
+    return t.out == QF_OUT_FP8 && (sr_ok || !t.sr) && t.bw == 1 && !t.ref_elems;
 }
 static inline int qf_rowfold_ok(const QFLaunch& L) {
     const QFTarget& c = L.a.t[1];
-    return L.ha == 0 && qf_fold_kernel_target(L.a.t[0]) && (L.hb < 0 || (L.hb == 0 && c.out == QF_OUT_FP8 && c.bw == 1)) &&
+    return L.ha == 0 && qf_fold_kernel_target(L.a.t[0], 0) && (L.hb < 0 || (L.hb == 0 && c.out == QF_OUT_FP8 && c.bw == 1)) &&
            ceil_div(L.a.cols, (int64_t)QF_RF_CHUNK) <= 20 && !qf_patch_only();
 }
 
@@ -1742,29 +1758,30 @@ static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
 }
 
 // The column-wise FP8 kernel (qf_colfold_kernel) takes the column-wise target of L when it is an FP8 copy in
-// 1D blocks without a Hadamard, rounded to nearest; not under LLMC_QF_PATCH=1.
+// 1D blocks without a Hadamard (RNE or SR); not under LLMC_QF_PATCH=1.
 static inline int qf_colfold_ok(const QFLaunch& L) {
-    return L.hb == 0 && qf_fold_kernel_target(L.a.t[1]) && !qf_patch_only();   // (block_l is 16 or 32: qf_target_ok)
+    return L.hb == 0 && qf_fold_kernel_target(L.a.t[1], 1) && !qf_patch_only();   // (block_l is 16 or 32: qf_target_ok)
 }
 // A grid that fits at once (so that no CTA waits for a second wave), with each CTA taking at least 4 row
 // blocks where the rows allow (its cp.async pipeline full).
-template <int BL>
+template <int BL, bool SR>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
     const size_t smem = (size_t)QF_CF_STAGES * BL * QF_WARPS * QF_CF_COLS * 2;
     if (!per_sm && smem > 48 * 1024)
-        cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL>, smem, &per_sm);
+        cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL, SR>, smem, &per_sm);
     const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
     int64_t by = ceil_div(nrb, (int64_t)4);
     if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
     if (by > 65535) by = 65535;
-    qf_colfold_kernel<BL><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
+    qf_colfold_kernel<BL, SR><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
-    if (L.a.t[1].bl == 32) qf_launch_colfold_n<32>(L, s);
-    else qf_launch_colfold_n<16>(L, s);
+    const bool sr = L.a.t[1].sr;
+    if (L.a.t[1].bl == 32) sr ? qf_launch_colfold_n<32, true>(L, s) : qf_launch_colfold_n<32, false>(L, s);
+    else sr ? qf_launch_colfold_n<16, true>(L, s) : qf_launch_colfold_n<16, false>(L, s);
 }
 
 template <int HA, int HB, int OUT>

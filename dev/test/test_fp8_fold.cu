@@ -14,7 +14,7 @@
 //     quantize_fast_gpu call (the one-pass row kernel, qf_rowfold_kernel, where it applies), the amax and
 //     apply passes called apart, and for pairs the column copy's maxima taken ahead by the row copy's call
 //     and the column copy made alone afterwards (the trainer's X); which calls take the one-pass row kernel
-//     and the column kernel (qf_colfold_kernel: the column-wise RNE 1D copies, in every mode);
+//     and the column kernel (qf_colfold_kernel: the column-wise 1D copies, RNE and SR, in every mode);
 //   - qf_e8m0_exponent (that kernel's block exponent) against e8m0_exponent for every BF16 magnitude;
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
@@ -333,8 +333,8 @@ static void fold_checks(int quick) {
           "with at most a column-wise FP8 1D partner without a Hadamard");
     // and the column kernel (qf_colfold_kernel) what the column-wise cases above ran for exactly these copies
     struct { const char* spec; int want; } cf[] = {
-        {"mxfp4", 1}, {"mxfp4-ceil", 1}, {"mxfp4,1x16", 1}, {"int4,e8m0", 1}, {"mxfp4,sr", 0}, {"mxfp4-2d", 0},
-        {"mxfp4,16x16", 0}, {"mxfp4,h16", 0}, {"mxfp4,1x16,sr", 0}};
+        {"mxfp4", 1}, {"mxfp4-ceil", 1}, {"mxfp4,1x16", 1}, {"int4,e8m0", 1}, {"mxfp4,sr", 1}, {"mxfp4-ceil,sr", 1},
+        {"mxfp4-2d", 0}, {"mxfp4-2d,sr", 0}, {"mxfp4,16x16", 0}, {"mxfp4,h16", 0}, {"mxfp4,1x16,sr", 1}, {"mxfp4,sr,h32", 0}};
     int cf_bad = 0;
     for (auto& c : cf) {
         const QuantParams p = parse(c.spec);
@@ -345,7 +345,7 @@ static void fold_checks(int quick) {
         if (qf_colfold_ok(L) != want && cf_bad++ < 3)
             printf("  qf_colfold_ok(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
     }
-    CHECK(cf_bad == 0, "fold: the column kernel must take exactly the column-wise RNE 1D FP8 copies without a Hadamard");
+    CHECK(cf_bad == 0, "fold: the column kernel must take exactly the column-wise 1D FP8 copies without a Hadamard");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
     CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
     CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
