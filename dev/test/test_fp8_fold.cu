@@ -297,9 +297,9 @@ static void fold_checks(int quick) {
     // resident CTAs: on an H200 about 8448 rows of 384 columns, 2640 of 2304, 1584 of 5120), so the next group's
     // loads issued while folding (the software pipeline) and the column maxima gathered over many groups are
     // checked; mxfp4-2d's forward X pair (an SR column copy) among them. The column kernel's CTAs take 4 row
-    // blocks each here (its grid gives each at least 4 where the rows allow), so its cp.async pipeline wraps
-    // round its 4 stages; 131072 x 64 has more row blocks than 4 per CTA of the resident grid (its capped
-    // grid: ~10 each on an H200; 64 columns keep the CPU twin's share of the test's time small).
+    // blocks each here (its grid gives each at least 4 where the rows allow: its 4 cp.async stages filled);
+    // 131072 x 64 has more row blocks than 4 per CTA of the resident grid (its capped grid: ~10 each on an
+    // H200, so each CTA refills its stages; 64 columns keep the CPU twin's share of the test's time small).
     const char* tall[][2] = {{"mxfp4", NULL}, {"mxfp4", "mxfp4"}, {"mxfp4-ceil", "mxfp4-ceil,sr"}};
     const int64_t tall_shapes[][2] = {{9216, 384}, {3072, 2304}, {2048, 5120}, {131072, 64}};
     const int tall_kinds[] = {D_SPREAD, D_NORMAL, D_NONFINITE};   // quick: the first
