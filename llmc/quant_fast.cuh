@@ -1766,7 +1766,7 @@ static inline int qf_colfold_ok(const QFLaunch& L) {
 // blocks where the rows allow (its cp.async pipeline full).
 template <int BL, bool SR>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
-    static int per_sm = 0;
+    static int per_sm = 0;   // (and the shared memory opt-in: per process, which drives one GPU, as qf_num_sms)
     const size_t smem = (size_t)QF_CF_STAGES * BL * QF_WARPS * QF_CF_COLS * 2;
     if (!per_sm && smem > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -308,6 +308,13 @@ static void fold_checks(int quick) {
             for (int ki = 0; ki < (quick ? 1 : 3); ki++)
                 for (int mode = 0; mode < (tp[1] ? M_COUNT : M_AHEAD); mode++)   // ahead: pairs only
                     run_case(tp, axes, tp[1] ? 2 : 1, sh[0], sh[1], tall_kinds[ki], mode);
+    // column-wise copies alone, tall and wide enough that every CTA of the column kernel refills its 4 stages
+    // several times with all 4 warps' columns valid and 2 CTAs across (on an H200 its grid is capped at ~200
+    // CTAs down: ~5 tiles each at 1x32 blocks, ~10 at 1x16), RNE and SR, non-finite data (the slow path) too
+    const char* cwide[] = {"mxfp4", "mxfp4,sr", "mxfp4,1x16,sr"};
+    const int ax0[1] = {0};
+    for (const char* sp : cwide)
+        for (int ki = 0; ki < (quick ? 1 : 3); ki++) run_case(&sp, ax0, 1, 32768, 512, tall_kinds[ki], M_ONE_CALL);
     // the one-pass kernel is what the one-call cases above ran for these (else they ran the two passes twice)
     struct { const char* spec[2]; int n; int64_t rows, cols; int want; } rf[] = {
         {{"mxfp4", NULL}, 1, 256, 384, 1}, {{"mxfp4", "mxfp4"}, 2, 256, 384, 1}, {{"mxfp4-ceil", "mxfp4-ceil,sr"}, 2, 64, 2304, 1},
