@@ -1471,7 +1471,7 @@ __device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.
 template <int BL, bool SR>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
-    constexpr int TILE = BL * QF_WARPS * QF_CF_COLS * 2;   // bytes
+    constexpr int ROW = QF_WARPS * QF_CF_COLS * 2, TILE = BL * ROW;   // bytes of a tile's row, of a tile
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0: no tensor scale
@@ -1501,7 +1501,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
                 const int64_t col = c0 + piece * 8;
                 const bool ok = col < A.cols;
                 const void* src = ok ? (const void*)(A.in + (r0 + row) * A.ld + col) : (const void*)A.in;
-                qf_cp_async16(st + row * (TILE / BL) + piece * 16, src, ok ? 16 : 0);
+                qf_cp_async16(st + row * ROW + piece * 16, src, ok ? 16 : 0);
             }
         }
         qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
@@ -1516,7 +1516,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
         const uint32_t* t = (const uint32_t*)((const char*)qf_cf_tiles + (k % QF_CF_STAGES) * TILE) + warp * 32 + lane;
         uint32_t v[BL];
 #pragma unroll
-        for (int r = 0; r < BL; r++) v[r] = t[r * (TILE / BL / 4)];
+        for (int r = 0; r < BL; r++) v[r] = t[r * (ROW / 4)];
         const int64_t rb = (int64_t)blockIdx.y + k * gridDim.y;
         // SR: square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2 (as the patch kernel's)
         const uint64_t pm = SR ? ((uint64_t)rb * (BL / 2) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
@@ -1779,9 +1779,11 @@ static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
-    const bool sr = L.a.t[1].sr;
-    if (L.a.t[1].bl == 32) sr ? qf_launch_colfold_n<32, true>(L, s) : qf_launch_colfold_n<32, false>(L, s);
-    else sr ? qf_launch_colfold_n<16, true>(L, s) : qf_launch_colfold_n<16, false>(L, s);
+    const QFTarget& T = L.a.t[1];
+    if (T.bl == 32 && T.sr) qf_launch_colfold_n<32, true>(L, s);
+    else if (T.bl == 32) qf_launch_colfold_n<32, false>(L, s);
+    else if (T.sr) qf_launch_colfold_n<16, true>(L, s);
+    else qf_launch_colfold_n<16, false>(L, s);
 }
 
 template <int HA, int HB, int OUT>

@@ -255,6 +255,18 @@ static void e8m0_checks(void) {
     CHECK(bad == 0, "qf_e8m0_exponent differs from e8m0_exponent for %ld BF16 magnitudes", bad);
 }
 
+// A launch of n FP8 targets (spec[k] on axes[k]) that only asks which kernels would run: the pointers are
+// placeholders, never dereferenced (qf_prepare and the *_ok tests read only the targets' form and the shape).
+static QFLaunch eligibility_launch(const char* const* spec, const int* axes, int n, int64_t rows, int64_t cols,
+                                   QuantParams* p, QuantTarget* t) {
+    for (int k = 0; k < n; k++) {
+        p[k] = parse(spec[k]);
+        t[k] = quant_target_fake(&p[k], axes[k], 1, NULL, 0, (float*)16, (float*)32);
+        t[k].fp8 = (uint8_t*)64; t[k].fold_max = (uint32_t*)128; t[k].fold_scale = (float*)256; t[k].fold_below = (unsigned*)512;
+    }
+    return qf_prepare((const floatX*)1024, rows, cols, cols, t, n);
+}
+
 static void fold_checks(int quick) {
     const char* specs[] = {"mxfp4", "mxfp4-ceil", "mxfp4-2d", "mxfp4,sr", "mxfp4-2d,sr", "mxfp4,h16", "mxfp4,sr,h32,seed=3",
                            "mxfp4,16x16", "mxfp4,1x16,sr", "mxfp4,1x16", "int4,e8m0", "e1m2,e8m0ceil,32x32", "mxfp4,h16,fixed,sr"};
@@ -325,12 +337,7 @@ static void fold_checks(int quick) {
     for (auto& c : rf) {
         QuantTarget t[2];
         QuantParams p[2];
-        for (int k = 0; k < c.n; k++) {
-            p[k] = parse(c.spec[k]);
-            t[k] = quant_target_fake(&p[k], 1 - k, 1, NULL, 0, (float*)16, (float*)32);
-            t[k].fp8 = (uint8_t*)64; t[k].fold_max = (uint32_t*)128; t[k].fold_scale = (float*)256; t[k].fold_below = (unsigned*)512;
-        }
-        const QFLaunch L = qf_prepare((const floatX*)1024, c.rows, c.cols, c.cols, t, c.n);
+        const QFLaunch L = eligibility_launch(c.spec, axes, c.n, c.rows, c.cols, p, t);
         const int want = c.want && !qf_patch_only();   // LLMC_QF_PATCH=1: always two passes
         if (qf_rowfold_ok(L) != want && rf_bad++ < 3)
             printf("  qf_rowfold_ok(%s%s%s, %lldx%lld) = %d, want %d\n", c.spec[0], c.n == 2 ? " + " : "", c.n == 2 ? c.spec[1] : "",
@@ -344,10 +351,9 @@ static void fold_checks(int quick) {
         {"mxfp4-2d", 0}, {"mxfp4-2d,sr", 0}, {"mxfp4,16x16", 0}, {"mxfp4,h16", 0}, {"mxfp4,1x16,sr", 1}, {"mxfp4,sr,h32", 0}};
     int cf_bad = 0;
     for (auto& c : cf) {
-        const QuantParams p = parse(c.spec);
-        QuantTarget t = quant_target_fake(&p, 0, 1, NULL, 0, (float*)16, (float*)32);
-        t.fp8 = (uint8_t*)64; t.fold_max = (uint32_t*)128; t.fold_scale = (float*)256; t.fold_below = (unsigned*)512;
-        const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
+        QuantTarget t;
+        QuantParams p;
+        const QFLaunch L = eligibility_launch(&c.spec, ax0, 1, 256, 384, &p, &t);
         const int want = c.want && !qf_patch_only();
         if (qf_colfold_ok(L) != want && cf_bad++ < 3)
             printf("  qf_colfold_ok(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
