@@ -1185,7 +1185,7 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 
 // ---------------------------------------------------------------------------------------------------
 // Row-wise FP8 copies in one pass (mxfp4's fprop X and dgrad dY on the FP8 path): the amax pass and the
-// apply pass of qf_apply_axis1<0, false, QF_OUT_FP8> in one kernel, the same arithmetic. A row's offset
+// apply pass of qf_apply_axis1<0, false, QF_OUT_FP8> in one kernel, the same bytes (qf_bf2_fold). A row's offset
 // (fp8_fold.h) needs only that row's maximum, so a warp that holds whole rows in registers takes it there
 // and folds them without reading the tensor again: 2 bytes read and 1 written per element instead of 2 + 2
 // + 1. Lane l holds columns (32 j + l) * 8 + [0, 8) of each of its RPW rows for chunks j < NCH (coalesced
@@ -1227,12 +1227,85 @@ __device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, c
     const float f1 = f32_from_bits(f32_bits(QF_MUL(m1, bs.sdec)) | (w & 0x80000000u));
     return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(QF_MUL(f0, inv), QF_MUL(f1, inv)), __NV_SATFINITE, __NV_E4M3);
 }
-// A chunk of 8 values whose block holds inf / NaN (m: the block amax bits): the reference elements. Not
-// inlined, so that the kernel's unrolled chunks share one copy of the reference code.
-__device__ __noinline__ uint4 qf_rf_slow(const QFTarget& T, uint4 v, uint32_t m) {
+// The fold of round-to-nearest copies in packed BF16 arithmetic (the fold kernels' RNE fast path): the steps
+// of qf_rne_mag and qf_fold_fast2, two values an instruction (fma.rn.bf16x2, max/min.bf16x2), about half
+// their instructions, the same bytes. For a word w (two BF16 values; each half with its own block exponent e
+// and row offset o: si holds 2^-e, so 2^max(e - o, -30), as BF16 halves):
+//   a = |w| 2^-e: exact (a power of two), except where it falls below BF16's normal range, 2^-126: the
+//       blocks taken here (qf_bf2_block_ok: amax 0 or in [2^-118, 2^127)) have e >= -120, so such an a, and
+//       a from a subnormal input, lies below 2^-6 and is 0 on the grid, flushed to zero or not;
+//   M = max((a mul) & exponent bits, mlo) with mul, mlo qf_magic's constants times 2^-16: BF16 keeps 7
+//       mantissa bits where FP32 keeps 23, so BF16's ulp at M is qf_magic's FP32 ulp at 2^16 M, the grid's
+//       spacing at a (E2M1: M = 64 p for a in [p, 2p), p >= 1, else 64; INT4 128; E1M2 64), and a < M;
+//   (a + M) - M: a on the grid, ties to even (the add rounds in [M, 2M), whose ulp is the spacing; the
+//       subtraction is exact), then min(., maxval) saturates as qf_rne_mag;
+//   times 2^max(e - o, -30): exact (a level has at most 3 significant bits; 2^-31 is normal), the E4M3 value
+//       c 2^(e - o) of fp8_fold_value; where e - o < -30, c 2^(e - o) and c 2^-30 are both below 2^-10 and
+//       convert to zero; the input's sign is put back (qf_fast_pair's -0 for a negative value of code 0);
+//   the halves widened to FP32 (exact) and converted as qf_fold2 converts them.
+// test_fp8_fold checks qf_bf2_fold against the reference element and fp8_fold_value for every BF16 value, every
+// block exponent taken here and offsets across the window, on each grid (on the GPU, and a CPU model of these
+// steps where there is none). The FP32 steps (qf_fold_fast2) stay for stochastic rounding, whose rounding up
+// BF16 arithmetic cannot do.
+typedef struct {
+    uint32_t mul, mlo, maxval;   // QFGrid's, as BF16 pairs (mul and mlo times 2^-16)
+} QFGrid2;
+__device__ __forceinline__ uint32_t qf_bf2_splat(float f) { return (f32_bits(f) >> 16) * 0x10001u; }   // (exact BF16 f)
+__device__ __forceinline__ QFGrid2 qf_grid2(const QFGrid& g) {
+    return QFGrid2{qf_bf2_splat(g.mul * 0x1p-16f), qf_bf2_splat(g.mlo * 0x1p-16f), qf_bf2_splat(g.maxval)};
+}
+// (PTX for sm_80 and later, as the cp.async of the column kernel below)
+__device__ __forceinline__ uint32_t qf_bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ uint32_t qf_bf2_max(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+__device__ __forceinline__ uint32_t qf_bf2_min(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+// 2^k as a BF16 (k in [-126, 127])
+__device__ __forceinline__ uint32_t qf_bf16_pow2(int k) { return (uint32_t)(k + 127) << 7; }
+// The BF16 pair (si, so) of one half: block exponent e, row offset o.
+__device__ __forceinline__ void qf_bf2_scales(int e, int o, uint32_t& si, uint32_t& so) {
+    si = qf_bf16_pow2(-e);
+    so = qf_bf16_pow2(max(e - o, -30));
+}
+// The blocks qf_bf2_fold takes (m: the block amax bits): all zero, or amax in [2^-118, 2^127); the rest
+// (inf / NaN, the tiniest and the largest) take the reference elements.
+__device__ __forceinline__ bool qf_bf2_block_ok(uint32_t m) { return m == 0u || m - 0x04800000u < 0x7A800000u; }
+// w -> the E4M3 values c 2^(e - o) with w's signs, as a BF16 pair (the steps above)
+__device__ __forceinline__ uint32_t qf_bf2_fold(const QFGrid2& g, uint32_t w, uint32_t si, uint32_t so) {
+    const uint32_t nz = 0x80008000u;   // -0, -0: the addend of a product
+    const uint32_t a = qf_bf2_fma(w & 0x7FFF7FFFu, si, nz);
+    const uint32_t M = qf_bf2_max(qf_bf2_fma(a, g.mul, nz) & 0x7F807F80u, g.mlo);
+    const uint32_t q = qf_bf2_fma(M, 0xBF80BF80u, qf_bf2_fma(a, 0x3F803F80u, M));   // (a + M) - M: a 1 + M, then M (-1) + that
+    return qf_bf2_fma(qf_bf2_min(q, g.maxval), so, nz) | (w & 0x80008000u);
+}
+// Two BF16 values (lo, hi: FP32 bits of each, the low 16 bits zero) -> their two E4M3 bytes
+__device__ __forceinline__ uint32_t qf_e4m3x2(uint32_t lo, uint32_t hi) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(f32_from_bits(lo), f32_from_bits(hi)), __NV_SATFINITE, __NV_E4M3);
+}
+// A row-wise word of one block -> its two E4M3 bytes
+__device__ __forceinline__ uint32_t qf_bf2_fold_bytes(const QFGrid2& g, uint32_t w, uint32_t si, uint32_t so) {
+    const uint32_t f = qf_bf2_fold(g, w, si, so);
+    return qf_e4m3x2(f << 16, f & 0xFFFF0000u);
+}
+
+// A chunk of 8 values of a block qf_bf2_fold does not take (m: the block amax bits): the reference elements,
+// folded with 2^-o (inv); x, y: the 8 E4M3 bytes, z: the block's scale bits. Not inlined, so that the kernel's
+// unrolled chunks share one copy of the reference code.
+__device__ __noinline__ uint4 qf_rf_slow(const QFTarget& T, uint4 v, uint32_t m, float inv) {
     const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), 1.0f);
-    return make_uint4(qf_slow_pair(T.p, qf_lo(v.x), qf_hi(v.x), bs, bs, 0, 0u), qf_slow_pair(T.p, qf_lo(v.y), qf_hi(v.y), bs, bs, 0, 0u),
-                      qf_slow_pair(T.p, qf_lo(v.z), qf_hi(v.z), bs, bs, 0, 0u), qf_slow_pair(T.p, qf_lo(v.w), qf_hi(v.w), bs, bs, 0, 0u));
+    const uint32_t u0 = qf_slow_pair(T.p, qf_lo(v.x), qf_hi(v.x), bs, bs, 0, 0u), u1 = qf_slow_pair(T.p, qf_lo(v.y), qf_hi(v.y), bs, bs, 0, 0u);
+    const uint32_t u2 = qf_slow_pair(T.p, qf_lo(v.z), qf_hi(v.z), bs, bs, 0, 0u), u3 = qf_slow_pair(T.p, qf_lo(v.w), qf_hi(v.w), bs, bs, 0, 0u);
+    return make_uint4(qf_fold2(u0, inv) | (qf_fold2(u1, inv) << 16), qf_fold2(u2, inv) | (qf_fold2(u3, inv) << 16), bs.bits, 0u);
 }
 
 template <int NCH, int RPW>
@@ -1242,8 +1315,10 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
     __shared__ uint32_t red[QF_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const QFTarget& T = A.t[0];
+    const QFGrid2 g2 = qf_grid2(T.g);
     if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0 scales: no tensor scale
     const int64_t nc8 = A.cols / 8;
+    const int nch = (int)ceil_div(nc8, (int64_t)32);   // chunks in a row (<= NCH)
     uint4* cm = qf_rf_cols + warp * nc8;
     if (col_max)
         for (int64_t i = lane; i < nc8; i += 32) cm[i] = make_uint4(0u, 0u, 0u, 0u);
@@ -1252,18 +1327,22 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
     unsigned below = 0;
     const int64_t groups = ceil_div(A.rows, (int64_t)RPW), stride = (int64_t)gridDim.x * QF_WARPS;
     int64_t g = (int64_t)blockIdx.x * QF_WARPS + warp;
-    // chunk (k, j) of group g: row g * RPW + k, columns (32 j + lane) * 8 + [0, 8); zeros past the ends
-    auto load = [&](int64_t gg, int k, int j) {
-        const int64_t r = gg * RPW + k, c8 = (int64_t)j * 32 + lane;
+    // chunk (k, j) of group g: row g * RPW + k, columns (32 j + lane) * 8 + [0, 8), at src[k] + 32 j (src[k]:
+    // the lane's first piece of the row, null past the end); zeros past the ends
+    auto row_src = [&](int64_t gg, int k) {
+        const int64_t r = gg * RPW + k;
+        return gg < groups && r < A.rows ? (const uint4*)(A.in + r * A.ld) + lane : (const uint4*)nullptr;
+    };
+    auto load = [&](const uint4* src, int j) {
         uint4 u = make_uint4(0u, 0u, 0u, 0u);
-        if (gg < groups && r < A.rows && c8 < nc8) u = __ldcs((const uint4*)(A.in + r * A.ld) + c8);
+        if (src && j * 32 + lane < nc8) u = __ldcs(src + j * 32);
         return u;
     };
     uint4 v[RPW][NCH];
 #pragma unroll
     for (int k = 0; k < RPW; k++)
 #pragma unroll
-        for (int j = 0; j < NCH; j++) v[k][j] = load(g, k, j);
+        for (int j = 0; j < NCH; j++) v[k][j] = load(row_src(g, k), j);
     // software-pipelined: once chunk (k, j) is folded, its registers load that chunk of the warp's next group
     for (; g < groups; g += stride) {
         const int64_t r0 = g * RPW;
@@ -1286,6 +1365,7 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
             uint32_t bm[NCH], rm = 0;
 #pragma unroll
             for (int j = 0; j < NCH; j++) {
+                if (j >= nch) break;   // (uniform: the chunks past the row's end, 768 or 2304 columns, do nothing)
                 const uint4 w = v[k][j];
                 uint32_t m = qf_hmax(qf_vmax(qf_vmax(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu),
                                              qf_vmax(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu)));
@@ -1299,31 +1379,35 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
             tmax = qf_max(tmax, rm);
             const int64_t row = r0 + k;
             const bool rv = row < A.rows;   // warp-uniform
+            const uint4* next = row_src(g + stride, k);
+            uint8_t* dst = T.fp8 + (rv ? row : 0) * T.ld_fp8 + lane * 8;   // the lane's first piece of the row's copy
             const int off = fp8_fold_offset(&T.p, T.dmax, rm);
-            const float inv = exp2_exact(-off);
             if (lane == 0 && rv) {
                 T.fold_max[row] = rm;
                 T.fold_scale[row] = fp8_fold_scale(off);
             }
 #pragma unroll
             for (int j = 0; j < NCH; j++) {
-                const int64_t c8 = (int64_t)j * 32 + lane;
+                if (j >= nch) break;
+                const int c8 = j * 32 + lane;
                 uint32_t b01, b23;   // the chunk's 8 E4M3 bytes
-                uint8_t bits = 0xFF;   // an inf / NaN block's: never counted
-                if (bm[j] < 0x7F800000u) {
-                    const QuantBlockScale bs = qf_e8m0_scale(T, bm[j]);
-                    b01 = qf_fold_fast2(T.g, v[k][j].x, bs, inv) | (qf_fold_fast2(T.g, v[k][j].y, bs, inv) << 16);
-                    b23 = qf_fold_fast2(T.g, v[k][j].z, bs, inv) | (qf_fold_fast2(T.g, v[k][j].w, bs, inv) << 16);
-                    bits = bs.bits;
-                } else {   // rare: the reference elements' fake words, folded
-                    const uint4 u = qf_rf_slow(T, v[k][j], bm[j]);
-                    b01 = qf_fold2(u.x, inv) | (qf_fold2(u.y, inv) << 16);
-                    b23 = qf_fold2(u.z, inv) | (qf_fold2(u.w, inv) << 16);
+                uint32_t bits;       // its block's scale bits (an inf / NaN block's 0xFF: never counted)
+                if (qf_bf2_block_ok(bm[j])) {
+                    const int e = qf_e8m0_exponent(bm[j], T.p.grid, T.p.scale == QSCALE_E8M0_CEIL);
+                    uint32_t si, so;
+                    qf_bf2_scales(e, off, si, so);
+                    si *= 0x10001u; so *= 0x10001u;
+                    b01 = qf_bf2_fold_bytes(g2, v[k][j].x, si, so) | (qf_bf2_fold_bytes(g2, v[k][j].y, si, so) << 16);
+                    b23 = qf_bf2_fold_bytes(g2, v[k][j].z, si, so) | (qf_bf2_fold_bytes(g2, v[k][j].w, si, so) << 16);
+                    bits = (uint32_t)(e + 127);
+                } else {   // rare: the reference elements, folded
+                    const uint4 u = qf_rf_slow(T, v[k][j], bm[j], exp2_exact(-off));
+                    b01 = u.x; b23 = u.y; bits = u.z;
                 }
-                v[k][j] = load(g + stride, k, j);
+                v[k][j] = load(next, j);
                 if (rv && c8 < nc8) {
-                    *(uint2*)(T.fp8 + row * T.ld_fp8 + c8 * 8) = make_uint2(b01, b23);
-                    below += leader && fp8_fold_counted(bits, off, T.dmin);
+                    *(uint2*)(dst + j * 256) = make_uint2(b01, b23);
+                    below += leader && fp8_fold_counted((uint8_t)bits, off, T.dmin);
                 }
             }
         }
@@ -1366,12 +1450,13 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 
 // ---------------------------------------------------------------------------------------------------
 // Column-wise FP8 copies (mxfp4's wgrad copies of X and dY, the column-wise copy of W): the apply pass of
-// qf_apply_axis0<0, false, QF_OUT_FP8> laid out for whole blocks per thread, the same arithmetic. A CTA takes
+// qf_apply_axis0<0, false, QF_OUT_FP8> laid out for whole blocks per thread, the same bytes. A CTA takes
 // 256 columns and walks row blocks gridDim.y apart; it copies each BL x 256 tile into shared memory with
 // cp.async, QF_CF_STAGES tiles in flight, so that the bytes in flight are not held in registers. A lane owns
 // two adjacent columns (one 4-byte word per row, a conflict-free shared load) of a tile: a whole 1 x BL block
-// of each, so the block maxima need no shuffle; it folds rows r, r + 1 of one column as one word (a byte
-// permute). Each column's 32 E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade
+// of each, so the block maxima need no shuffle; round to nearest, it folds rows r and r + 1 of both columns
+// (qf_bf2_fold: a word holds two columns, each half with its own scales) and then picks each column's two
+// bytes; stochastically, rows r, r + 1 of one column as one word (a byte permute) in FP32. Each column's 32 E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade
 // halves first so that each store instruction writes 16 whole 32-byte sectors (the even lane a column's first
 // 16 bytes, the odd lane its last 16). Measured (results/README, "The column-wise FP8 kernel"): with each lane
 // storing its own column's halves the pass ran 1.27x slower; loading each warp's next block into registers
@@ -1382,7 +1467,7 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 // (qf_colfold_ok). test_fp8_fold checks it against the CPU twin bit for bit, and which calls take it.
 #define QF_CF_COLS 64   // columns per warp (32 lanes x 2)
 
-// Rows r, r + 1 (words a, b) of a block pair holding inf / NaN (mlo, mhi: the block amax bits of columns c and
+// Rows r, r + 1 (words a, b) of a block pair the fast path does not take (mlo, mhi: the block amax bits of columns c and
 // c + 1): the reference elements, folded; column c's two bytes in the low half. SR: ra, rb are rows r and
 // r + 1's 32 random bits (column c's in the low half). Not inlined (and taking no array, so that the
 // kernel's registers stay registers).
@@ -1407,8 +1492,18 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
     for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
     const uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
     uint32_t olo[BL / 4], ohi[BL / 4];   // the E4M3 bytes of columns c and c + 1, 4 rows a word
-    const bool fast = qf_max(mlo, mhi) < 0x7F800000u;
-    const QuantBlockScale blo = qf_e8m0_scale(T, mlo), bhi = qf_e8m0_scale(T, mhi);   // (fast blocks)
+    const bool fast = qf_bf2_block_ok(mlo) && qf_bf2_block_ok(mhi);
+    const bool ceil_rule = T.p.scale == QSCALE_E8M0_CEIL;
+    const int elo = qf_e8m0_exponent(mlo, T.p.grid, ceil_rule), ehi = qf_e8m0_exponent(mhi, T.p.grid, ceil_rule);   // (fast blocks)
+    const QuantBlockScale blo = quant_block_scale_e8m0(elo), bhi = quant_block_scale_e8m0(ehi);   // (SR)
+    uint32_t si, so;   // RNE: qf_bf2_fold's scales, column c's in the low half
+    {
+        uint32_t si_hi, so_hi;
+        qf_bf2_scales(elo, olo_off, si, so);
+        qf_bf2_scales(ehi, ohi_off, si_hi, so_hi);
+        si |= si_hi << 16; so |= so_hi << 16;
+    }
+    const QFGrid2 g2 = qf_grid2(T.g);
 #pragma unroll
     for (int r = 0; r < BL; r += 2) {
         uint32_t lo, hi, ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
@@ -1417,9 +1512,13 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
             ra = qf_rng_row(w64, 0);
             rb2 = qf_rng_row(w64, 1);
         }
-        if (fast) {
+        if (fast && SR) {
             lo = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo, __byte_perm(ra, rb2, 0x5410));
             hi = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi, __byte_perm(ra, rb2, 0x7632));
+        } else if (fast) {   // rows r and r + 1 of both columns, then column c's bytes and column c + 1's
+            const uint32_t fa = qf_bf2_fold(g2, v[r], si, so), fb = qf_bf2_fold(g2, v[r + 1], si, so);
+            lo = qf_e4m3x2(fa << 16, fb << 16);
+            hi = qf_e4m3x2(fa & 0xFFFF0000u, fb & 0xFFFF0000u);
         } else {   // rare
             const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi, ra, rb2);
             lo = x & 0xFFFFu;
@@ -1428,7 +1527,7 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
         if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
         else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
     }
-    // an inf / NaN block's scale bits as the reference's (E8M0 NaN: never counted)
+    // the other blocks' scale bits as the reference's (E8M0 NaN: never counted)
     const uint8_t blo_bits = fast ? blo.bits : quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f).bits;
     const uint8_t bhi_bits = fast ? bhi.bits : quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f).bits;
     if constexpr (BL == 32) {

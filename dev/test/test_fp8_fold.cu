@@ -19,6 +19,7 @@
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
 #include <math.h>
+#include <algorithm>
 #include <vector>
 #include <cuda_fp8.h>
 #include "llmc/quant_fast.cuh"
@@ -91,11 +92,13 @@ static std::vector<uint16_t> make_data(int64_t rows, int64_t cols, int kind) {
             double x = nrand();
             if (kind == D_HEAVY) x *= exp(2.0 * nrand());
             if (kind == D_SPECIAL) {
-                uint64_t t = rng_mix64((uint64_t)(r / 16) * 7919 + (uint64_t)(c / 16) * 104729) % 6;
+                uint64_t t = rng_mix64((uint64_t)(r / 16) * 7919 + (uint64_t)(c / 16) * 104729) % 8;
                 if (t == 0) x = 0.0;
                 else if (t == 1) x *= 1e-40;
                 else if (t == 2) x *= 1e-36;
                 else if (t == 3) x *= 1e30;
+                else if (t == 4) x *= 6e37;   // blocks around 2^127 (the fast path's top) and some inf
+                else if (t == 5) x *= 3e-36;  // blocks around 2^-118 (its bottom)
             }
             // blocks 2^-12 .. 2^-24 below the rest of their row and column: some inside the window, some below
             if (kind == D_SPREAD && rng_mix64((uint64_t)(r / 8) * 31 + (uint64_t)(c / 8) * 17) % 5 == 0)
@@ -253,6 +256,85 @@ static void e8m0_checks(void) {
         }
     cudaFree(d);
     CHECK(bad == 0, "qf_e8m0_exponent differs from e8m0_exponent for %ld BF16 magnitudes", bad);
+}
+
+// qf_bf2_fold (the fold kernels' round-to-nearest fast path, packed BF16) against the reference element
+// (quant_block_scale_e8m0, grid_round_rne, the fake BF16 value) folded by fp8_fold_value: every BF16 value v
+// that a block of exponent e taken by the path can hold (|v| 2^-e < 2^(emax + 1), and |v| < 2^127 as its
+// amax, qf_bf2_block_ok) in the low half and -v in the high half, each half with its own offset, for every
+// block exponent the path takes and offsets that put the block at the top of the window, at its bottom, just
+// below it and at the -30 clamp, within fp8_fold_offset's range [-126, 127 - dmax]; each grid. Twice: the
+// kernel's bytes (GPU), and a CPU model of its arithmetic (bf2_fold_model, every fma.rn.bf16x2 rounded once
+// from double), which checks the derivation in quant_fast.cuh where there is no GPU (CI).
+__global__ void bf2_fold_kernel(uint16_t* out, QFGrid g, int e0, int o0, int e1, int o1) {
+    const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;   // BF16 magnitudes 0 .. 0x7F7F
+    if (b >= 0x7F80u) return;
+    uint32_t si0, so0, si1, so1;
+    qf_bf2_scales(e0, o0, si0, so0);
+    qf_bf2_scales(e1, o1, si1, so1);
+    const uint32_t f = qf_bf2_fold(qf_grid2(g), b | ((b | 0x8000u) << 16), si0 | (si1 << 16), so0 | (so1 << 16));
+    out[b] = (uint16_t)qf_e4m3x2(f << 16, f & 0xFFFF0000u);
+}
+// x rounded to BF16, to nearest even, subnormals kept (BF16's quantum 2^-133). The model's sums that are not
+// exact in double are M plus a value below 2^-44 M, far from any BF16 tie, so rounding them twice is safe.
+static float bf16_rne_double(double x) {
+    if (x == 0) return (float)x;
+    int ex;
+    frexp(fabs(x), &ex);
+    const int q = ex - 8 < -133 ? -133 : ex - 8;   // the BF16 quantum at |x|
+    return (float)copysign(ldexp(nearbyint(ldexp(fabs(x), -q)), q), x);
+}
+// qf_bf2_fold's steps on one value (block exponent e, row offset o), each rounded as fma.rn.bf16x2 rounds
+static uint8_t bf2_fold_model(const QFGrid& g, uint16_t vb, int e, int o) {
+    const float v = bf16_bits_to_float(vb);
+    const float a = bf16_rne_double(fabs((double)v) * ldexp(1.0, -e));
+    const float t = f32_from_bits(f32_bits(bf16_rne_double((double)a * (g.mul * 0x1p-16f))) & 0x7F800000u);
+    const float M = fmaxf(t, g.mlo * 0x1p-16f);
+    const float q = fminf(bf16_rne_double((double)bf16_rne_double((double)a + M) - M), g.maxval);
+    const float f = bf16_rne_double((double)q * ldexp(1.0, e - o > -30 ? e - o : -30));
+    return (uint8_t)__nv_cvt_float_to_fp8(f32_from_bits(f32_bits(f) | (f32_bits(v) & 0x80000000u)), __NV_SATFINITE, __NV_E4M3);
+}
+static uint8_t ref_fold(const GridTraits* g, uint16_t vb, int e, int o) {
+    const QuantBlockScale bs = quant_block_scale_e8m0(e);
+    const uint8_t c = grid_round_rne(g, bf16_bits_to_float(vb) * bs.inv);
+    return fp8_fold_value(bf16_bits_to_float(bf16_bits_rne(grid_code_value(g, c) * bs.sdec)), o);
+}
+static void bf2_fold_checks(int gpu) {
+    uint16_t* d = NULL;
+    if (gpu) cuda_check(cudaMalloc(&d, 0x7F80 * sizeof(uint16_t)));
+    std::vector<uint16_t> got(0x7F80);
+    const int grids[3] = {QGRID_E2M1, QGRID_INT4, QGRID_E1M2};
+    const char* what = gpu ? "qf_bf2_fold" : "qf_bf2_fold's CPU model";
+    long bad = 0, checked = 0;
+    for (int gi = 0; gi < 3; gi++) {
+        const GridTraits* g = grid_traits((QuantGrid)grids[gi]);
+        const QFGrid qg = qf_grid_consts(grids[gi]);
+        const Fp8Window win = fp8_fold_window(g);
+        const int ds[6] = {win.dmax, win.dmax - 3, win.dmin, win.dmin - 1, -30, -31};   // e - o
+        for (int e = -120; e <= 126; e++)
+            for (int k = 0; k < 6; k += 2) {
+                int o[2];
+                for (int h = 0; h < 2; h++) o[h] = std::min(std::max(e - ds[k + h], -126), 127 - win.dmax);
+                if (gpu) {
+                    bf2_fold_kernel<<<0x7F80 / 128, 128>>>(d, qg, e, o[0], e, o[1]);
+                    cuda_check(cudaMemcpy(got.data(), d, got.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+                }
+                for (uint32_t b = 0; b < 0x7F80u; b++) {
+                    if (b >= 0x7F00u || bf16_bits_to_float((uint16_t)b) * exp2_exact(-e) >= exp2_exact(g->emax + 1)) continue;
+                    for (int h = 0; h < 2; h++) {
+                        const uint16_t vb = (uint16_t)(b | (h << 15));
+                        const uint8_t want = ref_fold(g, vb, e, o[h]);
+                        const uint8_t have = gpu ? (uint8_t)(got[b] >> (8 * h)) : bf2_fold_model(qg, vb, e, o[h]);
+                        checked++;
+                        if (have != want && bad++ < 3)
+                            printf("  %s(0x%04x, %s, e %d, o %d) = 0x%02x, want 0x%02x\n", what, vb,
+                                   quant_grid_table[grids[gi]].name, e, o[h], have, want);
+                    }
+                }
+            }
+    }
+    if (gpu) cudaFree(d);
+    CHECK(bad == 0 && checked > 10000000, "%s differs from the reference fold in %ld of %ld values", what, bad, checked);
 }
 
 // A launch of n FP8 targets (spec[k] on axes[k]) that only asks which kernels would run: the pointers are
@@ -455,11 +537,13 @@ int main(int argc, char** argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     setvbuf(stdout, NULL, _IOLBF, 0);   // a run stopped by a time limit still shows how far it got
     cpu_checks();
+    bf2_fold_checks(0);
     if (device_count_or_zero() == 0) {
         test_skip("fp8 fold gpu", "no CUDA GPU on this machine");
         return test_summary("fp8_fold");
     }
     e8m0_checks();
+    bf2_fold_checks(1);
     fold_checks(quick);
     const char* reason = matmul_fp8_reason();
     if (reason) {
