@@ -1209,14 +1209,10 @@ __device__ __forceinline__ int qf_e8m0_exponent(uint32_t m, const GridTraits& g,
     const int e = E - g.emax + (ceil_rule && mant > g.max_mant);
     return m == 0 ? -127 : max(-127, min(127, e));
 }
-// The E8M0 block scale of a finite block amax (quant_block_scale's E8M0 case, without its run-time choice of
-// rule, which the kernel would otherwise carry once per chunk).
-__device__ __forceinline__ QuantBlockScale qf_e8m0_scale(const QFTarget& T, uint32_t m) {
-    return quant_block_scale_e8m0(qf_e8m0_exponent(m, T.p.grid, T.p.scale == QSCALE_E8M0_CEIL));
-}
 // A fast-path word (two BF16 values) -> its two E4M3 bytes: the fake values' magnitudes |q| sdec (exact in
 // FP32 and in BF16, or inf: what qf_fast_pair stores) with the input's signs, times 2^-o (inv), converted as
-// qf_fold2 converts the fake word, without packing the fake values to BF16 and back.
+// qf_fold2 converts the fake word, without packing the fake values to BF16 and back. The column kernel's
+// stochastically rounded copies (round to nearest takes qf_bf2_fold below).
 // SR: rnd holds the low value's 16 random bits in its low half, the high value's in its high half.
 template <bool SR = false>
 __device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, const QuantBlockScale& bs, float inv,
@@ -1456,9 +1452,10 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 // two adjacent columns (one 4-byte word per row, a conflict-free shared load) of a tile: a whole 1 x BL block
 // of each, so the block maxima need no shuffle; round to nearest, it folds rows r and r + 1 of both columns
 // (qf_bf2_fold: a word holds two columns, each half with its own scales) and then picks each column's two
-// bytes; stochastically, rows r, r + 1 of one column as one word (a byte permute) in FP32. Each column's 32 E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade
-// halves first so that each store instruction writes 16 whole 32-byte sectors (the even lane a column's first
-// 16 bytes, the odd lane its last 16). Measured (results/README, "The column-wise FP8 kernel"): with each lane
+// bytes; stochastically, rows r, r + 1 of one column as one word (a byte permute) in FP32. Each column's 32
+// E4M3 bytes (BL = 32) go out as two 16-byte stores, and lanes 2i, 2i + 1 trade halves first so that each
+// store instruction writes 16 whole 32-byte sectors (the even lane a column's first 16 bytes, the odd lane its
+// last 16). Measured (results/README, "The column-wise FP8 kernel"): with each lane
 // storing its own column's halves the pass ran 1.27x slower; loading each warp's next block into registers
 // instead of shared memory (one block per warp in flight, 80 registers with spills) left DRAM waits at the top
 // of every block (52% of the stall samples) and took 265 us at 65536 x 3072 against 208 with 4 stages. Needs
