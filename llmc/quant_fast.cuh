@@ -1268,10 +1268,12 @@ __device__ __forceinline__ uint32_t qf_bf2_min(uint32_t a, uint32_t b) {
 }
 // 2^k as a BF16 (k in [-126, 127])
 __device__ __forceinline__ uint32_t qf_bf16_pow2(int k) { return (uint32_t)(k + 127) << 7; }
-// The BF16 pair (si, so) of one half: block exponent e, row offset o.
-__device__ __forceinline__ void qf_bf2_scales(int e, int o, uint32_t& si, uint32_t& so) {
-    si = qf_bf16_pow2(-e);
-    so = qf_bf16_pow2(max(e - o, -30));
+// qf_bf2_fold's scales (si, so) as BF16 pairs: block exponent e0 and row offset o0 in the low half, e1 and o1
+// in the high half. (Sums, not ORs: with e0 = e1 and o0 = o1, the row kernel's case, the compiler makes each
+// one multiply by 0x10001.)
+__device__ __forceinline__ void qf_bf2_scales(int e0, int o0, int e1, int o1, uint32_t& si, uint32_t& so) {
+    si = qf_bf16_pow2(-e0) + (qf_bf16_pow2(-e1) << 16);
+    so = qf_bf16_pow2(max(e0 - o0, -30)) + (qf_bf16_pow2(max(e1 - o1, -30)) << 16);
 }
 // The blocks qf_bf2_fold takes (m: the block amax bits): all zero, or amax in [2^-118, 2^127); the rest
 // (inf / NaN, the tiniest and the largest) take the reference elements.
@@ -1391,8 +1393,7 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
                 if (qf_bf2_block_ok(bm[j])) {
                     const int e = qf_e8m0_exponent(bm[j], T.p.grid, T.p.scale == QSCALE_E8M0_CEIL);
                     uint32_t si, so;
-                    qf_bf2_scales(e, off, si, so);
-                    si *= 0x10001u; so *= 0x10001u;
+                    qf_bf2_scales(e, off, e, off, si, so);
                     b01 = qf_bf2_fold_bytes(g2, v[k][j].x, si, so) | (qf_bf2_fold_bytes(g2, v[k][j].y, si, so) << 16);
                     b23 = qf_bf2_fold_bytes(g2, v[k][j].z, si, so) | (qf_bf2_fold_bytes(g2, v[k][j].w, si, so) << 16);
                     bits = (uint32_t)(e + 127);
@@ -1494,12 +1495,7 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
     const int elo = qf_e8m0_exponent(mlo, T.p.grid, ceil_rule), ehi = qf_e8m0_exponent(mhi, T.p.grid, ceil_rule);   // (fast blocks)
     const QuantBlockScale blo = quant_block_scale_e8m0(elo), bhi = quant_block_scale_e8m0(ehi);   // (SR)
     uint32_t si, so;   // RNE: qf_bf2_fold's scales, column c's in the low half
-    {
-        uint32_t si_hi, so_hi;
-        qf_bf2_scales(elo, olo_off, si, so);
-        qf_bf2_scales(ehi, ohi_off, si_hi, so_hi);
-        si |= si_hi << 16; so |= so_hi << 16;
-    }
+    qf_bf2_scales(elo, olo_off, ehi, ohi_off, si, so);
     const QFGrid2 g2 = qf_grid2(T.g);
 #pragma unroll
     for (int r = 0; r < BL; r += 2) {

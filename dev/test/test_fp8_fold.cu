@@ -18,6 +18,7 @@
 //   - qf_e8m0_exponent (that kernel's block exponent) against e8m0_exponent for every BF16 magnitude;
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
+#include <limits.h>
 #include <math.h>
 #include <algorithm>
 #include <vector>
@@ -261,18 +262,19 @@ static void e8m0_checks(void) {
 // qf_bf2_fold (the fold kernels' round-to-nearest fast path, packed BF16) against the reference element
 // (quant_block_scale_e8m0, grid_round_rne, the fake BF16 value) folded by fp8_fold_value: every BF16 value v
 // that a block of exponent e taken by the path can hold (|v| 2^-e < 2^(emax + 1), and |v| < 2^127 as its
-// amax, qf_bf2_block_ok) in the low half and -v in the high half, each half with its own offset, for every
-// block exponent the path takes and offsets that put the block at the top of the window, at its bottom, just
-// below it and at the -30 clamp, within fp8_fold_offset's range [-126, 127 - dmax]; each grid. Twice: the
+// amax, qf_bf2_block_ok) in the low half and -v in the high half, each half with its own block exponent and
+// offset (the column kernel's case), for every block exponent the path takes (and -127 with v = 0, the
+// all-zero block) and, in each half, offsets that put the block at the top of the window, at its bottom, just
+// below it, at the -30 clamp, and o = 0 (a row holding inf / NaN: e - o up to 126, the conversion
+// saturates), within fp8_fold_offset's range [-126, 127 - dmax]; each grid. Twice: the
 // kernel's bytes (GPU), and a CPU model of its arithmetic (bf2_fold_model, every fma.rn.bf16x2 rounded once
 // from double), which checks the derivation in quant_fast.cuh where there is no GPU (CI).
 __global__ void bf2_fold_kernel(uint16_t* out, QFGrid g, int e0, int o0, int e1, int o1) {
     const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;   // BF16 magnitudes 0 .. 0x7F7F
     if (b >= 0x7F80u) return;
-    uint32_t si0, so0, si1, so1;
-    qf_bf2_scales(e0, o0, si0, so0);
-    qf_bf2_scales(e1, o1, si1, so1);
-    const uint32_t f = qf_bf2_fold(qf_grid2(g), b | ((b | 0x8000u) << 16), si0 | (si1 << 16), so0 | (so1 << 16));
+    uint32_t si, so;
+    qf_bf2_scales(e0, o0, e1, o1, si, so);
+    const uint32_t f = qf_bf2_fold(qf_grid2(g), b | ((b | 0x8000u) << 16), si, so);
     out[b] = (uint16_t)qf_e4m3x2(f << 16, f & 0xFFFF0000u);
 }
 // x rounded to BF16, to nearest even, subnormals kept (BF16's quantum 2^-133). The model's sums that are not
@@ -310,28 +312,33 @@ static void bf2_fold_checks(int gpu) {
         const GridTraits* g = grid_traits((QuantGrid)grids[gi]);
         const QFGrid qg = qf_grid_consts(grids[gi]);
         const Fp8Window win = fp8_fold_window(g);
-        const int ds[6] = {win.dmax, win.dmax - 3, win.dmin, win.dmin - 1, -30, -31};   // e - o
-        for (int e = -120; e <= 126; e++)
-            for (int k = 0; k < 6; k += 2) {
+        const int ds[7] = {win.dmax, win.dmax - 3, win.dmin, win.dmin - 1, -30, -31, INT_MIN};   // e - o; INT_MIN: o = 0
+        for (int e = -127; e <= 126; e = e == -127 ? -120 : e + 1) {   // (-127: the all-zero block; -126 .. -121 are not taken)
+            // the high half's block exponent: another one the path takes, so that each half sees every e
+            const int eh[2] = {e, e == -127 ? -127 : -120 + (e + 120 + 101) % 247};
+            for (int k = 0; k < 7; k++) {
                 int o[2];
-                for (int h = 0; h < 2; h++) o[h] = std::min(std::max(e - ds[k + h], -126), 127 - win.dmax);
+                for (int h = 0; h < 2; h++) {
+                    const int dk = ds[(k + 3 * h) % 7];
+                    o[h] = dk == INT_MIN ? 0 : std::min(std::max(eh[h] - dk, -126), 127 - win.dmax);
+                }
                 if (gpu) {
-                    bf2_fold_kernel<<<0x7F80 / 128, 128>>>(d, qg, e, o[0], e, o[1]);
+                    bf2_fold_kernel<<<0x7F80 / 128, 128>>>(d, qg, eh[0], o[0], eh[1], o[1]);
                     cuda_check(cudaMemcpy(got.data(), d, got.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
                 }
-                for (uint32_t b = 0; b < 0x7F80u; b++) {
-                    if (b >= 0x7F00u || bf16_bits_to_float((uint16_t)b) * exp2_exact(-e) >= exp2_exact(g->emax + 1)) continue;
+                for (uint32_t b = 0; b < (e == -127 ? 1u : 0x7F00u); b++)
                     for (int h = 0; h < 2; h++) {
+                        if (bf16_bits_to_float((uint16_t)b) * exp2_exact(-eh[h]) >= exp2_exact(g->emax + 1)) continue;
                         const uint16_t vb = (uint16_t)(b | (h << 15));
-                        const uint8_t want = ref_fold(g, vb, e, o[h]);
-                        const uint8_t have = gpu ? (uint8_t)(got[b] >> (8 * h)) : bf2_fold_model(qg, vb, e, o[h]);
+                        const uint8_t want = ref_fold(g, vb, eh[h], o[h]);
+                        const uint8_t have = gpu ? (uint8_t)(got[b] >> (8 * h)) : bf2_fold_model(qg, vb, eh[h], o[h]);
                         checked++;
                         if (have != want && bad++ < 3)
                             printf("  %s(0x%04x, %s, e %d, o %d) = 0x%02x, want 0x%02x\n", what, vb,
-                                   quant_grid_table[grids[gi]].name, e, o[h], have, want);
+                                   quant_grid_table[grids[gi]].name, eh[h], o[h], have, want);
                     }
-                }
             }
+        }
     }
     if (gpu) cudaFree(d);
     CHECK(bad == 0 && checked > 10000000, "%s differs from the reference fold in %ld of %ld values", what, bad, checked);
