@@ -1237,11 +1237,13 @@ __device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, c
 //       subtraction is exact), then min(., maxval) saturates as qf_rne_mag;
 //   times 2^max(e - o, -30): exact (a level has at most 3 significant bits; 2^-31 is normal), the E4M3 value
 //       c 2^(e - o) of fp8_fold_value; where e - o < -30, c 2^(e - o) and c 2^-30 are both below 2^-10 and
-//       convert to zero; the input's sign is put back (qf_fast_pair's -0 for a negative value of code 0);
+//       convert to zero; above the window (e - o > dmax: only in a row holding inf / NaN, whose offset is 0)
+//       the product may be inf in BF16, and the saturating conversion gives 448, as fp8_fold_value's
+//       does; the input's sign is put back (qf_fast_pair's -0 for a negative value of code 0);
 //   the halves widened to FP32 (exact) and converted as qf_fold2 converts them.
 // test_fp8_fold checks qf_bf2_fold against the reference element and fp8_fold_value for every BF16 value, every
-// block exponent taken here and offsets across the window, on each grid (on the GPU, and a CPU model of these
-// steps where there is none). The FP32 steps (qf_fold_fast2) stay for stochastic rounding, whose rounding up
+// block exponent taken here, offsets across the window and o = 0, on each grid (on the GPU, and a CPU model
+// of these steps where there is none). The FP32 steps (qf_fold_fast2) stay for stochastic rounding, whose rounding up
 // BF16 arithmetic cannot do.
 typedef struct {
     uint32_t mul, mlo, maxval;   // QFGrid's, as BF16 pairs (mul and mlo times 2^-16)
