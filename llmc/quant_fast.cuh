@@ -1243,8 +1243,8 @@ __device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, c
 //   the halves widened to FP32 (exact) and converted as qf_fold2 converts them.
 // test_fp8_fold checks qf_bf2_fold against the reference element and fp8_fold_value for every BF16 value, every
 // block exponent taken here, offsets across the window and o = 0, on each grid (on the GPU, and a CPU model
-// of these steps where there is none). The FP32 steps (qf_fold_fast2) stay for stochastic rounding, whose rounding up
-// BF16 arithmetic cannot do.
+// of these steps where there is none). The FP32 steps (qf_fold_fast2) stay for stochastic rounding, whose
+// rounding up BF16 arithmetic cannot do.
 typedef struct {
     uint32_t mul, mlo, maxval;   // QFGrid's, as BF16 pairs (mul and mlo times 2^-16)
 } QFGrid2;
@@ -1268,7 +1268,8 @@ __device__ __forceinline__ uint32_t qf_bf2_min(uint32_t a, uint32_t b) {
     asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
     return d;
 }
-// 2^k as a BF16 (k in [-126, 127])
+// 2^k as a BF16 (k in [-126, 127]; the column kernel also makes k = -127 -> 0 for blocks it then leaves to the
+// reference elements: no carry into a pair's other half either way)
 __device__ __forceinline__ uint32_t qf_bf16_pow2(int k) { return (uint32_t)(k + 127) << 7; }
 // qf_bf2_fold's scales (si, so) as BF16 pairs: block exponent e0 and row offset o0 in the low half, e1 and o1
 // in the high half. (Sums, not ORs: with e0 = e1 and o0 = o1, the row kernel's case, the compiler makes each

@@ -312,8 +312,10 @@ static void bf2_fold_checks(int gpu) {
         const GridTraits* g = grid_traits((QuantGrid)grids[gi]);
         const QFGrid qg = qf_grid_consts(grids[gi]);
         const Fp8Window win = fp8_fold_window(g);
-        const int ds[7] = {win.dmax, win.dmax - 3, win.dmin, win.dmin - 1, -30, -31, INT_MIN};   // e - o; INT_MIN: o = 0
-        for (int e = -127; e <= 126; e = e == -127 ? -120 : e + 1) {   // (-127: the all-zero block; -126 .. -121 are not taken)
+        // e - o for each half (INT_MIN: o = 0); e: -127 (the all-zero block), then -120 .. 126 (-126 .. -121 are
+        // not taken)
+        const int ds[7] = {win.dmax, win.dmax - 3, win.dmin, win.dmin - 1, -30, -31, INT_MIN};
+        for (int e = -127; e <= 126; e = e == -127 ? -120 : e + 1) {
             // the high half's block exponent: another one the path takes, so that each half sees every e
             const int eh[2] = {e, e == -127 ? -127 : -120 + (e + 120 + 101) % 247};
             for (int k = 0; k < 7; k++) {
