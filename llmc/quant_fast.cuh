@@ -35,7 +35,8 @@
 // qf_row2_kernel. (A column-wise H16 kernel laid out the same way ran slower than the patch kernel:
 // results/README.md, "A column-wise kernel laid out like qf_row2_kernel".) On the FP8 path, row-wise copies
 // in 1D blocks without a Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the
-// column-wise ones by qf_colfold_kernel (a lane owns whole column blocks).
+// column-wise ones by qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block
+// copies of either axis, both copies of a pair (mxfp4-2d's dY) from one read.
 //
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
@@ -58,6 +59,7 @@
 // a group holding a NaN is rounded value by value).
 // SR bits: sr_bits16(key, r, c, cols): one 64-bit draw per 2 x 2 square, 32 bits per column pair of a row.
 #pragma once
+#include <type_traits>
 #include <cuda_bf16.h>
 #include "cuda_common.cuh"
 #include "fp4_formats.h"
@@ -1209,20 +1211,23 @@ __device__ __forceinline__ int qf_e8m0_exponent(uint32_t m, const GridTraits& g,
     const int e = E - g.emax + (ceil_rule && mant > g.max_mant);
     return m == 0 ? -127 : max(-127, min(127, e));
 }
-// A fast-path word (two BF16 values) -> its two E4M3 bytes: the fake values' magnitudes |q| sdec (exact in
-// FP32 and in BF16, or inf: what qf_fast_pair stores) with the input's signs, times 2^-o (inv), converted as
-// qf_fold2 converts the fake word, without packing the fake values to BF16 and back. The column kernel's
-// stochastically rounded copies (round to nearest takes qf_bf2_fold below).
+// A fast-path word (two BF16 values) -> its two E4M3 bytes, for a block of exponent e (binv = 2^-e) in a row of
+// offset o: the code values' magnitudes |q| (qf_fast_mags) times so = qf_fold_scale(e, o) = 2^max(e - o, -30),
+// with the input's signs, converted as qf_fold2 converts the fake word times 2^-o. The same bytes: |q| 2^e (the
+// fake value, exact) times 2^-o is |q| 2^(e - o), exact in FP32 (|q| has at most 3 significant bits) where
+// e - o >= -30, and where e - o < -30 both it and |q| 2^-30 lie below 2^-10 and convert to a zero of the
+// input's sign; e - o <= 124 (fast blocks have e <= 124; o >= e - dmax unless o = 0 or the clamp at -126,
+// where e < -120). The fold kernels' stochastically rounded copies (round to nearest takes qf_bf2_fold below).
 // SR: rnd holds the low value's 16 random bits in its low half, the high value's in its high half.
 template <bool SR = false>
-__device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, const QuantBlockScale& bs, float inv,
-                                                  uint32_t rnd = 0u) {
+__device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, float binv, float so, uint32_t rnd = 0u) {
     float m0, m1;
-    qf_fast_mags<SR>(g, qf_lo(w), qf_hi(w), bs.inv, bs.inv, rnd, m0, m1);
-    const float f0 = f32_from_bits(f32_bits(QF_MUL(m0, bs.sdec)) | ((w << 16) & 0x80000000u));
-    const float f1 = f32_from_bits(f32_bits(QF_MUL(m1, bs.sdec)) | (w & 0x80000000u));
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(QF_MUL(f0, inv), QF_MUL(f1, inv)), __NV_SATFINITE, __NV_E4M3);
+    qf_fast_mags<SR>(g, qf_lo(w), qf_hi(w), binv, binv, rnd, m0, m1);
+    const float f0 = f32_from_bits(f32_bits(QF_MUL(m0, so)) | ((w << 16) & 0x80000000u));
+    const float f1 = f32_from_bits(f32_bits(QF_MUL(m1, so)) | (w & 0x80000000u));
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(f0, f1), __NV_SATFINITE, __NV_E4M3);
 }
+__device__ __forceinline__ float qf_fold_scale(int e, int o) { return exp2_exact(max(e - o, -30)); }
 // The fold of round-to-nearest copies in packed BF16 arithmetic (the fold kernels' RNE fast path): the steps
 // of qf_rne_mag and qf_fold_fast2, two values an instruction (fma.rn.bf16x2, max/min.bf16x2), about half
 // their instructions, the same bytes. For a word w (two BF16 values; each half with its own block exponent e
@@ -1465,7 +1470,11 @@ qf_rowfold_kernel(const __grid_constant__ QFArgs A, int col_max) {
 // of every block (52% of the stall samples) and took 265 us at 65536 x 3072 against 208 with 4 stages. Needs
 // the GEMM rows' maxima (fold_max, from the amax pass or taken ahead by the row kernel above). Round to
 // nearest or stochastically (SR: sr_bits16's draws, as the patch kernel's), 1D blocks, no Hadamard
-// (qf_colfold_ok). test_fp8_fold checks it against the CPU twin bit for bit, and which calls take it.
+// (qf_colfold_ok), or 32 x 32 blocks of either axis (the TWO_D form, qf_fold2d). A block's path (fast, or the
+// rare reference elements) is chosen once for all its rows, outside the unrolled row loop (it was a branch per
+// row pair); with qf_fold_fast2's single scaling multiply (it was two) that took the 1D SR copy from 426 to 359
+// us at 65536 x 3072, the two not timed apart (results/fold_2d). test_fp8_fold checks it
+// against the CPU twin bit for bit, and which calls take it.
 #define QF_CF_COLS 64   // columns per warp (32 lanes x 2)
 
 // Rows r, r + 1 (words a, b) of a block pair the fast path does not take (mlo, mhi: the block amax bits of columns c and
@@ -1481,48 +1490,53 @@ __device__ __noinline__ uint32_t qf_cf_slow(const QFTarget& T, uint32_t a, uint3
     return qf_fold2(__byte_perm(fa, fb, 0x5410), invlo) | (qf_fold2(__byte_perm(fa, fb, 0x7632), invhi) << 16);
 }
 
-// One row block of columns c, c + 1 (v: its BL words, rows r in v[r]) folded and stored (rb: the block's
-// index down the rows); returns the blocks below the window it counted. SR: the block's rows 2k, 2k + 1 take
-// the draw at pm + k pstep (sr_bits16's 2 x 2 square of these rows and columns c, c + 1).
-template <int BL, bool SR>
+// One row block of columns c, c + 1 (v: its BL words, rows r in v[r]; mlo, mhi: the block amax bits of
+// each column's block, for 2D blocks both the 32 x 32 block's) folded and stored (rb: the block's index down
+// the rows); returns the blocks below the window it counted (a 2D block once, by the lane of its first
+// column, as fp8_fold_cpu counts it). SR: the block's rows 2k, 2k + 1 take the draw at pm + k pstep
+// (sr_bits16's 2 x 2 square of these rows and columns c, c + 1).
+template <int BL, bool SR, bool TWO_D>
 __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_t (&v)[BL], int lane, int64_t c, bool cv,
-                                                int64_t rb, int olo_off, int ohi_off, float invlo, float invhi,
-                                                uint64_t pm, uint64_t pstep) {
-    uint32_t m2 = 0;
-#pragma unroll
-    for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
-    const uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
+                                                int64_t rb, uint32_t mlo, uint32_t mhi, int olo_off, int ohi_off,
+                                                float invlo, float invhi, uint64_t pm, uint64_t pstep) {
     uint32_t olo[BL / 4], ohi[BL / 4];   // the E4M3 bytes of columns c and c + 1, 4 rows a word
     const bool fast = qf_bf2_block_ok(mlo) && qf_bf2_block_ok(mhi);
     const bool ceil_rule = T.p.scale == QSCALE_E8M0_CEIL;
     const int elo = qf_e8m0_exponent(mlo, T.p.grid, ceil_rule), ehi = qf_e8m0_exponent(mhi, T.p.grid, ceil_rule);   // (fast blocks)
     const QuantBlockScale blo = quant_block_scale_e8m0(elo), bhi = quant_block_scale_e8m0(ehi);   // (SR)
+    const float solo = qf_fold_scale(elo, olo_off), sohi = qf_fold_scale(ehi, ohi_off);           // (SR)
     uint32_t si, so;   // RNE: qf_bf2_fold's scales, column c's in the low half
     qf_bf2_scales(elo, olo_off, ehi, ohi_off, si, so);
     const QFGrid2 g2 = qf_grid2(T.g);
+    // the rows, with the block's path (fast or not) chosen once for all of them (F: compile time)
+    auto fold_rows = [&](auto fast_path) {
+        constexpr bool F = decltype(fast_path)::value;
 #pragma unroll
-    for (int r = 0; r < BL; r += 2) {
-        uint32_t lo, hi, ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
-        if (SR) {
-            const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
-            ra = qf_rng_row(w64, 0);
-            rb2 = qf_rng_row(w64, 1);
+        for (int r = 0; r < BL; r += 2) {
+            uint32_t lo, hi, ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
+            if (SR) {
+                const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
+                ra = qf_rng_row(w64, 0);
+                rb2 = qf_rng_row(w64, 1);
+            }
+            if constexpr (F && SR) {
+                lo = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo.inv, solo, __byte_perm(ra, rb2, 0x5410));
+                hi = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi.inv, sohi, __byte_perm(ra, rb2, 0x7632));
+            } else if constexpr (F) {   // rows r and r + 1 of both columns, then column c's bytes and column c + 1's
+                const uint32_t fa = qf_bf2_fold(g2, v[r], si, so), fb = qf_bf2_fold(g2, v[r + 1], si, so);
+                lo = qf_e4m3x2(fa << 16, fb << 16);
+                hi = qf_e4m3x2(fa & 0xFFFF0000u, fb & 0xFFFF0000u);
+            } else {   // rare
+                const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi, ra, rb2);
+                lo = x & 0xFFFFu;
+                hi = x >> 16;
+            }
+            if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
+            else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
         }
-        if (fast && SR) {
-            lo = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo, invlo, __byte_perm(ra, rb2, 0x5410));
-            hi = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi, invhi, __byte_perm(ra, rb2, 0x7632));
-        } else if (fast) {   // rows r and r + 1 of both columns, then column c's bytes and column c + 1's
-            const uint32_t fa = qf_bf2_fold(g2, v[r], si, so), fb = qf_bf2_fold(g2, v[r + 1], si, so);
-            lo = qf_e4m3x2(fa << 16, fb << 16);
-            hi = qf_e4m3x2(fa & 0xFFFF0000u, fb & 0xFFFF0000u);
-        } else {   // rare
-            const uint32_t x = qf_cf_slow(T, v[r], v[r + 1], mlo, mhi, invlo, invhi, ra, rb2);
-            lo = x & 0xFFFFu;
-            hi = x >> 16;
-        }
-        if ((r >> 1) & 1) { olo[r >> 2] |= lo << 16; ohi[r >> 2] |= hi << 16; }
-        else { olo[r >> 2] = lo; ohi[r >> 2] = hi; }
-    }
+    };
+    if (fast) fold_rows(std::true_type{});
+    else fold_rows(std::false_type{});
     // the other blocks' scale bits as the reference's (E8M0 NaN: never counted)
     const uint8_t blo_bits = fast ? blo.bits : quant_block_scale(&T.p, f32_from_bits(mlo), 1.0f).bits;
     const uint8_t bhi_bits = fast ? bhi.bits : quant_block_scale(&T.p, f32_from_bits(mhi), 1.0f).bits;
@@ -1552,7 +1566,65 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
         *(uint4*)d = make_uint4(olo[0], olo[1], olo[2], olo[3]);
         *(uint4*)(d + T.ld_fp8) = make_uint4(ohi[0], ohi[1], ohi[2], ohi[3]);
     }
+    if (TWO_D) return cv && (lane & 15) == 0 ? fp8_fold_counted(blo_bits, olo_off, T.dmin) : 0u;
     return cv ? fp8_fold_counted(blo_bits, olo_off, T.dmin) + fp8_fold_counted(bhi_bits, ohi_off, T.dmin) : 0u;
+}
+
+// A word of a 2D block the fast paths do not take (m: the block amax bits): the reference pair, folded with
+// 2^-o (inv); its two E4M3 bytes (the low half's first). Not inlined, as qf_cf_slow.
+__device__ __noinline__ uint32_t qf_r2_slow(const QFTarget& T, uint32_t w, uint32_t m, float inv, uint32_t rnd) {
+    const QuantBlockScale bs = quant_block_scale(&T.p, f32_from_bits(m), 1.0f);
+    return qf_fold2(qf_slow_pair(T.p, qf_lo(w), qf_hi(w), bs, bs, T.sr, rnd), inv);
+}
+
+// 2D blocks (32 x 32): the row-wise copy (T) of one tile's columns c, c + 1 (v: rows r in v[r]; m: the
+// block's amax bits; off: the offset of the band of 32 rows rb, which all of the band's rows share). Each row's
+// two bytes go out as one 2-byte store (a warp's store writes 64 whole bytes of the row). Returns the blocks
+// below the window counted (once per block, by the lane of its first column). SR: the row-wise copy's own key
+// on the same draws as the column-wise copy's (sr_bits16 of the view's position, either axis).
+template <bool SR>
+__device__ __forceinline__ unsigned qf_r2_block(const QFTarget& T, const uint32_t (&v)[32], int lane, int64_t c, bool cv,
+                                                int64_t rb, uint32_t m, int off, uint64_t pm, uint64_t pstep) {
+    const bool fast = qf_bf2_block_ok(m);
+    const int e = qf_e8m0_exponent(m, T.p.grid, T.p.scale == QSCALE_E8M0_CEIL);   // (fast blocks)
+    const QuantBlockScale bs = quant_block_scale_e8m0(e);                            // (SR)
+    const float inv = exp2_exact(-off), sf = qf_fold_scale(e, off);
+    uint32_t si, so;
+    qf_bf2_scales(e, off, e, off, si, so);
+    const QFGrid2 g2 = qf_grid2(T.g);
+    uint16_t* d = (uint16_t*)(T.fp8 + rb * 32 * T.ld_fp8 + c);
+    const int64_t ld2 = T.ld_fp8 / 2;   // (cols % 32 == 0)
+    auto fold_rows = [&](auto fast_path) {   // as qf_cf_block's
+        constexpr bool F = decltype(fast_path)::value;
+#pragma unroll
+        for (int r = 0; r < 32; r += 2) {
+            uint32_t ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
+            if (SR) {
+                const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
+                ra = qf_rng_row(w64, 0);
+                rb2 = qf_rng_row(w64, 1);
+            }
+            uint32_t x0, x1;   // rows r, r + 1: columns c, c + 1's bytes
+            if constexpr (F && SR) {
+                x0 = qf_fold_fast2<SR>(T.g, v[r], bs.inv, sf, ra);
+                x1 = qf_fold_fast2<SR>(T.g, v[r + 1], bs.inv, sf, rb2);
+            } else if constexpr (F) {
+                x0 = qf_bf2_fold_bytes(g2, v[r], si, so);
+                x1 = qf_bf2_fold_bytes(g2, v[r + 1], si, so);
+            } else {   // rare
+                x0 = qf_r2_slow(T, v[r], m, inv, ra);
+                x1 = qf_r2_slow(T, v[r + 1], m, inv, rb2);
+            }
+            if (cv) {
+                d[r * ld2] = (uint16_t)x0;
+                d[(r + 1) * ld2] = (uint16_t)x1;
+            }
+        }
+    };
+    if (fast) fold_rows(std::true_type{});
+    else fold_rows(std::false_type{});
+    const uint8_t bits = fast ? bs.bits : quant_block_scale(&T.p, f32_from_bits(m), 1.0f).bits;   // (NaN: never counted)
+    return cv && (lane & 15) == 0 ? fp8_fold_counted(bits, off, T.dmin) : 0u;
 }
 
 #define QF_CF_STAGES 4   // tiles in flight per CTA (3 CTAs per SM: 64 KB of shared memory each at BL = 32)
@@ -1563,20 +1635,30 @@ __device__ __forceinline__ void qf_cp_async_commit(void) { asm volatile("cp.asyn
 template <int N>
 __device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-template <int BL, bool SR>
+// TWO_D (BL = 32): 32 x 32 blocks, whose amax a lane takes over its 16-lane half of the warp (32 columns), and
+// the row-wise copy A.t[0] too where it has one (A.t[0].fp8), from the same tile: each copy of mxfp4-2d's dY
+// pair from one read. Both copies' block amax is the same; each takes its own exponent (its grid and rule),
+// offsets and SR key. A 2D copy is column-wise where A.t[1].fp8 is set.
+template <int BL, bool SR, bool TWO_D>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
     constexpr int ROW = QF_WARPS * QF_CF_COLS * 2, TILE = BL * ROW;   // bytes of a tile's row, of a tile
+    static_assert(!TWO_D || BL == 32, "2D blocks: 32 x 32");
     const QFTarget& T = A.t[1];
+    const QFTarget& R = A.t[0];   // TWO_D: the row-wise copy
+    const bool do_col = !TWO_D || T.fp8, do_row = TWO_D && R.fp8;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = 1.0f;   // E8M0: no tensor scale
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) {   // E8M0: no tensor scale
+        if (do_col) *T.scale_dec = 1.0f;
+        if (do_row) *R.scale_dec = 1.0f;
+    }
     const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
     const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
-    const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither, and both lanes of a pair
+    const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither, and both lanes of a pair (2D: cols % 32 == 0)
     const int64_t nrb = A.rows / BL;
-    const int olo_off = cv ? qf_fold_offset(T, c) : 0, ohi_off = cv ? qf_fold_offset(T, c + 1) : 0;
+    const int olo_off = do_col && cv ? qf_fold_offset(T, c) : 0, ohi_off = do_col && cv ? qf_fold_offset(T, c + 1) : 0;
     const float invlo = exp2_exact(-olo_off), invhi = exp2_exact(-ohi_off);
-    if (cv && blockIdx.y == 0) {
+    if (do_col && cv && blockIdx.y == 0) {
         T.fold_scale[c] = fp8_fold_scale(olo_off);
         T.fold_scale[c + 1] = fp8_fold_scale(ohi_off);
     }
@@ -1603,7 +1685,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
     };
 #pragma unroll
     for (int k = 0; k < QF_CF_STAGES - 1; k++) issue(k);
-    unsigned below = 0;
+    unsigned below = 0, below_r = 0;
     for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
         qf_cp_async_wait<QF_CF_STAGES - 2>();   // this thread's pieces of tile k are in
         __syncthreads();                        // everyone's; and tile k - 1, whose stage is refilled next, is done
@@ -1615,9 +1697,27 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
         const int64_t rb = (int64_t)blockIdx.y + k * gridDim.y;
         // SR: square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2 (as the patch kernel's)
         const uint64_t pm = SR ? ((uint64_t)rb * (BL / 2) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
-        below += qf_cf_block<BL, SR>(T, v, lane, c, cv, rb, olo_off, ohi_off, invlo, invhi, pm, pstep);
+        uint32_t m2 = 0;
+#pragma unroll
+        for (int r = 0; r < BL; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
+        uint32_t mlo = m2 << 16, mhi = m2 & 0xFFFF0000u;
+        if (TWO_D) {   // the 32 x 32 block's: over the 16 lanes of its 32 columns
+            uint32_t m = qf_max(mlo, mhi);
+#pragma unroll
+            for (int x = 1; x < 16; x <<= 1) m = qf_shfl_max(m, x);
+            mlo = mhi = m;
+        }
+        if (do_col) below += qf_cf_block<BL, SR, TWO_D>(T, v, lane, c, cv, rb, mlo, mhi, olo_off, ohi_off, invlo, invhi, pm, pstep);
+        if constexpr (TWO_D) {
+            if (do_row) {
+                const int roff = qf_fold_offset(R, rb * BL);   // the band's (its first row's) offset
+                if (blockIdx.x == 0 && warp == 0) R.fold_scale[rb * BL + lane] = fp8_fold_scale(roff);
+                below_r += qf_r2_block<SR>(R, v, lane, c, cv, rb, mlo, roff, pm, pstep);
+            }
+        }
     }
-    qf_count_below(T, below);
+    if (do_col) qf_count_below(T, below);
+    if (do_row) qf_count_below(R, below_r);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1859,18 +1959,18 @@ static inline int qf_colfold_ok(const QFLaunch& L) {
 }
 // A grid that fits at once (so that no CTA waits for a second wave), with each CTA taking at least 4 row
 // blocks where the rows allow (its cp.async pipeline full).
-template <int BL, bool SR>
+template <int BL, bool SR, bool TWO_D = false>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (and the shared memory opt-in: per process, which drives one GPU, as qf_num_sms)
     const size_t smem = (size_t)QF_CF_STAGES * BL * QF_WARPS * QF_CF_COLS * 2;
     if (!per_sm && smem > 48 * 1024)
-        cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL, SR>, smem, &per_sm);
+        cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL, SR, TWO_D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL, SR, TWO_D>, smem, &per_sm);
     const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
     int64_t by = ceil_div(nrb, (int64_t)4);
     if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
     if (by > 65535) by = 65535;
-    qf_colfold_kernel<BL, SR><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
+    qf_colfold_kernel<BL, SR, TWO_D><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
@@ -1879,6 +1979,28 @@ static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
     else if (T.bl == 32) qf_launch_colfold_n<32, false>(L, s);
     else if (T.sr) qf_launch_colfold_n<16, true>(L, s);
     else qf_launch_colfold_n<16, false>(L, s);
+}
+
+// 2D copies: an FP8 copy in 32 x 32 blocks without a Hadamard (RNE or SR), of either axis, is made by the column
+// kernel's TWO_D form (mxfp4-2d's dY pair from one read, its W copies); not under
+// LLMC_QF_PATCH=1. qf_fold2d(L) says which: bit 0 the row-wise copy, bit 1 the column-wise one.
+static inline int qf_fold2d_target(const QFTarget& t) { return t.out == QF_OUT_FP8 && t.bw == 32 && t.bl == 32 && !t.ref_elems; }
+static inline int qf_fold2d(const QFLaunch& L) {
+    if (qf_patch_only()) return 0;
+    return (L.ha == 0 && qf_fold2d_target(L.a.t[0])) | (L.hb == 0 && qf_fold2d_target(L.a.t[1])) << 1;
+}
+// The 2D copies of L that which (qf_fold2d's bits) names: both in one kernel where they round alike, else one each.
+static inline void qf_launch_fold2d(const QFLaunch& L, int which, cudaStream_t s) {
+    if (which == 3 && L.a.t[0].sr != L.a.t[1].sr) {
+        qf_launch_fold2d(L, 1, s);
+        qf_launch_fold2d(L, 2, s);
+        return;
+    }
+    QFLaunch M = L;
+    if (!(which & 1)) M.a.t[0].fp8 = nullptr;   // (the kernel makes the copies whose fp8 is set)
+    if (!(which & 2)) M.a.t[1].fp8 = nullptr;
+    if (M.a.t[which & 1 ? 0 : 1].sr) qf_launch_colfold_n<32, true, true>(M, s);
+    else qf_launch_colfold_n<32, false, true>(M, s);
 }
 
 template <int HA, int HB, int OUT>
@@ -1915,14 +2037,16 @@ static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
         if (L.a.t[k].eden) qg_launch_eden_apply<OUT>(L, k, s);
         else qg_launch_4o6<OUT>(L, k, s);
     }
-    if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0])) {
+    const int f2d = OUT == QF_OUT_FP8 ? qf_fold2d(L) : 0;
+    if (f2d) qf_launch_fold2d(L, f2d, s);
+    if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0]) && !(f2d & 1)) {
         if (L.ha == 0 && OUT == QF_OUT_FAKE && L.a.t[0].bw == 1 && !qf_patch_only()) qf_launch_row2(L, s);
         else if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
-    if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1])) {
+    if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1]) && !(f2d & 2)) {
         if (L.hb == 0 && OUT == QF_OUT_FP8 && qf_colfold_ok(L)) qf_launch_colfold(L, s);
         else if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);

@@ -14,7 +14,8 @@
 //     quantize_fast_gpu call (the one-pass row kernel, qf_rowfold_kernel, where it applies), the amax and
 //     apply passes called apart, and for pairs the column copy's maxima taken ahead by the row copy's call
 //     and the column copy made alone afterwards (the trainer's X); which calls take the one-pass row kernel
-//     and the column kernel (qf_colfold_kernel: the column-wise 1D copies, RNE and SR, in every mode);
+//     and the column kernel (qf_colfold_kernel: the column-wise 1D copies, RNE and SR, in every mode; its TWO_D
+//     form: the 32 x 32 copies of either axis, both copies of a pair from one read);
 //   - qf_e8m0_exponent (that kernel's block exponent) against e8m0_exponent for every BF16 magnitude;
 //   - matmul_fp8 on folded operands against the BF16 GEMM of the same values (the emulated path):
 //     within FP32 accumulation noise (tolerance below).
@@ -384,8 +385,10 @@ static void fold_checks(int quick) {
                     }
     printf("fold: %d single-copy cases run\n", n_cases);
     // the trainer's pairs: dY's two copies (rows + columns), as the recipes make them
+    // (2D pairs: one kernel makes both copies where they round alike, each with its own exponent: the grids and
+    // rules may differ; else one kernel each)
     const char* pairs[][2] = {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, {"mxfp4,sr", "mxfp4,sr,h32,seed=7"}, {"mxfp4", "mxfp4,h16"},
-                              {"mxfp4", "mxfp4"}};
+                              {"mxfp4", "mxfp4"}, {"mxfp4-2d", "e1m2,e8m0ceil,32x32"}, {"mxfp4-2d,sr", "mxfp4-2d"}};
     const int axes[2] = {1, 0};
     for (auto& pr : pairs)
         for (int kind = 0; kind < D_COUNT; kind++)
@@ -411,6 +414,14 @@ static void fold_checks(int quick) {
             for (int ki = 0; ki < (quick ? 1 : 3); ki++)
                 for (int mode = 0; mode < (tp[1] ? M_COUNT : M_AHEAD); mode++)   // ahead: pairs only
                     run_case(tp, axes, tp[1] ? 2 : 1, sh[0], sh[1], tall_kinds[ki], mode);
+    // 2D pairs (the column kernel's TWO_D form making both copies): tall enough that its CTAs refill their
+    // stages (65536 x 64: ~5 row blocks per CTA of its capped grid on an H200), and 3 CTAs across (8192 x 768)
+    const char* sr2d[2] = {"mxfp4-2d,sr", "mxfp4-2d,sr"}, *rne2d[2] = {"mxfp4-2d", "mxfp4-2d"};
+    for (int mode = 0; mode < M_COUNT; mode++) run_case(sr2d, axes, 2, 65536, 64, tall_kinds[mode], mode);
+    if (!quick) {
+        run_case(sr2d, axes, 2, 8192, 768, D_NONFINITE, M_ONE_CALL);
+        run_case(rne2d, axes, 2, 8192, 768, D_SPREAD, M_ONE_CALL);
+    }
     // column-wise copies alone, tall and wide enough that every CTA of the column kernel refills its 4 stages
     // several times with all 4 warps' columns valid and 2 CTAs across (on an H200 its grid is capped at ~200
     // CTAs down: ~5 tiles each at 1x32 blocks, ~10 at 1x16), RNE and SR, non-finite data (the slow path) too
@@ -450,6 +461,25 @@ static void fold_checks(int quick) {
             printf("  qf_colfold_ok(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
     }
     CHECK(cf_bad == 0, "fold: the column kernel must take exactly the column-wise 1D FP8 copies without a Hadamard");
+    // and its TWO_D form the 32 x 32 copies of either axis (qf_fold2d: bit 0 row-wise, bit 1 column-wise)
+    struct { const char* spec[2]; int n; int want; } f2[] = {
+        {{"mxfp4-2d", NULL}, 1, 1}, {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, 2, 3}, {{"e1m2,e8m0ceil,32x32", "mxfp4"}, 2, 1},
+        {{"mxfp4", "mxfp4-2d,sr"}, 2, 2}, {{"mxfp4,16x16", "mxfp4,16x16"}, 2, 0}, {{"mxfp4-2d,h32", NULL}, 1, 0},
+        {{"mxfp4-ceil", "mxfp4-ceil,sr"}, 2, 0}};
+    int f2_bad = 0;
+    for (auto& c : f2)
+        for (int swap = 0; swap < 2; swap++) {   // the first spec row-wise, then column-wise
+            const int ax2[2] = {swap ? 0 : 1, swap ? 1 : 0};
+            const char* sp[2] = {c.spec[0], c.spec[1]};
+            QuantTarget t[2];
+            QuantParams p[2];
+            const QFLaunch L = eligibility_launch(sp, ax2, c.n, 256, 384, p, t);
+            const int want = qf_patch_only() ? 0 : swap ? ((c.want & 1) << 1 | c.want >> 1) : c.want;
+            if (qf_fold2d(L) != want && f2_bad++ < 3)
+                printf("  qf_fold2d(%s on axis %d%s%s) = %d, want %d\n", sp[0], ax2[0], c.n == 2 ? " + " : "",
+                       c.n == 2 ? sp[1] : "", qf_fold2d(L), want);
+        }
+    CHECK(f2_bad == 0, "fold: the 2D kernel must take exactly the 32 x 32 FP8 copies without a Hadamard, of either axis");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);
     CHECK(n_fail == 0, "fold: %d of %d cases differ from the CPU twin", n_fail, n_cases);
     CHECK(n_below > 0, "fold: the spread data must put some blocks below the window (the count is tested)");
