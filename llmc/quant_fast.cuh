@@ -1216,8 +1216,9 @@ __device__ __forceinline__ int qf_e8m0_exponent(uint32_t m, const GridTraits& g,
 // with the input's signs, converted as qf_fold2 converts the fake word times 2^-o. The same bytes: |q| 2^e (the
 // fake value, exact) times 2^-o is |q| 2^(e - o), exact in FP32 (|q| has at most 3 significant bits) where
 // e - o >= -30, and where e - o < -30 both it and |q| 2^-30 lie below 2^-10 and convert to a zero of the
-// input's sign; e - o <= 124 (fast blocks have e <= 124; o >= e - dmax unless o = 0 or the clamp at -126,
-// where e < -120). The fold kernels' stochastically rounded copies (round to nearest takes qf_bf2_fold below).
+// input's sign; e - o <= 126 (fast blocks have e <= 126: amax < 2^127; o >= e - dmax unless o = 0 or the
+// clamp at -126, where e < -126 + dmax <= -119), so so is a normal float. The fold kernels' stochastically
+// rounded copies (round to nearest takes qf_bf2_fold below).
 // SR: rnd holds the low value's 16 random bits in its low half, the high value's in its high half.
 template <bool SR = false>
 __device__ __forceinline__ uint32_t qf_fold_fast2(const QFGrid& g, uint32_t w, float binv, float so, uint32_t rnd = 0u) {
