@@ -30,10 +30,12 @@
 // of one row: block amax and the Hadamard stages h >= 8 go through shuffles. Column-wise (axis 0) blocks
 // are a column of the thread's 16 rows (L=16) or of two lanes rg = 0, 1 (L=32, H32: shuffle xor 16).
 // 2D tiles: the thread's 16 x 8 patch plus lanes xor 1 (16x16) or xor 1, 2, 16 (32x32).
-// Row-wise fake copies without a Hadamard in 1D blocks (nvfp4's fprop X and dgrad dY) have a kernel of their
-// own, laid out so that a lane owns whole blocks (fewer instructions per element, the same arithmetic):
-// qf_row2_kernel. (A column-wise H16 kernel laid out the same way ran slower than the patch kernel:
-// results/README.md, "A column-wise kernel laid out like qf_row2_kernel".) On the FP8 path, row-wise copies
+// Fake copies in 1D blocks with a 16-point Hadamard or none have kernels of their own, laid out so that a lane
+// owns whole blocks (and whole rotation groups: no shuffle; fewer instructions per element, the same
+// arithmetic): row-wise qf_row2_kernel (nvfp4's fprop X and dgrad dY, ufp4's), column-wise 1x16
+// qf_colfake_kernel (nvfp4's wgrad X and dY, ufp4's), which stages its tiles through shared memory with
+// cp.async (a first column kernel of this layout that loaded into registers ran slower than the patch kernel:
+// results/README.md, "A column-wise kernel laid out like qf_row2_kernel"). On the FP8 path, row-wise copies
 // in 1D blocks without a Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the
 // column-wise ones by qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block
 // copies of either axis, both copies of a pair (mxfp4-2d's dY) from one read.
@@ -1111,9 +1113,12 @@ __device__ __forceinline__ void qf_row2_load(const uint16_t* src, int64_t ld, bo
 // One row pair: rows r, r + 1 (r even) at dst, dst + ld_fake. pm: this pair's first SR draw (times
 // QF_RNG_MUL): the lane's 8 column pairs are 8 consecutive draws, each giving row r its low 32 bits and
 // row r + 1 its high ones (qf_rng_row).
-template <bool SR>
+// H = 16: the row's 16 values are one rotation group (qf_apply_axis1<16>'s arithmetic: the sign flips smask, the
+// butterflies of hadamard_f32_n in the same order, here all within the lane, the scale, and the block amax of the
+// rounded values), then the fast path's rounding to BF16 (cvt.rn.bf16x2) or the reference's.
+template <int H, bool SR>
 __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair& b, uint16_t* dst, bool ok0, bool ok1,
-                                             const QFBlockRule& R, uint64_t pm) {
+                                             const QFBlockRule& R, uint64_t pm, const uint32_t (&smask)[8]) {
     uint64_t w64[8];
     if (SR) {
 #pragma unroll
@@ -1123,10 +1128,22 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
     for (int k = 0; k < 2; k++) {
         const uint32_t w[8] = {b.v[k][0].x, b.v[k][0].y, b.v[k][0].z, b.v[k][0].w,
                                b.v[k][1].x, b.v[k][1].y, b.v[k][1].z, b.v[k][1].w};
-        uint32_t m2 = 0;
+        float y[16];   // H: the rotated values
+        uint32_t m;
+        if constexpr (H == 16) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) m2 = qf_vmax(m2, w[i] & 0x7FFF7FFFu);
-        uint32_t m = qf_hmax(m2);
+            for (int i = 0; i < 8; i++) { const uint32_t x = w[i] ^ smask[i]; y[2 * i] = qf_lo(x); y[2 * i + 1] = qf_hi(x); }
+            qf_butterfly<16>(y);
+            uint32_t ml = 0;
+#pragma unroll
+            for (int j = 0; j < 16; j++) { y[j] = QF_MUL(y[j], T.hscale); ml = qf_max(ml, qf_absbits(y[j])); }
+            m = qf_rmax(ml, y);
+        } else {
+            uint32_t m2 = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) m2 = qf_vmax(m2, w[i] & 0x7FFF7FFFu);
+            m = qf_hmax(m2);
+        }
         if (T.bl == 32) m = qf_shfl_max(m, 1);   // the block's other 16 columns
         const QuantBlockScale bs = qf_block_scale(T, R, m);
         uint32_t rnd[8];
@@ -1134,11 +1151,14 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
         for (int i = 0; i < 8; i++) rnd[i] = SR ? qf_rng_row(w64[i], k) : 0u;
         uint32_t o[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         if (m < 0x7F800000u && !T.ref_elems) {
-            qf_fast_words<SR>(T.g, w, bs, rnd, o);
+            uint32_t vw[8];
+#pragma unroll
+            for (int i = 0; i < 8; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[i];
+            qf_fast_words<SR>(T.g, vw, bs, rnd, o);
         } else {   // rare: a block holding inf / NaN (rolled: the reference code once)
 #pragma unroll 1
             for (int i = 0; i < 8; i++) {
-                const uint32_t x = qf_pick(w, i);
+                const uint32_t x = H ? qf_cvt2_ref(qf_pick(y, 2 * i), qf_pick(y, 2 * i + 1)) : qf_pick(w, i);
                 const uint32_t ow = qf_slow_pair(T.p, qf_lo(x), qf_hi(x), bs, bs, SR, qf_pick(rnd, i));
 #pragma unroll
                 for (int j = 0; j < 8; j++) o[j] = j == i ? ow : o[j];
@@ -1152,10 +1172,15 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
     }
 }
 
-template <bool SR>
+template <int H, bool SR>
 __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_constant__ QFArgs A, int64_t tiles_c) {
+    static_assert(H == 0 || H == 16, "a rotation group is a lane's 16 columns");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const QFTarget& T = A.t[0];
+    uint32_t smask[8];   // H: the sign flips of columns 2i, 2i + 1 of a group (qf_row_signs)
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        smask[i] = H ? ((T.hsigns >> (2 * i)) & 1u ? 0x8000u : 0u) | ((T.hsigns >> (2 * i + 1)) & 1u ? 0x80000000u : 0u) : 0u;
     const QFBlockRule R = qf_block_rule(T, *T.amax);
     if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
     const uint32_t t = blockIdx.x * QF_WARPS + warp;
@@ -1177,10 +1202,10 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 #pragma unroll 1
     for (int r = 0; r < QF_ROWS; r += 4) {   // rows r, r + 1 from a; r + 2, r + 3 from b
         qf_row2_load(src + (r + 2) * A.ld, A.ld, cv && r + 2 < nr, cv && r + 3 < nr, b);
-        qf_row2_pair<SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm);
+        qf_row2_pair<H, SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm, smask);
         pm += pstep;
         if (r + 4 < QF_ROWS) qf_row2_load(src + (r + 4) * A.ld, A.ld, cv && r + 4 < nr, cv && r + 5 < nr, a);
-        qf_row2_pair<SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm);
+        qf_row2_pair<H, SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm, smask);
         pm += pstep;
     }
 }
@@ -1635,6 +1660,37 @@ __device__ __forceinline__ void qf_cp_async16(uint32_t dst, const void* src, int
 __device__ __forceinline__ void qf_cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// The shared-memory column kernels' copies of their tiles (TR rows x 256 columns, QF_CF_ROW bytes a row) into
+// the stages, tile k of the CTA being rows (blockIdx.y + k gridDim.y) TR + [0, TR): a thread copies the 16-byte
+// pieces of rows threadIdx.x / 32 + 4 j (j < TR / 4), columns c0 + 8 (threadIdx.x % 32) + [0, 8); columns past
+// the edge are zero-filled (a copy of 0 bytes). The source address moves on by one tile per issue (the tiles
+// are issued in order), so that no issue computes a 64-bit row offset.
+#define QF_CF_ROW (QF_WARPS * QF_CF_COLS * 2)
+typedef struct {
+    const uint16_t* src;   // the thread's first piece of the next tile issued
+    int64_t ld4, step;     // elements from a piece to the next (4 rows), and to the next tile's first
+    uint32_t dst;          // shared address of the thread's first piece in stage 0
+    int bytes;             // 16, or 0 past the edge
+} QFTileCopy;
+template <int TR>
+__device__ __forceinline__ QFTileCopy qf_cf_copy(const QFArgs& A, int64_t c0, uint32_t sbase) {
+    QFTileCopy q;
+    const int row = threadIdx.x >> 5, piece = threadIdx.x & 31;
+    const int64_t col = c0 + piece * 8;
+    const bool ok = col < A.cols;
+    q.src = ok ? A.in + ((int64_t)blockIdx.y * TR + row) * A.ld + col : A.in;
+    q.ld4 = ok ? 4 * A.ld : 0;
+    q.step = ok ? (int64_t)gridDim.y * TR * A.ld : 0;
+    q.dst = sbase + (uint32_t)(row * QF_CF_ROW + piece * 16);
+    q.bytes = ok ? 16 : 0;
+    return q;
+}
+template <int TR>
+__device__ __forceinline__ void qf_cf_issue(QFTileCopy& q, uint32_t stage_bytes) {
+#pragma unroll
+    for (int j = 0; j < TR / 4; j++) qf_cp_async16(q.dst + stage_bytes + j * 4 * QF_CF_ROW, q.src + j * q.ld4, q.bytes);
+    q.src += q.step;
+}
 
 // TWO_D (BL = 32): 32 x 32 blocks, whose amax a lane takes over its 16-lane half of the warp (32 columns), and
 // the row-wise copy A.t[0] too where it has one (A.t[0].fp8), from the same tile: each copy of mxfp4-2d's dY
@@ -1643,7 +1699,7 @@ __device__ __forceinline__ void qf_cp_async_wait(void) { asm volatile("cp.async.
 template <int BL, bool SR, bool TWO_D>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
-    constexpr int ROW = QF_WARPS * QF_CF_COLS * 2, TILE = BL * ROW;   // bytes of a tile's row, of a tile
+    constexpr int ROW = QF_CF_ROW, TILE = BL * ROW;   // bytes of a tile's row, of a tile
     static_assert(!TWO_D || BL == 32, "2D blocks: 32 x 32");
     const QFTarget& T = A.t[1];
     const QFTarget& R = A.t[0];   // TWO_D: the row-wise copy
@@ -1663,25 +1719,12 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
         T.fold_scale[c] = fp8_fold_scale(olo_off);
         T.fold_scale[c + 1] = fp8_fold_scale(ohi_off);
     }
-    // the CTA's row blocks: blockIdx.y + k gridDim.y, k < nt; tile k goes to stage k % QF_CF_STAGES, each
-    // thread copying BL / 4 of its 16-byte pieces (piece i: row i / 32, columns c0 + 8 (i % 32)); columns
-    // past the edge are zero-filled (a copy of 0 bytes)
+    // the CTA's row blocks: blockIdx.y + k gridDim.y, k < nt; tile k goes to stage k % QF_CF_STAGES (qf_cf_copy)
     const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(qf_cf_tiles);
+    QFTileCopy cp = qf_cf_copy<BL>(A, c0, (uint32_t)__cvta_generic_to_shared(qf_cf_tiles));
     auto issue = [&](int64_t k) {
-        if (k < nt) {
-            const int64_t r0 = ((int64_t)blockIdx.y + k * gridDim.y) * BL;
-            const uint32_t st = sbase + (uint32_t)(k % QF_CF_STAGES) * TILE;
-#pragma unroll
-            for (int j = 0; j < BL / 4; j++) {
-                const int i = j * QF_THREADS + threadIdx.x, row = i >> 5, piece = i & 31;
-                const int64_t col = c0 + piece * 8;
-                const bool ok = col < A.cols;
-                const void* src = ok ? (const void*)(A.in + (r0 + row) * A.ld + col) : (const void*)A.in;
-                qf_cp_async16(st + row * ROW + piece * 16, src, ok ? 16 : 0);
-            }
-        }
+        if (k < nt) qf_cf_issue<BL>(cp, (uint32_t)(k % QF_CF_STAGES) * TILE);
         qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
     };
 #pragma unroll
@@ -1719,6 +1762,125 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
     }
     if (do_col) qf_count_below(T, below);
     if (do_row) qf_count_below(R, below_r);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Column-wise fake copies in 1x16 blocks, after a 16-point Hadamard down the columns or with none (nvfp4's
+// wgrad copies of X and dY, nvfp4-naive's and ufp4's): the apply pass of qf_apply_axis0<H, SR, QF_OUT_FAKE>
+// laid out as qf_colfold_kernel, the same bytes. A CTA takes 256 columns and walks 16-row tiles gridDim.y
+// apart, QF_CK_STAGES of them in flight through shared memory (cp.async); a lane owns two adjacent columns of
+// a tile (one word per row), so a column's rotation group and its block are the lane's 16 values: no shuffle,
+// and no rotation of a register patch (~2 moves per element in the patch kernel). The eighth session's kernel
+// of this layout loaded its rows into registers and lost to the patch kernel for want of bytes in flight
+// (results/README, "A column-wise kernel laid out like qf_row2_kernel"); the stages here are its cure, as they
+// were the FP8 column kernel's. Each row's word goes out as one 4-byte store (a warp's store: 128 whole bytes
+// of the row). test_quant_fast and test_quant_gpu_cpu check it bit for bit (the trainer's configurations go
+// through it: qf_colfake_ok).
+#ifndef QF_CK_STAGES
+#define QF_CK_STAGES 8     // 16-row tiles in flight per CTA (8 KB each)
+#endif
+#ifndef QF_CK_MIN_CTAS
+#define QF_CK_MIN_CTAS 3   // CTAs per SM the registers are budgeted for (shared memory: 3 at 8 stages)
+#endif
+
+// A pair of rows' words (x: the BF16 pair, rotated and rounded where there is a rotation) of a block pair the
+// fast path does not take: the reference elements. Not inlined (the rare path, kept out of the unrolled loop).
+__device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, QuantBlockScale blo, QuantBlockScale bhi,
+                                            uint32_t rnd) {
+    return qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, T.sr, rnd);
+}
+
+template <int H, bool SR>
+__global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
+    static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
+    static_assert((QF_CK_STAGES & (QF_CK_STAGES - 1)) == 0, "stages: a power of two");
+    extern __shared__ uint4 qf_ck_tiles[];   // [QF_CK_STAGES][16 rows][256 columns] BF16
+    constexpr int TILE = 16 * QF_CF_ROW;
+    const QFTarget& T = A.t[1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const QFBlockRule R = qf_block_rule(T, *T.amax);
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
+    const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
+    const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
+    const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither
+    const int64_t nrb = A.rows / 16;
+    const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
+    const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
+    uint32_t smask[16];   // the rotation's sign flip of row r of a group, on both halves of a word (qf_col_signs)
+#pragma unroll
+    for (int r = 0; r < 16; r++) smask[r] = H && ((T.hsigns >> r) & 1u) ? 0x80008000u : 0u;
+    QFTileCopy cp = qf_cf_copy<16>(A, c0, (uint32_t)__cvta_generic_to_shared(qf_ck_tiles));
+    auto issue = [&](int64_t k) {
+        if (k < nt) qf_cf_issue<16>(cp, (uint32_t)(k & (QF_CK_STAGES - 1)) * TILE);
+        qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
+    };
+#pragma unroll
+    for (int k = 0; k < QF_CK_STAGES - 1; k++) issue(k);
+    for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
+        qf_cp_async_wait<QF_CK_STAGES - 2>();   // this thread's pieces of tile k are in
+        __syncthreads();                        // everyone's; and tile k - 1, whose stage is refilled next, is done
+        issue(k + QF_CK_STAGES - 1);
+        const uint32_t* t = (const uint32_t*)((const char*)qf_ck_tiles + (k & (QF_CK_STAGES - 1)) * TILE) + warp * 32 + lane;
+        uint32_t v[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) v[r] = t[r * (QF_CF_ROW / 4)];
+        const int64_t r0 = ((int64_t)blockIdx.y + k * gridDim.y) * 16;
+        // the block maxima of columns c and c + 1 (as qf_apply_axis0: of the rotated values, BF16-rounded)
+        float lo[16], hi[16];   // H: the rotated values
+        uint32_t mlo, mhi;
+        if constexpr (H == 16) {
+#pragma unroll
+            for (int r = 0; r < 16; r++) { const uint32_t x = v[r] ^ smask[r]; lo[r] = qf_lo(x); hi[r] = qf_hi(x); }
+            qf_butterfly<16>(lo);
+            qf_butterfly<16>(hi);
+            uint32_t ml = 0, mh = 0;
+#pragma unroll
+            for (int r = 0; r < 16; r++) {
+                lo[r] = QF_MUL(lo[r], T.hscale);
+                hi[r] = QF_MUL(hi[r], T.hscale);
+                ml = qf_max(ml, qf_absbits(lo[r]));
+                mh = qf_max(mh, qf_absbits(hi[r]));
+            }
+            mlo = qf_rmax(ml, lo);
+            mhi = qf_rmax(mh, hi);
+        } else {
+            uint32_t m2 = 0;
+#pragma unroll
+            for (int r = 0; r < 16; r++) m2 = qf_vmax(m2, v[r] & 0x7FFF7FFFu);
+            mlo = m2 << 16;
+            mhi = m2 & 0xFFFF0000u;
+        }
+        const QuantBlockScale blo = qf_block_scale(T, R, mlo), bhi = qf_block_scale(T, R, mhi);
+        // SR: rows 2j, 2j + 1 of columns c, c + 1 are sr_bits16's square (r0 / 2 + j, c / 2)
+        uint64_t pm = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
+        uint32_t* d = (uint32_t*)(T.fake + r0 * T.ld_fake + c);   // row r's word; moves down a row per store
+        const int64_t ldw = T.ld_fake >> 1;                        // (ld_fake % 8 == 0)
+        // the rows, with the block pair's path (fast, or a block holding inf / NaN) chosen once for all of them
+        auto rows = [&](auto fast_path) {
+            constexpr bool F = decltype(fast_path)::value;
+#pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                uint32_t rnd[2] = {0u, 0u};
+                if (SR) {   // (pm moves down a row pair per draw)
+                    const uint64_t w64 = qf_rng64(T.key, pm);
+                    pm += pstep;
+                    rnd[0] = qf_rng_row(w64, 0);
+                    rnd[1] = qf_rng_row(w64, 1);
+                }
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    uint32_t x = v[r + j];   // the fast path's rounding of the rotated pair, or the reference's
+                    if constexpr (H == 16) x = F ? qf_cvt2(lo[r + j], hi[r + j]) : qf_cvt2_ref(lo[r + j], hi[r + j]);
+                    const uint32_t o = F ? qf_fast_pair<SR>(T.g, qf_lo(x), qf_hi(x), x, blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd[j])
+                                         : qf_ck_slow(T, x, blo, bhi, rnd[j]);
+                    if (cv) *d = o;
+                    d += ldw;
+                }
+            }
+        };
+        if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{});
+        else rows(std::false_type{});
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1904,19 +2066,31 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 
-// LLMC_QF_PATCH=1 in the environment: the patch kernel (qf_apply_kernel) for the copies qf_row2_kernel makes,
-// and the two passes (amax, then the patch kernel) for those qf_rowfold_kernel makes: the same numbers more
+// LLMC_QF_PATCH=1 in the environment: the patch kernel (qf_apply_kernel) for the copies qf_row2_kernel,
+// qf_colfake_kernel and the FP8 column kernel make, and the two passes (amax, then the patch kernel) for those
+// qf_rowfold_kernel makes: the same numbers more
 // slowly, for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
 // dev/bench/check_quant_gpu.sh).
 static inline int qf_patch_only(void) {
     static const int on = env_flag("LLMC_QF_PATCH");
     return on;
 }
+// qf_row2_kernel takes the row-wise target of L when it is a fake copy in 1D blocks with a 16-point Hadamard
+// or none whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
+static inline int qf_row2_ok(const QFLaunch& L) {
+    const QFTarget& t = L.a.t[0];
+    return (L.ha == 0 || L.ha == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden && t.p.scale != QSCALE_E4M3_4O6 &&
+           !qf_patch_only();
+}
 static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
     const int64_t tiles_c = ceil_div(L.a.cols, QF_ROW2_TILE_C);
     const unsigned blocks = (unsigned)ceil_div(tiles_c * ceil_div(L.a.rows, QF_TILE_R), QF_WARPS);
-    if (L.a.t[0].sr) qf_row2_kernel<true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
-    else qf_row2_kernel<false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    const bool sr = L.a.t[0].sr;
+    if (L.ha == 16) {
+        if (sr) qf_row2_kernel<16, true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+        else qf_row2_kernel<16, false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    } else if (sr) qf_row2_kernel<0, true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    else qf_row2_kernel<0, false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
     cuda_check_last();
 }
 
@@ -1958,22 +2132,51 @@ static inline void qf_launch_rowfold(const QFLaunch& L, cudaStream_t s) {
 static inline int qf_colfold_ok(const QFLaunch& L) {
     return L.hb == 0 && qf_fold_kernel_target(L.a.t[1], 1) && !qf_patch_only();   // (block_l is 16 or 32: qf_target_ok)
 }
-// A grid that fits at once (so that no CTA waits for a second wave), with each CTA taking at least 4 row
-// blocks where the rows allow (its cp.async pipeline full).
+// The grid of the shared-memory column kernels (CTAs of 256 columns walking tiles of tr rows): one that fits at
+// once (cap CTAs, so that no CTA waits for a second wave), with each CTA taking at least min_tiles tiles where
+// the rows allow (its cp.async pipeline full).
+static inline dim3 qf_cf_grid(const QFLaunch& L, int tr, int min_tiles, int64_t cap) {
+    const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / tr;
+    int64_t by = ceil_div(nrb, (int64_t)min_tiles);
+    if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
+    if (by > 65535) by = 65535;
+    return dim3((unsigned)bx, (unsigned)by);
+}
 template <int BL, bool SR, bool TWO_D = false>
 static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (and the shared memory opt-in: per process, which drives one GPU, as qf_num_sms)
-    const size_t smem = (size_t)QF_CF_STAGES * BL * QF_WARPS * QF_CF_COLS * 2;
+    const size_t smem = (size_t)QF_CF_STAGES * BL * QF_CF_ROW;
     if (!per_sm && smem > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(qf_colfold_kernel<BL, SR, TWO_D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const int64_t cap = qf_resident_ctas(qf_colfold_kernel<BL, SR, TWO_D>, smem, &per_sm);
-    const int64_t bx = ceil_div(L.a.cols, (int64_t)QF_WARPS * QF_CF_COLS), nrb = L.a.rows / BL;
-    int64_t by = ceil_div(nrb, (int64_t)4);
-    if (by * bx > cap) by = cap / bx > 0 ? cap / bx : 1;
-    if (by > 65535) by = 65535;
-    qf_colfold_kernel<BL, SR, TWO_D><<<dim3((unsigned)bx, (unsigned)by), QF_THREADS, smem, s>>>(L.a);
+    const dim3 grid = qf_cf_grid(L, BL, 4, qf_resident_ctas(qf_colfold_kernel<BL, SR, TWO_D>, smem, &per_sm));
+    qf_colfold_kernel<BL, SR, TWO_D><<<grid, QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
+
+// The column-wise fake kernel (qf_colfake_kernel) takes the column-wise target of L when it is a fake copy in 1x16
+// blocks, with a 16-point Hadamard or none, whose blocks take the fast path (not the fp8 grid's reference
+// elements) and whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
+static inline int qf_colfake_ok(const QFLaunch& L) {
+    const QFTarget& t = L.a.t[1];
+    return (L.hb == 0 || L.hb == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && t.bl == 16 && !t.ref_elems &&
+           !t.eden && t.p.scale != QSCALE_E4M3_4O6 && L.a.rows % 16 == 0 && !qf_patch_only();
+}
+template <int H, bool SR>
+static inline void qf_launch_colfake_n(const QFLaunch& L, cudaStream_t s) {
+    static int per_sm = 0;   // (as qf_launch_colfold_n's)
+    const size_t smem = (size_t)QF_CK_STAGES * 16 * QF_CF_ROW;   // 64 KB at 8 stages
+    if (!per_sm) cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid = qf_cf_grid(L, 16, QF_CK_STAGES, qf_resident_ctas(qf_colfake_kernel<H, SR>, smem, &per_sm));
+    qf_colfake_kernel<H, SR><<<grid, QF_THREADS, smem, s>>>(L.a);
+    cuda_check_last();
+}
+static inline void qf_launch_colfake(const QFLaunch& L, cudaStream_t s) {
+    const bool sr = L.a.t[1].sr;
+    if (L.hb == 16) { if (sr) qf_launch_colfake_n<16, true>(L, s); else qf_launch_colfake_n<16, false>(L, s); }
+    else if (sr) qf_launch_colfake_n<0, true>(L, s);
+    else qf_launch_colfake_n<0, false>(L, s);
+}
+
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
     const QFTarget& T = L.a.t[1];
     if (T.bl == 32 && T.sr) qf_launch_colfold_n<32, true>(L, s);
@@ -2041,14 +2244,15 @@ static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
     const int f2d = OUT == QF_OUT_FP8 ? qf_fold2d(L) : 0;
     if (f2d) qf_launch_fold2d(L, f2d, s);
     if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0]) && !(f2d & 1)) {
-        if (L.ha == 0 && OUT == QF_OUT_FAKE && L.a.t[0].bw == 1 && !qf_patch_only()) qf_launch_row2(L, s);
+        if (OUT == QF_OUT_FAKE && qf_row2_ok(L)) qf_launch_row2(L, s);
         else if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
     if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1]) && !(f2d & 2)) {
-        if (L.hb == 0 && OUT == QF_OUT_FP8 && qf_colfold_ok(L)) qf_launch_colfold(L, s);
+        if (OUT == QF_OUT_FAKE && qf_colfake_ok(L)) qf_launch_colfake(L, s);
+        else if (L.hb == 0 && OUT == QF_OUT_FP8 && qf_colfold_ok(L)) qf_launch_colfold(L, s);
         else if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
         else if (L.hb == QF_HSMALL) qf_launch_apply<-1, QF_HSMALL, OUT>(L, s);
         else if (L.hb == 16) qf_launch_apply<-1, 16, OUT>(L, s);

@@ -734,6 +734,27 @@ int main(int argc, char** argv) {
               quant_fast_supported(&tp, 1, 32, 64, 64) && !quant_fast_supported(&tp8, 1, 32, 64, 64),
               "quant_fast_supported: must take mxfp8 and mxfp4 fake copies and mxfp4 packed ones, refuse mxfp8 packed");
     }
+    {   // which copies the kernels laid out for whole blocks per lane make: qf_row2_kernel the row-wise fake 1D ones
+        // (qf_row2_ok), qf_colfake_kernel the column-wise fake 1x16 ones (qf_colfake_ok), each with H16 or no
+        // Hadamard, so gpu_checks' cases compare them with the reference kernels; launches that only ask
+        struct { const char* spec; int row, col; } ck[] = {
+            {"nvfp4,h16,fixed", 1, 1}, {"nvfp4,sr,h16,fixed", 1, 1}, {"nvfp4", 1, 1}, {"nvfp4,sr", 1, 1},
+            {"int4,sr,h16,seed=1", 1, 1}, {"e1m2,1x16,e8m0ceil,sr,h16,plain", 1, 1}, {"mxfp4", 1, 0}, {"mxfp4,h16", 1, 0},
+            {"nvfp4-2d", 0, 0}, {"nvfp4,h32", 0, 0}, {"nvfp4,h8", 0, 0}, {"nvfp4,sr,h4", 0, 0}, {"nvfp4,4o6", 0, 0},
+            {"fp8,1x16,e4m3,rne,h0", 1, 0}};
+        int bad = 0;
+        for (auto& c : ck)
+            for (int axis = 0; axis < 2; axis++) {
+                const QuantParams p = parse(c.spec);
+                const QuantTarget t = quant_target_fake(&p, axis, 1, (floatX*)4096, 384, (float*)16, (float*)32);
+                const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
+                const int got = axis ? qf_row2_ok(L) : qf_colfake_ok(L), want = (axis ? c.row : c.col) && !qf_patch_only();
+                if (got != want && bad++ < 3)
+                    printf("  %s(%s) = %d, want %d\n", axis ? "qf_row2_ok" : "qf_colfake_ok", c.spec, got, want);
+            }
+        CHECK(bad == 0, "the whole-block kernels must take exactly the fake 1D copies they make (row-wise: H16 or none; "
+                        "column-wise: 1x16, H16 or none)");
+    }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
         return test_summary("quant_fast");
