@@ -31,9 +31,10 @@
 // are a column of the thread's 16 rows (L=16) or of two lanes rg = 0, 1 (L=32, H32: shuffle xor 16).
 // 2D tiles: the thread's 16 x 8 patch plus lanes xor 1 (16x16) or xor 1, 2, 16 (32x32).
 // Fake copies in 1D blocks with a 16-point Hadamard or none have kernels of their own, laid out so that a lane
-// owns whole blocks (and whole rotation groups: no shuffle; fewer instructions per element, the same
-// arithmetic): row-wise qf_row2_kernel (nvfp4's fprop X and dgrad dY, ufp4's), column-wise 1x16
-// qf_colfake_kernel (nvfp4's wgrad X and dY, ufp4's), which stages its tiles through shared memory with
+// owns whole rotation groups and whole 16-element blocks (no shuffle but the two lanes of a 1x32 row block's
+// maxima; fewer instructions per element, the same arithmetic): row-wise qf_row2_kernel (nvfp4's fprop X and
+// dgrad dY, ufp4's), column-wise in 1x16 blocks qf_colfake_kernel (nvfp4's wgrad X and dY, ufp4's; 1x32 column
+// copies stay on the patch kernel), which stages its tiles through shared memory with
 // cp.async (a first column kernel of this layout that loaded into registers ran slower than the patch kernel:
 // results/README.md, "A column-wise kernel laid out like qf_row2_kernel"). On the FP8 path, row-wise copies
 // in 1D blocks without a Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the
@@ -1083,9 +1084,9 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Row-wise fake copies without a Hadamard, 1D blocks (nvfp4's fprop X and dgrad dY, mxfp4's rows): the
-// arithmetic of qf_apply_axis1<0, SR, QF_OUT_FAKE> (same block amax, scale, SR draws and elements), laid
-// out for fewer instructions per element. The patch kernel gives a lane 8 columns of 16 rows, so both
+// Row-wise fake copies in 1D blocks, with a 16-point Hadamard or none (nvfp4's fprop X and dgrad dY, ufp4's,
+// mxfp4's rows on the emulated path): the arithmetic of qf_apply_axis1<H, SR, QF_OUT_FAKE> (same rotation, block
+// amax, scale, SR draws and elements), laid out for fewer instructions per element. The patch kernel gives a lane 8 columns of 16 rows, so both
 // lanes of a 16-element block compute its scale (and trade maxima by shuffle), and its rolled row loop
 // rotates the 64-register patch (~4.6 register moves per element in its SASS; results/README). Here a lane
 // owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one row pair at a time (a pair
@@ -1768,16 +1769,16 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
 // Column-wise fake copies in 1x16 blocks, after a 16-point Hadamard down the columns or with none (nvfp4's
 // wgrad copies of X and dY, nvfp4-naive's and ufp4's): the apply pass of qf_apply_axis0<H, SR, QF_OUT_FAKE>
 // laid out as qf_colfold_kernel, the same bytes. A CTA takes 256 columns and walks 16-row tiles gridDim.y
-// apart, QF_CK_STAGES of them in flight through shared memory (cp.async); a lane owns two adjacent columns of
-// a tile (one word per row), so a column's rotation group and its block are the lane's 16 values: no shuffle,
-// and no rotation of a register patch (~2 moves per element in the patch kernel). The eighth session's kernel
-// of this layout loaded its rows into registers and lost to the patch kernel for want of bytes in flight
-// (results/README, "A column-wise kernel laid out like qf_row2_kernel"); the stages here are its cure, as they
-// were the FP8 column kernel's. Each row's word goes out as one 4-byte store (a warp's store: 128 whole bytes
-// of the row). test_quant_fast and test_quant_gpu_cpu check it bit for bit (the trainer's configurations go
-// through it: qf_colfake_ok).
+// apart through QF_CK_STAGES shared-memory stages (cp.async, all but one loading); a lane owns two adjacent
+// columns of a tile (one word per row), so a column's rotation group and its block are the lane's 16 values:
+// no shuffle, and no rotation of a register patch (~2 moves per element in the patch kernel). The eighth
+// session's kernel of this layout loaded its rows into registers and lost to the patch kernel for want of
+// bytes in flight (results/README, "A column-wise kernel laid out like qf_row2_kernel"); the stages here are
+// its cure, as they were the FP8 column kernel's. Each row's word goes out as one 4-byte store (a warp's
+// store: 128 whole bytes of the row). test_quant_fast and test_quant_gpu_cpu check it bit for bit (the
+// trainer's configurations go through it: qf_colfake_ok).
 #ifndef QF_CK_STAGES
-#define QF_CK_STAGES 8     // 16-row tiles in flight per CTA (8 KB each)
+#define QF_CK_STAGES 8     // 16-row tile stages per CTA (8 KB each): 7 loading while one is read
 #endif
 #ifndef QF_CK_MIN_CTAS
 #define QF_CK_MIN_CTAS 3   // CTAs per SM the registers are budgeted for (shared memory: 3 at 8 stages)
@@ -2154,8 +2155,9 @@ static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
 }
 
 // The column-wise fake kernel (qf_colfake_kernel) takes the column-wise target of L when it is a fake copy in 1x16
-// blocks, with a 16-point Hadamard or none, whose blocks take the fast path (not the fp8 grid's reference
-// elements) and whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
+// blocks, with a 16-point Hadamard or none, on a 4-bit grid (not the fp8 grid, whose every block takes the
+// reference elements; a block holding inf or NaN takes them in the kernel too) and whose rule is not
+// quant_group.cuh's; not under LLMC_QF_PATCH=1.
 static inline int qf_colfake_ok(const QFLaunch& L) {
     const QFTarget& t = L.a.t[1];
     return (L.hb == 0 || L.hb == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && t.bl == 16 && !t.ref_elems &&

@@ -736,7 +736,8 @@ int main(int argc, char** argv) {
     }
     {   // which copies the kernels laid out for whole blocks per lane make: qf_row2_kernel the row-wise fake 1D ones
         // (qf_row2_ok), qf_colfake_kernel the column-wise fake 1x16 ones (qf_colfake_ok), each with H16 or no
-        // Hadamard, so gpu_checks' cases compare them with the reference kernels; launches that only ask
+        // Hadamard, so gpu_checks' cases compare them with the reference kernels. The launches only ask: their
+        // pointers are placeholders, never dereferenced (qf_prepare and the *_ok tests read the form and shape).
         struct { const char* spec; int row, col; } ck[] = {
             {"nvfp4,h16,fixed", 1, 1}, {"nvfp4,sr,h16,fixed", 1, 1}, {"nvfp4", 1, 1}, {"nvfp4,sr", 1, 1},
             {"int4,sr,h16,seed=1", 1, 1}, {"e1m2,1x16,e8m0ceil,sr,h16,plain", 1, 1}, {"mxfp4", 1, 0}, {"mxfp4,h16", 1, 0},
@@ -752,6 +753,12 @@ int main(int argc, char** argv) {
                 if (got != want && bad++ < 3)
                     printf("  %s(%s) = %d, want %d\n", axis ? "qf_row2_ok" : "qf_colfake_ok", c.spec, got, want);
             }
+        for (int axis = 0; axis < 2; axis++) {   // packed copies (Blackwell's) are the patch kernel's
+            const QuantParams p = parse("nvfp4,h16,fixed");
+            const QuantTarget t = quant_target_packed(&p, axis, 1, (uint8_t*)4096, (uint8_t*)65536, (float*)16, (float*)32);
+            const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
+            if ((axis ? qf_row2_ok(L) : qf_colfake_ok(L)) && bad++ < 3) printf("  packed copy on axis %d taken\n", axis);
+        }
         CHECK(bad == 0, "the whole-block kernels must take exactly the fake 1D copies they make (row-wise: H16 or none; "
                         "column-wise: 1x16, H16 or none)");
     }
