@@ -34,12 +34,12 @@
 // owns whole rotation groups and whole 16-element blocks (no shuffle but the two lanes of a 1x32 row block's
 // maxima; fewer instructions per element, the same arithmetic): row-wise qf_row2_kernel (nvfp4's fprop X and
 // dgrad dY, ufp4's), column-wise in 1x16 blocks qf_colfake_kernel (nvfp4's wgrad X and dY, ufp4's; 1x32 column
-// copies stay on the patch kernel), which stages its tiles through shared memory with
-// cp.async (a first column kernel of this layout that loaded into registers ran slower than the patch kernel:
-// results/README.md, "A column-wise kernel laid out like qf_row2_kernel"). On the FP8 path, row-wise copies
-// in 1D blocks without a Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the
-// column-wise ones by qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block
-// copies of either axis, both copies of a pair (mxfp4-2d's dY) from one read.
+// copies stay on the patch kernel), which stages its tiles through shared memory with cp.async (a first column
+// kernel of this layout that loaded into registers ran slower than the patch kernel: results/README.md, "A
+// column-wise kernel laid out like qf_row2_kernel"). On the FP8 path, row-wise copies in 1D blocks without a
+// Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the column-wise ones by
+// qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block copies of either
+// axis, both copies of a pair (mxfp4-2d's dY) from one read.
 //
 // Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
@@ -1085,16 +1085,16 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 
 // ---------------------------------------------------------------------------------------------------
 // Row-wise fake copies in 1D blocks, with a 16-point Hadamard or none (nvfp4's fprop X and dgrad dY, ufp4's,
-// mxfp4's rows on the emulated path): the arithmetic of qf_apply_axis1<H, SR, QF_OUT_FAKE> (same rotation, block
-// amax, scale, SR draws and elements), laid out for fewer instructions per element. The patch kernel gives a lane 8 columns of 16 rows, so both
-// lanes of a 16-element block compute its scale (and trade maxima by shuffle), and its rolled row loop
-// rotates the 64-register patch (~4.6 register moves per element in its SASS; results/README). Here a lane
-// owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one row pair at a time (a pair
-// shares its SR draws) through two fixed buffers, the next pair's loads in flight while one pair is
-// quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16), columns
-// cg * 16 + [0, 16)). The default kernel for these copies (qf_dispatch_apply_form); bit for bit equal to the
-// reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its apply
-// ran at 227 us (RTN) and 303 us (SR) against the patch kernel's 243 and 321 (results/README, row2/).
+// mxfp4's rows on the emulated path): the arithmetic of qf_apply_axis1<H, SR, QF_OUT_FAKE> (same rotation,
+// block amax, scale, SR draws and elements), laid out for fewer instructions per element. The patch kernel
+// gives a lane 8 columns of 16 rows, so both lanes of a 16-element block compute its scale (and trade maxima
+// by shuffle), and its rolled row loop rotates the 64-register patch (~4.6 register moves per element in its
+// SASS; results/README). Here a lane owns whole blocks: 16 columns (two 16-byte loads) of 16 rows, taken one
+// row pair at a time (a pair shares its SR draws) through two fixed buffers, the next pair's loads in flight
+// while one pair is quantized. Warp tile: 32 rows x 256 columns (lane = rg * 16 + cg: rows rg * 16 + [0, 16),
+// columns cg * 16 + [0, 16)). The default kernel for these copies (qf_dispatch_apply_form); bit for bit equal
+// to the reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its
+// apply ran at 227 us (RTN) and 303 us (SR) against the patch kernel's 243 and 321 (results/README, row2/).
 #define QF_ROW2_TILE_C 256
 
 typedef struct { uint4 v[2][2]; } QFRowPair;   // [row of the pair][16-byte half of the lane's 16 columns]
@@ -2069,9 +2069,8 @@ static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
 
 // LLMC_QF_PATCH=1 in the environment: the patch kernel (qf_apply_kernel) for the copies qf_row2_kernel,
 // qf_colfake_kernel and the FP8 column kernel make, and the two passes (amax, then the patch kernel) for those
-// qf_rowfold_kernel makes: the same numbers more
-// slowly, for timing one against the other in one run (COMPARE_ENV=LLMC_QF_PATCH=1
-// dev/bench/check_quant_gpu.sh).
+// qf_rowfold_kernel makes: the same numbers more slowly, for timing one against the other in one run
+// (COMPARE_ENV=LLMC_QF_PATCH=1 dev/bench/check_quant_gpu.sh).
 static inline int qf_patch_only(void) {
     static const int on = env_flag("LLMC_QF_PATCH");
     return on;
