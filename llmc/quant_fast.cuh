@@ -41,7 +41,9 @@
 // qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block copies of either
 // axis, both copies of a pair (mxfp4-2d's dY) from one read.
 //
-// Arithmetic. Block scales: quant_block_scale() itself. Elements of a block whose amax is finite take the
+// Arithmetic. Block scales: quant_block_scale() itself, but in qf_row2_kernel and qf_colfake_kernel E4M3 ones
+// come from the hardware's E4M3 conversion and a per-CTA table of 128 (sdec, inv) pairs (qf_block_scale; the
+// same numbers, test_quant_fast checks every input). Elements of a block whose amax is finite take the
 // fast path below; any block holding inf or NaN (or rotating to it) takes the reference path
 // (grid_round_rne / grid_round_sr / bf16_bits_rne, exactly as the reference kernels).
 //   fast RNE:  |q| = min((|x| + M) - M, max), M = 2^22/2^23/2^24 by region of |x| (E2M1: [0,2), [2,4), [4,8);
@@ -449,10 +451,11 @@ __device__ __forceinline__ void qf_rot_cols(const uint32_t (&w)[QF_ROWS][4], int
     for (int r = 0; r < QF_ROWS; r++) { lo[r] = QF_MUL(lo[r], hscale); hi[r] = QF_MUL(hi[r], hscale); }
 }
 
-__device__ __forceinline__ void qf_row_signs(const QFTarget& T, int H, int cg, uint32_t (&smask)[4]) {
+template <int N>
+__device__ __forceinline__ void qf_row_signs(const QFTarget& T, int H, int cg, uint32_t (&smask)[N]) {
     const uint32_t sb = H ? T.hsigns >> ((cg * 8) & (H - 1)) : 0u;
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N; i++)
         smask[i] = (((sb >> (2 * i)) & 1u) ? 0x8000u : 0u) | (((sb >> (2 * i + 1)) & 1u) ? 0x80000000u : 0u);
 }
 
@@ -1061,26 +1064,47 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
 }
 
 // ---------------------------------------------------------------------------------------------------
-// A target's block-scale rule with its per-tensor constants computed once (the kernels below): for E4M3
-// scales quant_block_scale_e4m3_pre (the same arithmetic as quant_block_scale, whose mult and s_dec hold
-// divisions), otherwise quant_block_scale itself.
+// A target's block-scale rule with its per-tensor constants computed once (the kernels below). E4M3 scales:
+// quant_block_scale_e4m3_pre's arithmetic (mult and s_dec hold quant_block_scale's divisions) in fewer
+// instructions. Its scale byte e4m3_bits(e4m3_rne_satfinite(y)) is the hardware's RNE satfinite conversion
+// (one cvt instead of a branchy rounding and re-encoding; test_quant_fast checks the two agree on every
+// float in [0, FLT_MAX], and y = fminf(bamax * mult, FLT_MAX) lies there: bamax is a magnitude, mult > 0);
+// sdec and inv = fminf(1 / (sdec * s_dec), FLT_MAX) are functions of that byte and the tensor, so they come
+// from a 128-entry table each CTA fills once (one IEEE division per entry instead of one per block). Other
+// scales: quant_block_scale itself.
 typedef struct {
     float s_enc, mult, s_dec;
     int e4m3;
+    const float2* tab;   // E4M3: [byte] = (sdec, inv), in shared memory
 } QFBlockRule;
 
-__device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float amax) {
+// tab: 128 float2 of the CTA's shared memory; the CTA syncs before its first qf_block_scale
+__device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float amax, float2* tab) {
     QFBlockRule R;
     R.s_enc = quant_tensor_scale_enc(&T.p, amax);
     R.e4m3 = quant_scale_is_e4m3(T.p.scale) && !T.eden;
     R.mult = R.s_enc * (1.0f / T.p.grid.maxval);
     R.s_dec = 1.0f / R.s_enc;
+    R.tab = tab;
+    if (R.e4m3)
+        for (int b = threadIdx.x; b < 128; b += blockDim.x) {   // (byte 127 is E4M3's NaN: never looked up)
+            const float sdec = e4m3_value((uint8_t)b);
+            tab[b] = make_float2(sdec, fminf(1.0f / (sdec * R.s_dec), FLT_MAX));
+        }
     return R;
 }
 // m: the block amax bits
 __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, const QFBlockRule& R, uint32_t m) {
-    return R.e4m3 ? quant_block_scale_e4m3_pre(f32_from_bits(m), R.mult, R.s_dec)
-                  : quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
+    if (!R.e4m3) return quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
+    const float y = fminf(f32_from_bits(m) * R.mult, FLT_MAX);
+    const uint32_t b = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
+    const float2 e = R.tab[b];
+    QuantBlockScale bs;
+    bs.sdec = e.x;
+    bs.inv = e.y;
+    bs.bits = (uint8_t)b;
+    bs.is_nan = 0;
+    return bs;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1096,6 +1120,18 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 // to the reference kernels in test_quant_fast and test_quant_gpu_cpu, and on the H200 at 65536 x 3072 its
 // apply ran at 227 us (RTN) and 303 us (SR) against the patch kernel's 243 and 321 (results/README, row2/).
 #define QF_ROW2_TILE_C 256
+
+// A 16-point rotation group held by one lane (y: the sign-flipped values) -> rotated in place (the butterflies
+// of hadamard_f32_n in its order, then the scale, as qf_apply_axis0/1<16>); returns the block amax of the
+// rotated values as rounded to BF16 (qf_rmax). A block is the group: qf_row2_kernel's rows, qf_colfake_kernel's
+// columns.
+__device__ __forceinline__ uint32_t qf_rot16_max(float (&y)[16], float hscale) {
+    qf_butterfly<16>(y);
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 16; j++) { y[j] = QF_MUL(y[j], hscale); m = qf_max(m, qf_absbits(y[j])); }
+    return qf_rmax(m, y);
+}
 
 typedef struct { uint4 v[2][2]; } QFRowPair;   // [row of the pair][16-byte half of the lane's 16 columns]
 
@@ -1134,11 +1170,7 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
         if constexpr (H == 16) {
 #pragma unroll
             for (int i = 0; i < 8; i++) { const uint32_t x = w[i] ^ smask[i]; y[2 * i] = qf_lo(x); y[2 * i + 1] = qf_hi(x); }
-            qf_butterfly<16>(y);
-            uint32_t ml = 0;
-#pragma unroll
-            for (int j = 0; j < 16; j++) { y[j] = QF_MUL(y[j], T.hscale); ml = qf_max(ml, qf_absbits(y[j])); }
-            m = qf_rmax(ml, y);
+            m = qf_rot16_max(y, T.hscale);
         } else {
             uint32_t m2 = 0;
 #pragma unroll
@@ -1178,12 +1210,12 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
     static_assert(H == 0 || H == 16, "a rotation group is a lane's 16 columns");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const QFTarget& T = A.t[0];
-    uint32_t smask[8];   // H: the sign flips of columns 2i, 2i + 1 of a group (qf_row_signs)
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        smask[i] = H ? ((T.hsigns >> (2 * i)) & 1u ? 0x8000u : 0u) | ((T.hsigns >> (2 * i + 1)) & 1u ? 0x80000000u : 0u) : 0u;
-    const QFBlockRule R = qf_block_rule(T, *T.amax);
+    uint32_t smask[8];   // H: the sign flips of columns 2i, 2i + 1 of a group
+    qf_row_signs(T, H, 0, smask);
+    __shared__ float2 tab[128];
+    const QFBlockRule R = qf_block_rule(T, *T.amax, tab);
     if (blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
+    __syncthreads();
     const uint32_t t = blockIdx.x * QF_WARPS + warp;
     const uint32_t tr = t / (uint32_t)tiles_c, tc = t - tr * (uint32_t)tiles_c;
     const int64_t r0 = (int64_t)tr * QF_TILE_R + (lane >> 4) * QF_ROWS;
@@ -1769,7 +1801,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
 // Column-wise fake copies in 1x16 blocks, after a 16-point Hadamard down the columns or with none (nvfp4's
 // wgrad copies of X and dY, nvfp4-naive's and ufp4's): the apply pass of qf_apply_axis0<H, SR, QF_OUT_FAKE>
 // laid out as qf_colfold_kernel, the same bytes. A CTA takes 256 columns and walks 16-row tiles gridDim.y
-// apart through QF_CK_STAGES shared-memory stages (cp.async, all but one loading); a lane owns two adjacent
+// apart through qf_ck_stages<H>() shared-memory stages (cp.async, all but one loading); a lane owns two adjacent
 // columns of a tile (one word per row), so a column's rotation group and its block are the lane's 16 values:
 // no shuffle, and no rotation of a register patch (~2 moves per element in the patch kernel). The eighth
 // session's kernel of this layout loaded its rows into registers and lost to the patch kernel for want of
@@ -1777,12 +1809,20 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
 // its cure, as they were the FP8 column kernel's. Each row's word goes out as one 4-byte store (a warp's
 // store: 128 whole bytes of the row). test_quant_fast and test_quant_gpu_cpu check it bit for bit (the
 // trainer's configurations go through it: qf_colfake_ok).
+// 16-row tile stages per CTA (8 KB each), all but one loading while one is read. With the Hadamard's arithmetic
+// fewer suffice: on the H200 (65536 x 3072 and x 768), 4 stages ran the H16 copies 3-6% faster than 8 and the
+// copies without a Hadamard up to 6% slower (results/colfake/colfake_tunables.txt).
 #ifndef QF_CK_STAGES
-#define QF_CK_STAGES 8     // 16-row tile stages per CTA (8 KB each): 7 loading while one is read
+#define QF_CK_STAGES 8       // no Hadamard
+#endif
+#ifndef QF_CK_STAGES_H16
+#define QF_CK_STAGES_H16 4   // H = 16
 #endif
 #ifndef QF_CK_MIN_CTAS
 #define QF_CK_MIN_CTAS 3   // CTAs per SM the registers are budgeted for (shared memory: 3 at 8 stages)
 #endif
+template <int H>
+__host__ __device__ constexpr int qf_ck_stages() { return H ? QF_CK_STAGES_H16 : QF_CK_STAGES; }
 
 // A pair of rows' words (x: the BF16 pair, rotated and rounded where there is a rotation) of a block pair the
 // fast path does not take: the reference elements. Not inlined (the rare path, kept out of the unrolled loop).
@@ -1794,12 +1834,14 @@ __device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, Quant
 template <int H, bool SR>
 __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
     static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
-    static_assert((QF_CK_STAGES & (QF_CK_STAGES - 1)) == 0, "stages: a power of two");
-    extern __shared__ uint4 qf_ck_tiles[];   // [QF_CK_STAGES][16 rows][256 columns] BF16
+    constexpr int ST = qf_ck_stages<H>();
+    static_assert(ST >= 2 && (ST & (ST - 1)) == 0, "stages: a power of two");
+    extern __shared__ uint4 qf_ck_tiles[];   // [ST][16 rows][256 columns] BF16
     constexpr int TILE = 16 * QF_CF_ROW;
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const QFBlockRule R = qf_block_rule(T, *T.amax);
+    __shared__ float2 tab[128];   // (the main loop's first __syncthreads comes before its first use)
+    const QFBlockRule R = qf_block_rule(T, *T.amax, tab);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
     const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
     const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
@@ -1812,16 +1854,16 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
     for (int r = 0; r < 16; r++) smask[r] = H && ((T.hsigns >> r) & 1u) ? 0x80008000u : 0u;
     QFTileCopy cp = qf_cf_copy<16>(A, c0, (uint32_t)__cvta_generic_to_shared(qf_ck_tiles));
     auto issue = [&](int64_t k) {
-        if (k < nt) qf_cf_issue<16>(cp, (uint32_t)(k & (QF_CK_STAGES - 1)) * TILE);
+        if (k < nt) qf_cf_issue<16>(cp, (uint32_t)(k & (ST - 1)) * TILE);
         qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
     };
 #pragma unroll
-    for (int k = 0; k < QF_CK_STAGES - 1; k++) issue(k);
+    for (int k = 0; k < ST - 1; k++) issue(k);
     for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
-        qf_cp_async_wait<QF_CK_STAGES - 2>();   // this thread's pieces of tile k are in
-        __syncthreads();                        // everyone's; and tile k - 1, whose stage is refilled next, is done
-        issue(k + QF_CK_STAGES - 1);
-        const uint32_t* t = (const uint32_t*)((const char*)qf_ck_tiles + (k & (QF_CK_STAGES - 1)) * TILE) + warp * 32 + lane;
+        qf_cp_async_wait<ST - 2>();   // this thread's pieces of tile k are in
+        __syncthreads();              // everyone's; and tile k - 1, whose stage is refilled next, is done
+        issue(k + ST - 1);
+        const uint32_t* t = (const uint32_t*)((const char*)qf_ck_tiles + (k & (ST - 1)) * TILE) + warp * 32 + lane;
         uint32_t v[16];
 #pragma unroll
         for (int r = 0; r < 16; r++) v[r] = t[r * (QF_CF_ROW / 4)];
@@ -1832,18 +1874,8 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
         if constexpr (H == 16) {
 #pragma unroll
             for (int r = 0; r < 16; r++) { const uint32_t x = v[r] ^ smask[r]; lo[r] = qf_lo(x); hi[r] = qf_hi(x); }
-            qf_butterfly<16>(lo);
-            qf_butterfly<16>(hi);
-            uint32_t ml = 0, mh = 0;
-#pragma unroll
-            for (int r = 0; r < 16; r++) {
-                lo[r] = QF_MUL(lo[r], T.hscale);
-                hi[r] = QF_MUL(hi[r], T.hscale);
-                ml = qf_max(ml, qf_absbits(lo[r]));
-                mh = qf_max(mh, qf_absbits(hi[r]));
-            }
-            mlo = qf_rmax(ml, lo);
-            mhi = qf_rmax(mh, hi);
+            mlo = qf_rot16_max(lo, T.hscale);
+            mhi = qf_rot16_max(hi, T.hscale);
         } else {
             uint32_t m2 = 0;
 #pragma unroll
@@ -2165,9 +2197,9 @@ static inline int qf_colfake_ok(const QFLaunch& L) {
 template <int H, bool SR>
 static inline void qf_launch_colfake_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (as qf_launch_colfold_n's)
-    const size_t smem = (size_t)QF_CK_STAGES * 16 * QF_CF_ROW;   // 64 KB at 8 stages
+    const size_t smem = (size_t)qf_ck_stages<H>() * 16 * QF_CF_ROW;   // 64 KB at 8 stages
     if (!per_sm) cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid = qf_cf_grid(L, 16, QF_CK_STAGES, qf_resident_ctas(qf_colfake_kernel<H, SR>, smem, &per_sm));
+    const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR>, smem, &per_sm));
     qf_colfake_kernel<H, SR><<<grid, QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }

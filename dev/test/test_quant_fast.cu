@@ -713,6 +713,58 @@ static void gpu_element_checks(void) {
     cudaFree(dout);
 }
 
+// qf_block_scale's E4M3 path (the hardware's conversion and the per-CTA table of qf_block_rule) against
+// quant_block_scale_e4m3_pre, the reference's arithmetic, comparing bits, sdec, inv and is_nan:
+//   mult1 = 1: the rule's mult replaced by 1, so y = the block amax itself, for every float bit pattern m in
+//              [start, start + n): the conversion and the table on every y in [0, FLT_MAX], and inf and NaN;
+//   mult1 = 0: the rule as the kernels take it from a tensor amax, for m = each BF16 magnitude (<< 16) in
+//              [start, start + n).
+__global__ void block_scale_kernel(QFTarget T, float amax, int mult1, uint32_t start, uint32_t n,
+                                   unsigned long long* bad) {
+    __shared__ float2 tab[128];
+    QFBlockRule R = qf_block_rule(T, amax, tab);
+    if (mult1) R.mult = 1.0f;
+    __syncthreads();
+    unsigned long long nb = 0;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const uint32_t m = mult1 ? start + i : (start + i) << 16;
+        const QuantBlockScale g = qf_block_scale(T, R, m);
+        const QuantBlockScale w = quant_block_scale_e4m3_pre(f32_from_bits(m), R.mult, R.s_dec);
+        nb += g.bits != w.bits || f32_bits(g.sdec) != f32_bits(w.sdec) || f32_bits(g.inv) != f32_bits(w.inv) ||
+              g.is_nan != w.is_nan;
+    }
+    if (nb) atomicAdd(bad, nb);
+}
+
+static void gpu_block_scale_checks(void) {
+    unsigned long long* dbad;
+    cuda_check(cudaMalloc(&dbad, sizeof(*dbad)));
+    auto run = [&](const QFTarget& T, float amax, int mult1, uint32_t start, uint32_t n) {
+        cuda_check(cudaMemset(dbad, 0, sizeof(*dbad)));
+        block_scale_kernel<<<1024, 256>>>(T, amax, mult1, start, n, dbad);
+        cuda_check_last();
+        unsigned long long b = 0;
+        cuda_check(cudaMemcpy(&b, dbad, sizeof(b), cudaMemcpyDeviceToHost));
+        return b;
+    };
+    const char* specs[] = {"nvfp4", "int4,sr,h16,seed=1", "e1m2,1x16,e4m3"};
+    const float amaxes[] = {0.0f, 1e-40f, 1e-30f, 3e-7f, 0.37f, 1.0f, 448.0f, 2688.0f, 3e5f, 1e38f, FLT_MAX, INFINITY, NAN};
+    for (const char* spec : specs) {
+        QFTarget T;
+        memset(&T, 0, sizeof(T));
+        T.p = parse(spec);
+        CHECK(quant_scale_is_e4m3(T.p.scale), "%s: expected E4M3 block scales", spec);
+        // every float bit pattern from +0 to +inf, and a quiet NaN (the tensor amax sets the table's s_dec)
+        unsigned long long b = run(T, 0.37f, 1, 0u, 0x7F800001u) + run(T, 0.37f, 1, 0x7FC00000u, 1u);
+        CHECK(b == 0, "%s: E4M3 block scale (hardware conversion, table) != reference on %llu of the 2^31 floats", spec, b);
+        for (float a : amaxes) {
+            b = run(T, a, 0, 0u, 0x8000u);   // every BF16 magnitude, inf and NaNs included
+            CHECK(b == 0, "%s: E4M3 block scale != reference for %llu BF16 block amaxes (tensor amax %g)", spec, b, (double)a);
+        }
+    }
+    cudaFree(dbad);
+}
+
 int main(int argc, char** argv) {
     int exhaustive = 0, quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -767,6 +819,7 @@ int main(int argc, char** argv) {
         return test_summary("quant_fast");
     }
     gpu_element_checks();
+    gpu_block_scale_checks();
     gpu_checks(quick);
     return test_summary("quant_fast");
 }
