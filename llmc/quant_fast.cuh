@@ -265,6 +265,12 @@ __device__ __forceinline__ uint32_t qf_cvt2_ref(float a, float b) {
 __device__ __forceinline__ uint64_t qf_rng64(uint64_t key, uint64_t idx_mul) { return rng_mix64(key ^ idx_mul); }
 // The 32 bits of a 2 x 2 square's draw that go to the column pair of row r: low half for an even row.
 __device__ __forceinline__ uint32_t qf_rng_row(uint64_t w, int r) { return (uint32_t)(w >> ((r & 1) * 32)); }
+// A square's draw (idx_mul: its index times QF_RNG_MUL) -> the bits of its even row and of its odd row
+__device__ __forceinline__ void qf_rng_rows(uint64_t key, uint64_t idx_mul, uint32_t& even, uint32_t& odd) {
+    const uint64_t w = qf_rng64(key, idx_mul);
+    even = qf_rng_row(w, 0);
+    odd = qf_rng_row(w, 1);
+}
 
 // FP8 output (fp8_fold.h). Offset of GEMM row i of a folding target, from the amax pass's maxima.
 __device__ __forceinline__ int qf_fold_offset(const QFTarget& T, int64_t i) {
@@ -1093,7 +1099,7 @@ __device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float am
         }
     return R;
 }
-// m: the block amax bits
+// m: the block amax's magnitude bits (sign clear, so y >= +0; a NaN or inf amax gives y = FLT_MAX, as in the reference)
 __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, const QFBlockRule& R, uint32_t m) {
     if (!R.e4m3) return quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
     const float y = fminf(f32_from_bits(m) * R.mult, FLT_MAX);
@@ -1573,11 +1579,7 @@ __device__ __forceinline__ unsigned qf_cf_block(const QFTarget& T, const uint32_
 #pragma unroll
         for (int r = 0; r < BL; r += 2) {
             uint32_t lo, hi, ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
-            if (SR) {
-                const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
-                ra = qf_rng_row(w64, 0);
-                rb2 = qf_rng_row(w64, 1);
-            }
+            if (SR) qf_rng_rows(T.key, pm + (uint64_t)(r >> 1) * pstep, ra, rb2);
             if constexpr (F && SR) {
                 lo = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x5410), blo.inv, solo, __byte_perm(ra, rb2, 0x5410));
                 hi = qf_fold_fast2<SR>(T.g, __byte_perm(v[r], v[r + 1], 0x7632), bhi.inv, sohi, __byte_perm(ra, rb2, 0x7632));
@@ -1658,11 +1660,7 @@ __device__ __forceinline__ unsigned qf_r2_block(const QFTarget& T, const uint32_
 #pragma unroll
         for (int r = 0; r < 32; r += 2) {
             uint32_t ra = 0u, rb2 = 0u;   // SR: rows r, r + 1's bits (column c's in the low half)
-            if (SR) {
-                const uint64_t w64 = qf_rng64(T.key, pm + (uint64_t)(r >> 1) * pstep);
-                ra = qf_rng_row(w64, 0);
-                rb2 = qf_rng_row(w64, 1);
-            }
+            if (SR) qf_rng_rows(T.key, pm + (uint64_t)(r >> 1) * pstep, ra, rb2);
             uint32_t x0, x1;   // rows r, r + 1: columns c, c + 1's bytes
             if constexpr (F && SR) {
                 x0 = qf_fold_fast2<SR>(T.g, v[r], bs.inv, sf, ra);
@@ -1686,7 +1684,8 @@ __device__ __forceinline__ unsigned qf_r2_block(const QFTarget& T, const uint32_
     return cv && (lane & 15) == 0 ? fp8_fold_counted(bits, off, T.dmin) : 0u;
 }
 
-#define QF_CF_STAGES 4   // tiles in flight per CTA (3 CTAs per SM: 64 KB of shared memory each at BL = 32)
+// tiles in flight per CTA (3 CTAs per SM: 64 KB of shared memory each at BL = 32); a power of two (qf_cf_pipeline)
+#define QF_CF_STAGES 4
 __device__ __forceinline__ void qf_cp_async16(uint32_t dst, const void* src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
@@ -1724,6 +1723,29 @@ __device__ __forceinline__ void qf_cf_issue(QFTileCopy& q, uint32_t stage_bytes)
     for (int j = 0; j < TR / 4; j++) qf_cp_async16(q.dst + stage_bytes + j * 4 * QF_CF_ROW, q.src + j * q.ld4, q.bytes);
     q.src += q.step;
 }
+// The CTA's tiles (256 columns from c0; row blocks blockIdx.y + k gridDim.y of TR rows, k < nt) through STAGES
+// shared-memory stages, all but one loading while one is read: tile k in stage k % STAGES, then per_tile(k, t)
+// with t this lane's word of the tile's row 0 (columns c0 + 64 warp + 2 lane, + 1; row r at t[r QF_CF_ROW / 4]).
+template <int TR, int STAGES, class F>
+__device__ __forceinline__ void qf_cf_pipeline(const QFArgs& A, int64_t c0, const uint4* tiles, F&& per_tile) {
+    static_assert(STAGES >= 2 && (STAGES & (STAGES - 1)) == 0, "stages: a power of two");
+    constexpr int TILE = TR * QF_CF_ROW;
+    const int64_t nrb = A.rows / TR;
+    const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
+    QFTileCopy cp = qf_cf_copy<TR>(A, c0, (uint32_t)__cvta_generic_to_shared(tiles));
+    auto issue = [&](int64_t k) {
+        if (k < nt) qf_cf_issue<TR>(cp, (uint32_t)(k & (STAGES - 1)) * TILE);
+        qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
+    };
+#pragma unroll
+    for (int k = 0; k < STAGES - 1; k++) issue(k);
+    for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
+        qf_cp_async_wait<STAGES - 2>();   // this thread's pieces of tile k are in
+        __syncthreads();                  // everyone's; and tile k - 1, whose stage is refilled next, is done
+        issue(k + STAGES - 1);
+        per_tile(k, (const uint32_t*)((const char*)tiles + (k & (STAGES - 1)) * TILE) + threadIdx.x);
+    }
+}
 
 // TWO_D (BL = 32): 32 x 32 blocks, whose amax a lane takes over its 16-lane half of the warp (32 columns), and
 // the row-wise copy A.t[0] too where it has one (A.t[0].fp8), from the same tile: each copy of mxfp4-2d's dY
@@ -1732,7 +1754,7 @@ __device__ __forceinline__ void qf_cf_issue(QFTileCopy& q, uint32_t stage_bytes)
 template <int BL, bool SR, bool TWO_D>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
-    constexpr int ROW = QF_CF_ROW, TILE = BL * ROW;   // bytes of a tile's row, of a tile
+    constexpr int ROW = QF_CF_ROW;   // bytes of a tile's row
     static_assert(!TWO_D || BL == 32, "2D blocks: 32 x 32");
     const QFTarget& T = A.t[1];
     const QFTarget& R = A.t[0];   // TWO_D: the row-wise copy
@@ -1745,29 +1767,15 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
     const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
     const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
     const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither, and both lanes of a pair (2D: cols % 32 == 0)
-    const int64_t nrb = A.rows / BL;
     const int olo_off = do_col && cv ? qf_fold_offset(T, c) : 0, ohi_off = do_col && cv ? qf_fold_offset(T, c + 1) : 0;
     const float invlo = exp2_exact(-olo_off), invhi = exp2_exact(-ohi_off);
     if (do_col && cv && blockIdx.y == 0) {
         T.fold_scale[c] = fp8_fold_scale(olo_off);
         T.fold_scale[c + 1] = fp8_fold_scale(ohi_off);
     }
-    // the CTA's row blocks: blockIdx.y + k gridDim.y, k < nt; tile k goes to stage k % QF_CF_STAGES (qf_cf_copy)
-    const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
-    QFTileCopy cp = qf_cf_copy<BL>(A, c0, (uint32_t)__cvta_generic_to_shared(qf_cf_tiles));
-    auto issue = [&](int64_t k) {
-        if (k < nt) qf_cf_issue<BL>(cp, (uint32_t)(k % QF_CF_STAGES) * TILE);
-        qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
-    };
-#pragma unroll
-    for (int k = 0; k < QF_CF_STAGES - 1; k++) issue(k);
     unsigned below = 0, below_r = 0;
-    for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
-        qf_cp_async_wait<QF_CF_STAGES - 2>();   // this thread's pieces of tile k are in
-        __syncthreads();                        // everyone's; and tile k - 1, whose stage is refilled next, is done
-        issue(k + QF_CF_STAGES - 1);
-        const uint32_t* t = (const uint32_t*)((const char*)qf_cf_tiles + (k % QF_CF_STAGES) * TILE) + warp * 32 + lane;
+    qf_cf_pipeline<BL, QF_CF_STAGES>(A, c0, qf_cf_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[BL];
 #pragma unroll
         for (int r = 0; r < BL; r++) v[r] = t[r * (ROW / 4)];
@@ -1792,7 +1800,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
                 below_r += qf_r2_block<SR>(R, v, lane, c, cv, rb, mlo, roff, pm, pstep);
             }
         }
-    }
+    });
     if (do_col) qf_count_below(T, below);
     if (do_row) qf_count_below(R, below_r);
 }
@@ -1810,8 +1818,8 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
 // store: 128 whole bytes of the row). test_quant_fast and test_quant_gpu_cpu check it bit for bit (the
 // trainer's configurations go through it: qf_colfake_ok).
 // 16-row tile stages per CTA (8 KB each), all but one loading while one is read. With the Hadamard's arithmetic
-// fewer suffice: on the H200 (65536 x 3072 and x 768), 4 stages ran the H16 copies 3-6% faster than 8 and the
-// copies without a Hadamard up to 6% slower (results/colfake/colfake_tunables.txt).
+// fewer suffice: on the H200 (65536 x 3072 and x 768), 4 stages ran the H16 copies 3-7% faster than 8 and the
+// copies without a Hadamard up to 7% slower (results/colfake/colfake_tunables.txt).
 #ifndef QF_CK_STAGES
 #define QF_CK_STAGES 8       // no Hadamard
 #endif
@@ -1834,36 +1842,20 @@ __device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, Quant
 template <int H, bool SR>
 __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
     static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
-    constexpr int ST = qf_ck_stages<H>();
-    static_assert(ST >= 2 && (ST & (ST - 1)) == 0, "stages: a power of two");
-    extern __shared__ uint4 qf_ck_tiles[];   // [ST][16 rows][256 columns] BF16
-    constexpr int TILE = 16 * QF_CF_ROW;
+    extern __shared__ uint4 qf_ck_tiles[];   // [qf_ck_stages<H>()][16 rows][256 columns] BF16
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __shared__ float2 tab[128];   // (the main loop's first __syncthreads comes before its first use)
+    __shared__ float2 tab[128];   // (qf_cf_pipeline's first __syncthreads comes before its first use)
     const QFBlockRule R = qf_block_rule(T, *T.amax, tab);
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *T.scale_dec = quant_tensor_scale_dec(&T.p, R.s_enc);
     const int64_t c0 = (int64_t)blockIdx.x * QF_WARPS * QF_CF_COLS;   // the CTA's first column
     const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
     const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither
-    const int64_t nrb = A.rows / 16;
-    const int64_t nt = (int64_t)blockIdx.y < nrb ? (nrb - 1 - blockIdx.y) / gridDim.y + 1 : 0;
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
     uint32_t smask[16];   // the rotation's sign flip of row r of a group, on both halves of a word (qf_col_signs)
 #pragma unroll
     for (int r = 0; r < 16; r++) smask[r] = H && ((T.hsigns >> r) & 1u) ? 0x80008000u : 0u;
-    QFTileCopy cp = qf_cf_copy<16>(A, c0, (uint32_t)__cvta_generic_to_shared(qf_ck_tiles));
-    auto issue = [&](int64_t k) {
-        if (k < nt) qf_cf_issue<16>(cp, (uint32_t)(k & (ST - 1)) * TILE);
-        qf_cp_async_commit();   // (an empty group past the end, so that the waits below count alike)
-    };
-#pragma unroll
-    for (int k = 0; k < ST - 1; k++) issue(k);
-    for (int64_t k = 0; k < nt; k++) {   // uniform over the CTA
-        qf_cp_async_wait<ST - 2>();   // this thread's pieces of tile k are in
-        __syncthreads();              // everyone's; and tile k - 1, whose stage is refilled next, is done
-        issue(k + ST - 1);
-        const uint32_t* t = (const uint32_t*)((const char*)qf_ck_tiles + (k & (ST - 1)) * TILE) + warp * 32 + lane;
+    qf_cf_pipeline<16, qf_ck_stages<H>()>(A, c0, qf_ck_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[16];
 #pragma unroll
         for (int r = 0; r < 16; r++) v[r] = t[r * (QF_CF_ROW / 4)];
@@ -1895,10 +1887,8 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
             for (int r = 0; r < 16; r += 2) {
                 uint32_t rnd[2] = {0u, 0u};
                 if (SR) {   // (pm moves down a row pair per draw)
-                    const uint64_t w64 = qf_rng64(T.key, pm);
+                    qf_rng_rows(T.key, pm, rnd[0], rnd[1]);
                     pm += pstep;
-                    rnd[0] = qf_rng_row(w64, 0);
-                    rnd[1] = qf_rng_row(w64, 1);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
@@ -1913,7 +1903,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
         };
         if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{});
         else rows(std::false_type{});
-    }
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------

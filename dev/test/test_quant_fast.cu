@@ -748,7 +748,8 @@ static void gpu_block_scale_checks(void) {
         return b;
     };
     const char* specs[] = {"nvfp4", "int4,sr,h16,seed=1", "e1m2,1x16,e4m3"};
-    const float amaxes[] = {0.0f, 1e-40f, 1e-30f, 3e-7f, 0.37f, 1.0f, 448.0f, 2688.0f, 3e5f, 1e38f, FLT_MAX, INFINITY, NAN};
+    const float amaxes[] = {0.0f,   1e-40f, 1e-30f, 3e-7f,   0.37f,    1.0f, 448.0f,
+                            2688.0f, 3e5f,  1e38f,  FLT_MAX, INFINITY, NAN};
     for (const char* spec : specs) {
         QFTarget T;
         memset(&T, 0, sizeof(T));
@@ -756,10 +757,12 @@ static void gpu_block_scale_checks(void) {
         CHECK(quant_scale_is_e4m3(T.p.scale), "%s: expected E4M3 block scales", spec);
         // every float bit pattern from +0 to +inf, and a quiet NaN (the tensor amax sets the table's s_dec)
         unsigned long long b = run(T, 0.37f, 1, 0u, 0x7F800001u) + run(T, 0.37f, 1, 0x7FC00000u, 1u);
-        CHECK(b == 0, "%s: E4M3 block scale (hardware conversion, table) != reference on %llu of the 2^31 floats", spec, b);
+        CHECK(b == 0, "%s: E4M3 block scale (hardware conversion, table) != reference on %llu of the floats +0..+inf, NaN",
+              spec, b);
         for (float a : amaxes) {
             b = run(T, a, 0, 0u, 0x8000u);   // every BF16 magnitude, inf and NaNs included
-            CHECK(b == 0, "%s: E4M3 block scale != reference for %llu BF16 block amaxes (tensor amax %g)", spec, b, (double)a);
+            CHECK(b == 0, "%s: E4M3 block scale != reference for %llu BF16 block amaxes (tensor amax %g)", spec, b,
+                  (double)a);
         }
     }
     cudaFree(dbad);
