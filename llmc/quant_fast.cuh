@@ -493,13 +493,20 @@ __device__ __forceinline__ void qf_col16_amax(float (&v)[QF_ROWS], float hscale,
     else *m_nan = qf_max(*m_nan, qf_rmax(mc, v));
 }
 
+// The rotation's sign flip of row r of a column group (rows 16 rg + r of an H32 group), on both halves of a
+// word; none without a Hadamard
+__device__ __forceinline__ void qf_col_sign_masks(const QFTarget& T, int H, int rg, uint32_t (&mk)[QF_ROWS]) {
+    const uint32_t sb = H ? T.hsigns >> (H == 32 ? 16 * rg : 0) : 0u;
+#pragma unroll
+    for (int r = 0; r < QF_ROWS; r++) mk[r] = ((sb >> r) & 1u) ? 0x80008000u : 0u;
+}
 __device__ __forceinline__ void qf_col_signs(const QFTarget& T, int H, int rg, uint32_t (&w)[QF_ROWS][4]) {
-    const uint32_t sb = T.hsigns >> (H == 32 ? 16 * rg : 0);
+    uint32_t mk[QF_ROWS];
+    qf_col_sign_masks(T, H, rg, mk);
 #pragma unroll
     for (int r = 0; r < QF_ROWS; r++) {
-        const uint32_t mk = ((sb >> r) & 1u) ? 0x80008000u : 0u;
 #pragma unroll
-        for (int p = 0; p < 4; p++) w[r][p] ^= mk;
+        for (int p = 0; p < 4; p++) w[r][p] ^= mk[r];
     }
 }
 
@@ -1754,7 +1761,6 @@ __device__ __forceinline__ void qf_cf_pipeline(const QFArgs& A, int64_t c0, cons
 template <int BL, bool SR, bool TWO_D>
 __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_constant__ QFArgs A) {
     extern __shared__ uint4 qf_cf_tiles[];   // [QF_CF_STAGES][BL rows][256 columns] BF16
-    constexpr int ROW = QF_CF_ROW;   // bytes of a tile's row
     static_assert(!TWO_D || BL == 32, "2D blocks: 32 x 32");
     const QFTarget& T = A.t[1];
     const QFTarget& R = A.t[0];   // TWO_D: the row-wise copy
@@ -1778,7 +1784,7 @@ __global__ void __launch_bounds__(QF_THREADS, 3) qf_colfold_kernel(const __grid_
     qf_cf_pipeline<BL, QF_CF_STAGES>(A, c0, qf_cf_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[BL];
 #pragma unroll
-        for (int r = 0; r < BL; r++) v[r] = t[r * (ROW / 4)];
+        for (int r = 0; r < BL; r++) v[r] = t[r * (QF_CF_ROW / 4)];
         const int64_t rb = (int64_t)blockIdx.y + k * gridDim.y;
         // SR: square (r / 2, c / 2) is draw (r / 2) (cols / 2) + c / 2 (as the patch kernel's)
         const uint64_t pm = SR ? ((uint64_t)rb * (BL / 2) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
@@ -1852,9 +1858,8 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
     const int64_t c = c0 + warp * QF_CF_COLS + 2 * lane;               // this lane's columns c, c + 1
     const bool cv = c < A.cols;   // cols % 8 == 0: both columns or neither
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
-    uint32_t smask[16];   // the rotation's sign flip of row r of a group, on both halves of a word (qf_col_signs)
-#pragma unroll
-    for (int r = 0; r < 16; r++) smask[r] = H && ((T.hsigns >> r) & 1u) ? 0x80008000u : 0u;
+    uint32_t smask[QF_ROWS];   // the rotation's sign flip of row r of a group, on both halves of a word
+    qf_col_sign_masks(T, H, 0, smask);
     qf_cf_pipeline<16, qf_ck_stages<H>()>(A, c0, qf_ck_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[16];
 #pragma unroll
@@ -2097,13 +2102,14 @@ static inline int qf_patch_only(void) {
     static const int on = env_flag("LLMC_QF_PATCH");
     return on;
 }
-// qf_row2_kernel takes the row-wise target of L when it is a fake copy in 1D blocks with a 16-point Hadamard
-// or none whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
-static inline int qf_row2_ok(const QFLaunch& L) {
-    const QFTarget& t = L.a.t[0];
-    return (L.ha == 0 || L.ha == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden && t.p.scale != QSCALE_E4M3_4O6 &&
+// What the kernels laid out for whole blocks per lane take (qf_row2_kernel, qf_colfake_kernel): a fake copy in
+// 1D blocks with a 16-point Hadamard (h) or none, whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
+static inline int qf_whole_block_ok(const QFTarget& t, int h) {
+    return (h == 0 || h == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden && t.p.scale != QSCALE_E4M3_4O6 &&
            !qf_patch_only();
 }
+// qf_row2_kernel takes the row-wise target of L when it is such a copy.
+static inline int qf_row2_ok(const QFLaunch& L) { return qf_whole_block_ok(L.a.t[0], L.ha); }
 static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
     const int64_t tiles_c = ceil_div(L.a.cols, QF_ROW2_TILE_C);
     const unsigned blocks = (unsigned)ceil_div(tiles_c * ceil_div(L.a.rows, QF_TILE_R), QF_WARPS);
@@ -2175,20 +2181,19 @@ static inline void qf_launch_colfold_n(const QFLaunch& L, cudaStream_t s) {
     cuda_check_last();
 }
 
-// The column-wise fake kernel (qf_colfake_kernel) takes the column-wise target of L when it is a fake copy in 1x16
-// blocks, with a 16-point Hadamard or none, on a 4-bit grid (not the fp8 grid, whose every block takes the
-// reference elements; a block holding inf or NaN takes them in the kernel too) and whose rule is not
-// quant_group.cuh's; not under LLMC_QF_PATCH=1.
+// The column-wise fake kernel (qf_colfake_kernel) takes the column-wise target of L when it is such a copy
+// (qf_whole_block_ok) in 1x16 blocks on a 4-bit grid (not the fp8 grid, whose every block takes the reference
+// elements; a block holding inf or NaN takes them in the kernel too), the rows a multiple of 16.
 static inline int qf_colfake_ok(const QFLaunch& L) {
     const QFTarget& t = L.a.t[1];
-    return (L.hb == 0 || L.hb == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && t.bl == 16 && !t.ref_elems &&
-           !t.eden && t.p.scale != QSCALE_E4M3_4O6 && L.a.rows % 16 == 0 && !qf_patch_only();
+    return qf_whole_block_ok(t, L.hb) && t.bl == 16 && !t.ref_elems && L.a.rows % 16 == 0;
 }
 template <int H, bool SR>
 static inline void qf_launch_colfake_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (as qf_launch_colfold_n's)
     const size_t smem = (size_t)qf_ck_stages<H>() * 16 * QF_CF_ROW;   // 64 KB at 8 stages
-    if (!per_sm) cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (!per_sm && smem > 48 * 1024)
+        cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR>, smem, &per_sm));
     qf_colfake_kernel<H, SR><<<grid, QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
