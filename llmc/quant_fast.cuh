@@ -39,7 +39,9 @@
 // column-wise kernel laid out like qf_row2_kernel"). On the FP8 path, row-wise copies in 1D blocks without a
 // Hadamard, rounded to nearest, are made in one read (qf_rowfold_kernel), and the column-wise ones by
 // qf_colfold_kernel (a lane owns whole column blocks); its TWO_D form makes 32 x 32-block copies of either
-// axis, both copies of a pair (mxfp4-2d's dY) from one read.
+// axis, both copies of a pair (mxfp4-2d's dY) from one read. The whole-block kernels also make the 4o6 fake
+// copies in 1x16 blocks (qf_46_words, qf_46_pair: both candidates from the lane's registers); quant_group.cuh
+// makes the other 4o6 copies and every MS-EDEN one.
 //
 // Arithmetic. Block scales: quant_block_scale() itself, but in qf_row2_kernel and qf_colfake_kernel E4M3 ones
 // come from the hardware's E4M3 conversion and a per-CTA table of 128 (sdec, inv) pairs (qf_block_scale; the
@@ -1087,6 +1089,7 @@ __global__ void __launch_bounds__(QF_THREADS, OUT == QF_OUT_STATS ? 1 : QF_MIN_C
 // scales: quant_block_scale itself.
 typedef struct {
     float s_enc, mult, s_dec;
+    float mult4;         // 4o6's 4-candidate: quant_block_scale_e4m3_to(., s_enc, 4)'s mult (R.mult is the 6-candidate's)
     int e4m3;
     const float2* tab;   // E4M3: [byte] = (sdec, inv), in shared memory
 } QFBlockRule;
@@ -1097,6 +1100,7 @@ __device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float am
     R.s_enc = quant_tensor_scale_enc(&T.p, amax);
     R.e4m3 = quant_scale_is_e4m3(T.p.scale) && !T.eden;
     R.mult = R.s_enc * (1.0f / T.p.grid.maxval);
+    R.mult4 = R.s_enc * (1.0f / 4.0f);
     R.s_dec = 1.0f / R.s_enc;
     R.tab = tab;
     if (R.e4m3)
@@ -1107,9 +1111,8 @@ __device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float am
     return R;
 }
 // m: the block amax's magnitude bits (sign clear, so y >= +0; a NaN or inf amax gives y = FLT_MAX, as in the reference)
-__device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, const QFBlockRule& R, uint32_t m) {
-    if (!R.e4m3) return quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
-    const float y = fminf(f32_from_bits(m) * R.mult, FLT_MAX);
+__device__ __forceinline__ QuantBlockScale qf_e4m3_scale(const QFBlockRule& R, uint32_t m, float mult) {
+    const float y = fminf(f32_from_bits(m) * mult, FLT_MAX);
     const uint32_t b = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
     const float2 e = R.tab[b];
     QuantBlockScale bs;
@@ -1118,6 +1121,65 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
     bs.bits = (uint8_t)b;
     bs.is_nan = 0;
     return bs;
+}
+__device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, const QFBlockRule& R, uint32_t m) {
+    if (!R.e4m3) return quant_block_scale(&T.p, f32_from_bits(m), R.s_enc);
+    return qf_e4m3_scale(R, m, R.mult);
+}
+
+// Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) in the whole-block kernels (fake copies in 1x16
+// blocks, E2M1): each block's two candidates, its max to 6 (qf_block_scale) and to 4 (qf_e4m3_scale with mult4),
+// round every element (the same SR bits), and the block keeps the 4-candidate iff the sum of its squared errors
+// (m * sdec - |v| * S_enc)^2, added in the block's element order with no FMA, is strictly smaller (quant_group.cuh's
+// qg_err_add, the CPU twin's quant_4o6_err_add: the signs cancel). A candidate's fake word is sign | BF16(m * sdec)
+// by truncation (exact), as qf_fast_pair's. A block holding inf or NaN keeps 6 and takes the reference elements.
+__device__ __forceinline__ float qf_46_add(float e, float p, float sv) {
+    const float d = QF_SUB(p, sv);
+    return QF_ADD(e, QF_MUL(d, d));
+}
+__device__ __forceinline__ uint32_t qf_46_word(float p0, float p1, uint32_t x) {
+    return __byte_perm(f32_bits(p0), f32_bits(p1), 0x7632) | (x & 0x80008000u);
+}
+// One block along a row's words vw (elements 2i, 2i + 1 of word i, in order) -> its fake words o.
+template <bool SR, int N>
+__device__ __forceinline__ void qf_46_words(const QFGrid& g, const uint32_t (&vw)[N], const QuantBlockScale& c6,
+                                            const QuantBlockScale& c4, float s_enc, const uint32_t (&rnd)[N],
+                                            uint32_t (&o)[N]) {
+    float e6 = 0.0f, e4 = 0.0f;
+    uint32_t w4[N];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float v0 = qf_lo(vw[i]), v1 = qf_hi(vw[i]);
+        const float s0 = QF_MUL(fabsf(v0), s_enc), s1 = QF_MUL(fabsf(v1), s_enc);
+        float m0, m1, n0, n1;
+        qf_fast_mags<SR>(g, v0, v1, c6.inv, c6.inv, rnd[i], m0, m1);
+        qf_fast_mags<SR>(g, v0, v1, c4.inv, c4.inv, rnd[i], n0, n1);
+        const float p0 = QF_MUL(m0, c6.sdec), p1 = QF_MUL(m1, c6.sdec), q0 = QF_MUL(n0, c4.sdec), q1 = QF_MUL(n1, c4.sdec);
+        e6 = qf_46_add(qf_46_add(e6, p0, s0), p1, s1);
+        e4 = qf_46_add(qf_46_add(e4, q0, s0), q1, s1);
+        o[i] = qf_46_word(p0, p1, vw[i]);
+        w4[i] = qf_46_word(q0, q1, vw[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) o[i] = e4 < e6 ? w4[i] : o[i];
+}
+// One row of two column blocks (word x: column c low, c + 1 high): both candidates' words w6, w4 and error sums.
+template <bool SR>
+__device__ __forceinline__ void qf_46_pair(const QFGrid& g, uint32_t x, const QuantBlockScale& l6, const QuantBlockScale& h6,
+                                           const QuantBlockScale& l4, const QuantBlockScale& h4, float s_enc, uint32_t rnd,
+                                           float& el6, float& eh6, float& el4, float& eh4, uint32_t& w6, uint32_t& w4) {
+    const float v0 = qf_lo(x), v1 = qf_hi(x);
+    const float s0 = QF_MUL(fabsf(v0), s_enc), s1 = QF_MUL(fabsf(v1), s_enc);
+    float m0, m1, n0, n1;
+    qf_fast_mags<SR>(g, v0, v1, l6.inv, h6.inv, rnd, m0, m1);
+    qf_fast_mags<SR>(g, v0, v1, l4.inv, h4.inv, rnd, n0, n1);
+    const float p0 = QF_MUL(m0, l6.sdec), p1 = QF_MUL(m1, h6.sdec), q0 = QF_MUL(n0, l4.sdec), q1 = QF_MUL(n1, h4.sdec);
+    el6 = qf_46_add(el6, p0, s0);
+    eh6 = qf_46_add(eh6, p1, s1);
+    el4 = qf_46_add(el4, q0, s0);
+    eh4 = qf_46_add(eh4, q1, s1);
+    w6 = qf_46_word(p0, p1, x);
+    w4 = qf_46_word(q0, q1, x);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1166,7 +1228,8 @@ __device__ __forceinline__ void qf_row2_load(const uint16_t* src, int64_t ld, bo
 // H = 16: the row's 16 values are one rotation group (qf_apply_axis1<16>'s arithmetic: the sign flips smask, the
 // butterflies of hadamard_f32_n in the same order, here all within the lane, the scale, and the block amax of the
 // rounded values), then the fast path's rounding to BF16 (cvt.rn.bf16x2) or the reference's.
-template <int H, bool SR>
+// F46: the target's scale rule is 4o6 (1x16 blocks): qf_46_words.
+template <int H, bool SR, bool F46>
 __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair& b, uint16_t* dst, bool ok0, bool ok1,
                                              const QFBlockRule& R, uint64_t pm, const uint32_t (&smask)[8]) {
     uint64_t w64[8];
@@ -1200,7 +1263,8 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
             uint32_t vw[8];
 #pragma unroll
             for (int i = 0; i < 8; i++) vw[i] = H ? qf_cvt2(y[2 * i], y[2 * i + 1]) : w[i];
-            qf_fast_words<SR>(T.g, vw, bs, rnd, o);
+            if constexpr (F46) qf_46_words<SR>(T.g, vw, bs, qf_e4m3_scale(R, m, R.mult4), R.s_enc, rnd, o);
+            else qf_fast_words<SR>(T.g, vw, bs, rnd, o);
         } else {   // rare: a block holding inf / NaN (rolled: the reference code once)
 #pragma unroll 1
             for (int i = 0; i < 8; i++) {
@@ -1218,7 +1282,7 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
     }
 }
 
-template <int H, bool SR>
+template <int H, bool SR, bool F46>
 __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_constant__ QFArgs A, int64_t tiles_c) {
     static_assert(H == 0 || H == 16, "a rotation group is a lane's 16 columns");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1248,10 +1312,10 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
 #pragma unroll 1
     for (int r = 0; r < QF_ROWS; r += 4) {   // rows r, r + 1 from a; r + 2, r + 3 from b
         qf_row2_load(src + (r + 2) * A.ld, A.ld, cv && r + 2 < nr, cv && r + 3 < nr, b);
-        qf_row2_pair<H, SR>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm, smask);
+        qf_row2_pair<H, SR, F46>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm, smask);
         pm += pstep;
         if (r + 4 < QF_ROWS) qf_row2_load(src + (r + 4) * A.ld, A.ld, cv && r + 4 < nr, cv && r + 5 < nr, a);
-        qf_row2_pair<H, SR>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm, smask);
+        qf_row2_pair<H, SR, F46>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm, smask);
         pm += pstep;
     }
 }
@@ -1845,7 +1909,7 @@ __device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, Quant
     return qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, T.sr, rnd);
 }
 
-template <int H, bool SR>
+template <int H, bool SR, bool F46>
 __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
     static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
     extern __shared__ uint4 qf_ck_tiles[];   // [qf_ck_stages<H>()][16 rows][256 columns] BF16
@@ -1885,8 +1949,9 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
         uint64_t pm = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
         uint32_t* d = (uint32_t*)(T.fake + r0 * T.ld_fake + c);   // row r's word; moves down a row per store
         const int64_t ldw = T.ld_fake >> 1;                        // (ld_fake % 8 == 0)
-        // the rows, with the block pair's path (fast, or a block holding inf / NaN) chosen once for all of them
-        auto rows = [&](auto fast_path) {
+        // the rows, with the block pair's path (fast, or a block holding inf / NaN) chosen once for all of them;
+        // bl, bh: the scales of the blocks of columns c and c + 1
+        auto rows = [&](auto fast_path, const QuantBlockScale& bl, const QuantBlockScale& bh) {
             constexpr bool F = decltype(fast_path)::value;
 #pragma unroll
             for (int r = 0; r < 16; r += 2) {
@@ -1899,15 +1964,52 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
                 for (int j = 0; j < 2; j++) {
                     uint32_t x = v[r + j];   // the fast path's rounding of the rotated pair, or the reference's
                     if constexpr (H == 16) x = F ? qf_cvt2(lo[r + j], hi[r + j]) : qf_cvt2_ref(lo[r + j], hi[r + j]);
-                    const uint32_t o = F ? qf_fast_pair<SR>(T.g, qf_lo(x), qf_hi(x), x, blo.inv, blo.sdec, bhi.inv, bhi.sdec, rnd[j])
-                                         : qf_ck_slow(T, x, blo, bhi, rnd[j]);
+                    const uint32_t o = F ? qf_fast_pair<SR>(T.g, qf_lo(x), qf_hi(x), x, bl.inv, bl.sdec, bh.inv, bh.sdec, rnd[j])
+                                         : qf_ck_slow(T, x, bl, bh, rnd[j]);
                     if (cv) *d = o;
                     d += ldw;
                 }
             }
         };
-        if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{});
-        else rows(std::false_type{});
+        // 4o6 (F46): both candidates of both blocks, their errors from the fast path's magnitudes; a block keeps 4 iff
+        // its sum is smaller, one holding inf or NaN keeps 6. With both blocks finite the chosen words are stored
+        // once the sums are complete; otherwise the rows run again through the reference elements, each block with
+        // its choice (a finite block's words are the same either way).
+        auto rows46 = [&]() {
+            const uint64_t pm0 = pm;
+            const QuantBlockScale l4 = qf_e4m3_scale(R, mlo, R.mult4), h4 = qf_e4m3_scale(R, mhi, R.mult4);
+            float el6 = 0.0f, eh6 = 0.0f, el4 = 0.0f, eh4 = 0.0f;
+            uint32_t w6[16], w4[16];
+#pragma unroll
+            for (int r = 0; r < 16; r += 2) {
+                uint32_t rnd[2] = {0u, 0u};
+                if (SR) {
+                    qf_rng_rows(T.key, pm, rnd[0], rnd[1]);
+                    pm += pstep;
+                }
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    uint32_t x = v[r + j];
+                    if constexpr (H == 16) x = qf_cvt2(lo[r + j], hi[r + j]);
+                    qf_46_pair<SR>(T.g, x, blo, bhi, l4, h4, R.s_enc, rnd[j], el6, eh6, el4, eh4, w6[r + j], w4[r + j]);
+                }
+            }
+            const bool lo4 = mlo < 0x7F800000u && el4 < el6, hi4 = mhi < 0x7F800000u && eh4 < eh6;
+            if (qf_max(mlo, mhi) >= 0x7F800000u) {
+                pm = pm0;
+                rows(std::false_type{}, lo4 ? l4 : blo, hi4 ? h4 : bhi);
+                return;
+            }
+            const uint32_t pick4 = (lo4 ? 0x0000FFFFu : 0u) | (hi4 ? 0xFFFF0000u : 0u);
+#pragma unroll
+            for (int r = 0; r < 16; r++) {
+                if (cv) *d = (w4[r] & pick4) | (w6[r] & ~pick4);
+                d += ldw;
+            }
+        };
+        if constexpr (F46) rows46();
+        else if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{}, blo, bhi);
+        else rows(std::false_type{}, blo, bhi);
     });
 }
 
@@ -2105,22 +2207,32 @@ static inline int qf_patch_only(void) {
 // What the kernels laid out for whole blocks per lane take (qf_row2_kernel, qf_colfake_kernel): a fake copy in
 // 1D blocks with a 16-point Hadamard (h) or none, whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
 static inline int qf_whole_block_ok(const QFTarget& t, int h) {
-    return (h == 0 || h == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden && t.p.scale != QSCALE_E4M3_4O6 &&
-           !qf_patch_only();
+    return (h == 0 || h == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden &&
+           (t.p.scale != QSCALE_E4M3_4O6 || t.bl == 16) && !qf_patch_only();
 }
 // qf_row2_kernel takes the row-wise target of L when it is such a copy.
 static inline int qf_row2_ok(const QFLaunch& L) { return qf_whole_block_ok(L.a.t[0], L.ha); }
-static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) {
+template <int H, bool SR, bool F46>
+static inline void qf_launch_row2_n(const QFLaunch& L, cudaStream_t s) {
     const int64_t tiles_c = ceil_div(L.a.cols, QF_ROW2_TILE_C);
     const unsigned blocks = (unsigned)ceil_div(tiles_c * ceil_div(L.a.rows, QF_TILE_R), QF_WARPS);
-    const bool sr = L.a.t[0].sr;
-    if (L.ha == 16) {
-        if (sr) qf_row2_kernel<16, true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
-        else qf_row2_kernel<16, false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
-    } else if (sr) qf_row2_kernel<0, true><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
-    else qf_row2_kernel<0, false><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
+    qf_row2_kernel<H, SR, F46><<<blocks, QF_THREADS, 0, s>>>(L.a, tiles_c);
     cuda_check_last();
 }
+// H x SR x 4o6, each its own instantiation
+template <template <int, bool, bool> class K>
+static inline void qf_whole_block_dispatch(const QFLaunch& L, const QFTarget& t, int h, cudaStream_t s) {
+    const bool f46 = t.p.scale == QSCALE_E4M3_4O6;
+    if (h == 16) {
+        if (t.sr) { if (f46) K<16, true, true>::run(L, s); else K<16, true, false>::run(L, s); }
+        else if (f46) K<16, false, true>::run(L, s);
+        else K<16, false, false>::run(L, s);
+    } else if (t.sr) { if (f46) K<0, true, true>::run(L, s); else K<0, true, false>::run(L, s); }
+    else if (f46) K<0, false, true>::run(L, s);
+    else K<0, false, false>::run(L, s);
+}
+template <int H, bool SR, bool F46> struct QFRow2Launch { static void run(const QFLaunch& L, cudaStream_t s) { qf_launch_row2_n<H, SR, F46>(L, s); } };
+static inline void qf_launch_row2(const QFLaunch& L, cudaStream_t s) { qf_whole_block_dispatch<QFRow2Launch>(L, L.a.t[0], L.ha, s); }
 
 // The one-pass row-wise FP8 kernel (qf_rowfold_kernel) takes L (every target of the call, amax-only ones
 // included) when its row-wise target is an FP8 copy it makes (round to nearest, 1D blocks, no Hadamard,
@@ -2188,22 +2300,18 @@ static inline int qf_colfake_ok(const QFLaunch& L) {
     const QFTarget& t = L.a.t[1];
     return qf_whole_block_ok(t, L.hb) && t.bl == 16 && !t.ref_elems && L.a.rows % 16 == 0;
 }
-template <int H, bool SR>
+template <int H, bool SR, bool F46>
 static inline void qf_launch_colfake_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (as qf_launch_colfold_n's)
     const size_t smem = (size_t)qf_ck_stages<H>() * 16 * QF_CF_ROW;   // 64 KB at 8 stages
     if (!per_sm && smem > 48 * 1024)
-        cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR>, smem, &per_sm));
-    qf_colfake_kernel<H, SR><<<grid, QF_THREADS, smem, s>>>(L.a);
+        cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR, F46>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR, F46>, smem, &per_sm));
+    qf_colfake_kernel<H, SR, F46><<<grid, QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
-static inline void qf_launch_colfake(const QFLaunch& L, cudaStream_t s) {
-    const bool sr = L.a.t[1].sr;
-    if (L.hb == 16) { if (sr) qf_launch_colfake_n<16, true>(L, s); else qf_launch_colfake_n<16, false>(L, s); }
-    else if (sr) qf_launch_colfake_n<0, true>(L, s);
-    else qf_launch_colfake_n<0, false>(L, s);
-}
+template <int H, bool SR, bool F46> struct QFColfakeLaunch { static void run(const QFLaunch& L, cudaStream_t s) { qf_launch_colfake_n<H, SR, F46>(L, s); } };
+static inline void qf_launch_colfake(const QFLaunch& L, cudaStream_t s) { qf_whole_block_dispatch<QFColfakeLaunch>(L, L.a.t[1], L.hb, s); }
 
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
     const QFTarget& T = L.a.t[1];
@@ -2258,27 +2366,32 @@ static inline void qf_dispatch_amax(const QFLaunch& L, cudaStream_t s) {
     fail("quantize_fast_gpu: internal: no amax kernel for Hadamard sizes %d / %d", L.ha, L.hb);
 }
 
-// Targets whose rule quant_group.cuh implements (4o6, MS-EDEN) rather than the kernels above.
-static inline int qf_group_target(const QFTarget& t) { return t.eden || t.p.scale == QSCALE_E4M3_4O6; }
+// Whether quant_group.cuh makes the target in slot k of L: MS-EDEN, and the 4o6 copies the whole-block kernels
+// (qf_row2_kernel, qf_colfake_kernel: fake, 1x16, H16 or none) do not make.
+static inline int qf_group_target(const QFLaunch& L, int k) {
+    const QFTarget& t = L.a.t[k];
+    if (t.eden) return 1;
+    return t.p.scale == QSCALE_E4M3_4O6 && !(t.out == QF_OUT_FAKE && (k ? qf_colfake_ok(L) : qf_row2_ok(L)));
+}
 
 // The apply kernels of the targets whose output form is OUT.
 template <int OUT>
 static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
     for (int k = 0; k < 2; k++) {   // quant_group.cuh's rules
-        if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT || !qf_group_target(L.a.t[k])) continue;
+        if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT || !qf_group_target(L, k)) continue;
         if (L.a.t[k].eden) qg_launch_eden_apply<OUT>(L, k, s);
         else qg_launch_4o6<OUT>(L, k, s);
     }
     const int f2d = OUT == QF_OUT_FP8 ? qf_fold2d(L) : 0;
     if (f2d) qf_launch_fold2d(L, f2d, s);
-    if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L.a.t[0]) && !(f2d & 1)) {
+    if (L.ha >= 0 && L.a.t[0].out == OUT && !qf_group_target(L, 0) && !(f2d & 1)) {
         if (OUT == QF_OUT_FAKE && qf_row2_ok(L)) qf_launch_row2(L, s);
         else if (L.ha == 0) qf_launch_apply<0, -1, OUT>(L, s);
         else if (L.ha == QF_HSMALL) qf_launch_apply<QF_HSMALL, -1, OUT>(L, s);
         else if (L.ha == 16) qf_launch_apply<16, -1, OUT>(L, s);
         else if (L.ha == 32) qf_launch_apply<32, -1, OUT>(L, s);
     }
-    if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L.a.t[1]) && !(f2d & 2)) {
+    if (L.hb >= 0 && L.a.t[1].out == OUT && !qf_group_target(L, 1) && !(f2d & 2)) {
         if (OUT == QF_OUT_FAKE && qf_colfake_ok(L)) qf_launch_colfake(L, s);
         else if (L.hb == 0 && OUT == QF_OUT_FP8 && qf_colfold_ok(L)) qf_launch_colfold(L, s);
         else if (L.hb == 0) qf_launch_apply<-1, 0, OUT>(L, s);
@@ -2315,12 +2428,19 @@ static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t 
 // (and FP8 per-row maxima) of n_ahead amax-only targets t[n..n + n_ahead), whose outputs are not written
 // (a backward copy taken ahead by the forward). zeroed: the caller zeroed every target's *amax (else
 // this does). A row-wise FP8 copy the one-pass kernel takes (qf_rowfold_ok) is made in one read with the
-// amax pass's work for the other targets; anything else runs the amax pass, then the apply pass.
+// amax pass's work for the other targets; an MS-EDEN fake copy rotates once (qg_launch_eden_fake: the amax
+// pass stores the rotated operand in the copy, the apply pass reads it there); anything else runs the amax
+// pass, then the apply pass.
 static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                      int n, cudaStream_t s, int zeroed = 0, int n_ahead = 0) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     const QFLaunch La = n_ahead ? qf_prepare(in, rows, cols, ld, t, n + n_ahead, 0) : L;
     for (int k = 0; k < n + n_ahead && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
+    const int eden = qg_eden_fake_slot(L);   // an MS-EDEN fake copy (always alone): the rotation once
+    if (eden >= 0) {
+        qg_launch_eden_fake(L, eden, s);
+        return;
+    }
     if (L.ha == 0 && qf_rowfold_ok(La)) {
         qf_launch_rowfold(La, s);
         L.ha = -1;   // made; the column-wise copy (if any) remains

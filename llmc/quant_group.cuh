@@ -2,10 +2,12 @@
 // fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) and MS-EDEN (rounding eden,
 // section 2).
 // defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply(), qg_eden_word(), qg_eden_code(),
-//          qg_eden_fake(), qg_amax_add(), qg_amax_final()
+//          qg_eden_fake(), qg_eden_fake_slot(), qg_launch_eden_fake()
 // Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header). 4o6: the amax
 // pass is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
-// statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks).
+// statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks) unless
+// quant_fast's whole-block kernels make them (fake copies in 1x16 blocks with H16 or none, the trainer's 1D
+// ones: qf_46_words, qf_46_pair, the same arithmetic; qf_group_target says which).
 // MS-EDEN: both passes here (its 128-point rotation), one target per call.
 // Bit-identical to the CPU twin (fp4_quant_cpu.h, quant_cpu_pass with
 // quant_block_scale_4o6_cpu); dev/test/test_quant_gpu_cpu.cu compares them.
@@ -253,15 +255,26 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // correction <u,u> / <u,q> folded into its 8 scales by stochastic rounding to neighbouring E4M3 values.
 // A CTA owns a tile of 32 operand rows x one 128-group along K, staged in shared memory in operand layout
 // (so a column-wise operand is read and written coalesced, in 16-byte words). A row is on 8 lanes, each
-// holding one 16-element group: lane l of warp w takes tile row 16 t + 4 w + l / 8 (t = 0, 1), elements
-// 16 g .. 16 g + 15 with g = l % 8. Butterflies h = 1 .. 8 in registers, h = 16, 32, 64 as shuffles (lane
-// xor h/16); the group's amax, scale and scale draw once per lane; the 128-group's sums as the spec's tree:
-// the lane's 4 chunk sums p_(4g+q) (4 terms each, in order), the stages d = 16, 8, 4 as shuffles (lane xor
-// d/4), d = 2, 1 in registers (eden_sum128's operations, so its bits). Codes: quant_fast's RNE magnitude function where the
-// 16-group's amax is finite, else the reference element functions. Two kernels: the tensor amax of the
-// rotated operand, then the apply pass (fake, packed or statistics output). With a source scale
-// (QFTarget.src_dec) the input is a fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec)
-// (the operand source `src=fprop`).
+// holding one 16-element group as 8 BF16 words: lane l of warp w takes tile row 16 t + 4 w + l / 8 (t = 0, 1),
+// elements 16 g .. 16 g + 15 with g = l % 8.
+// Rotation (qg_eden_rotate_words): the words' sign bits flipped by the signs (XOR), butterflies h = 1 .. 8 in
+// registers, h = 16, 32, 64 as shuffles (lane xor h/16; one FMA: the partner's value plus or minus the lane's,
+// exact as the add or subtract it replaces), the scale, and BF16 rounding by the hardware (cvt.rn.bf16x2: equal
+// to bf16_bits_rne except for NaN payloads, so a lane whose words hold a NaN rounds them with bf16_bits_rne).
+// Apply (qg_eden_group): the group's amax from its BF16 words (16-bit max), its pre-correction scale and inverse
+// from the hardware's E4M3 conversion and a per-CTA table of the 128 scale bytes (eden_group_scale's rounding,
+// checked for every input in test_quant_fast: qf_block_scale), the codes by quant_fast's RNE magnitude function
+// (a warp whose groups all have finite amaxes; else the reference element functions), and the 128-group's sums
+// as the spec's tree: the lane's 4 chunk sums p_(4g+q) (4 terms each, in order), the stages d = 16, 8, 4 as
+// shuffles (lane xor d/4), d = 2, 1 in registers (eden_sum128's operations, so its bits).
+// Two kernels: the tensor amax of the rotated operand, then the apply pass (fake, packed or statistics output).
+// When both run in one call for a fake copy (quantize_fast_gpu, the trainer's path), the rotation runs once:
+// the amax pass also writes the rotated operand (BF16, exactly what the apply pass rounds) into the fake copy's
+// memory, and the apply pass reads it from there and overwrites it with the fake values (a CTA reads its whole
+// tile before writing it; tiles are disjoint). Called apart (quant_fast_amax_gpu, quant_fast_apply_gpu) and for
+// packed or statistics outputs, the apply pass rotates the source itself. With a source scale (QFTarget.src_dec)
+// the input is a fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec) (the operand source
+// `src=fprop`).
 
 #define QG_EDEN_ROWS 32
 #define QG_EDEN_PITCH 130   // BF16 per shared row: 65 words, so a column of the tile spans 32 banks
@@ -303,81 +316,12 @@ HD uint16_t qg_eden_fake(uint8_t c, float mag, float sdec) {
     return (uint16_t)(((uint32_t)(c & 8u) << 12) | (f32_bits(QF_MUL(mag, sdec)) >> 16));
 }
 
-__device__ __forceinline__ int64_t qg_eden_view_offset(int axis, int64_t i, int64_t k, int64_t ld) {
-    return axis ? i * ld + k : k * ld + i;
-}
-
-// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- the view, in two steps: qg_eden_fetch loads a
-// thread's words into registers (all of them before any is used, so a tile's loads are in flight together;
-// with one 4-byte load per loop iteration these kernels waited on memory latency), qg_eden_commit stores them
-// into the shared tile, each element dequantized first where the target has a source scale.
-__device__ __forceinline__ void qg_eden_fetch(const QFArgs& A, int axis, int64_t i0, int64_t k0,
-                                              uint4 (&w)[QG_EDEN_WORDS]) {
-    const int64_t M = axis ? A.rows : A.cols;
-#pragma unroll
-    for (int q = 0; q < QG_EDEN_WORDS; q++) {
-        int r, kk;
-        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
-        w[q] = make_uint4(0u, 0u, 0u, 0u);
-        if (i0 + r < M) w[q] = __ldg((const uint4*)(A.in + qg_eden_view_offset(axis, i0 + r, k0 + kk, A.ld)));
-    }
-}
-
-__device__ __forceinline__ void qg_eden_commit(const QFTarget& T, int axis, const uint4 (&w)[QG_EDEN_WORDS],
-                                               uint16_t* tile) {
-    const float dec = T.src_dec ? *T.src_dec : 1.0f;
-#pragma unroll
-    for (int q = 0; q < QG_EDEN_WORDS; q++) {
-        int r, kk;
-        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
-        uint32_t u[4] = {w[q].x, w[q].y, w[q].z, w[q].w};
-        if (T.src_dec) {
-#pragma unroll
-            for (int h = 0; h < 4; h++)
-                u[h] = (uint32_t)bf16_bits_rne(qf_lo(u[h]) * dec) | ((uint32_t)bf16_bits_rne(qf_hi(u[h]) * dec) << 16);
-        }
-        if (axis) {   // 8 elements along k: 4 aligned words of the shared row (QG_EDEN_PITCH and kk are even)
-            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
-#pragma unroll
-            for (int h = 0; h < 4; h++) p[h] = u[h];
-        } else {      // element 2h (+1) of the word: operand row r + 2h (+1), k offset kk
-#pragma unroll
-            for (int h = 0; h < 4; h++) {
-                tile[(r + 2 * h) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] & 0xFFFFu);
-                tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] >> 16);
-            }
-        }
-    }
-}
-
-// The tile's fake values -> the view layout (the inverse of qg_eden_fetch / qg_eden_commit).
-__device__ __forceinline__ void qg_eden_store_fake(const QFTarget& T, const QFArgs& A, int axis, int64_t i0, int64_t k0,
-                                                   const uint16_t* tile) {
-    const int64_t M = axis ? A.rows : A.cols;
-#pragma unroll
-    for (int q = 0; q < QG_EDEN_WORDS; q++) {
-        int r, kk;
-        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
-        if (i0 + r >= M) continue;
-        uint32_t u[4];
-        if (axis) {
-            const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
-#pragma unroll
-            for (int h = 0; h < 4; h++) u[h] = p[h];
-        } else {
-#pragma unroll
-            for (int h = 0; h < 4; h++)
-                u[h] = (uint32_t)tile[(r + 2 * h) * QG_EDEN_PITCH + kk] | ((uint32_t)tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] << 16);
-        }
-        __stcg((uint4*)(T.fake + qg_eden_view_offset(axis, i0 + r, k0 + kk, T.ld_fake)), make_uint4(u[0], u[1], u[2], u[3]));
-    }
-}
-
 // The pieces of the 128-point rotation and of eden_sum128 that a lane computes on its own, HD so that
 // test_quant_fast runs them on the CPU with the exchanges between the 8 lanes of a row simulated:
 // qg_eden_bfly_regs: the butterflies h = 1 .. 8 on the lane's 16 elements (a, b) -> (a + b, a - b);
 // qg_eden_bfly_lane: one element of a butterfly h >= 16 from its own value and its partner's, the lower
-// element of the pair (bit h clear) keeps the sum, the upper one the difference lower - upper;
+// element of the pair (bit h clear) keeps the sum, the upper one the difference lower - upper, both as one
+// FMA with the lane's value times +1 or -1 (an exact product: the same rounding as the add or subtract);
 // qg_eden_sum_regs: the stages d = 2, 1 of eden_sum128 on the lane's 4 chunk sums (chunks 4g .. 4g + 3).
 HD void qg_eden_bfly_regs(float (&y)[16]) {
 #if defined(__CUDA_ARCH__)
@@ -396,7 +340,11 @@ HD void qg_eden_bfly_regs(float (&y)[16]) {
     }
 }
 HD float qg_eden_bfly_lane(float mine, float other, bool upper) {
-    return upper ? QF_SUB(other, mine) : QF_ADD(mine, other);
+#if defined(__CUDA_ARCH__)
+    return __fmaf_rn(mine, upper ? -1.0f : 1.0f, other);
+#else
+    return fmaf(mine, upper ? -1.0f : 1.0f, other);
+#endif
 }
 HD float qg_eden_sum_regs(const float (&p)[4]) {
     float n[4];
@@ -407,38 +355,137 @@ HD float qg_eden_sum_regs(const float (&p)[4]) {
     return QF_ADD(n[0], n[1]);
 }
 
-// Lane's 16 elements (group g) of tile row r through hadamard_bf16's sign flips and butterflies (n = 128:
-// h = 1 .. 8 in registers, h = 16, 32, 64 as shuffles with the lanes holding the row's other groups), in
-// FP32, before its scale and BF16 rounding (qg_eden_rotate). Every lane of the warp calls it (shuffles).
-__device__ __forceinline__ void qg_eden_butterflies(const QFTarget& T, const uint16_t* tile, int r, int g,
-                                                    float (&y)[16]) {
-    const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);   // 4-byte aligned: pitch even
-    const uint32_t sg = (T.p.signs[g >> 1] >> (16 * (g & 1))) & 0xFFFFu;        // sign bits of elements 16g..
+__device__ __forceinline__ int64_t qg_eden_view_offset(int axis, int64_t i, int64_t k, int64_t ld) {
+    return axis ? i * ld + k : k * ld + i;
+}
+
+// Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- src, a view of M operand rows with leading dimension
+// ld, in two steps: qg_eden_fetch loads a thread's words into registers (all of them before any is used, so a
+// tile's loads are in flight together; L2 loads: the apply pass of qg_launch_eden_fake reads a tile it then
+// overwrites), qg_eden_commit stores them into the shared tile, each element
+// dequantized first where dec (a source scale) is given: BF16(FP32(x) * dec), by the hardware's rounding (a
+// NaN product takes bf16_bits_rne, as in qg_eden_rotate_words).
+__device__ __forceinline__ void qg_eden_fetch(const uint16_t* src, int64_t ld, int64_t M, int axis, int64_t i0,
+                                              int64_t k0, uint4 (&w)[QG_EDEN_WORDS]) {
 #pragma unroll
-    for (int q = 0; q < 8; q++) {
-        const uint32_t w = p[q];
-        y[2 * q] = qf_lo(w);
-        y[2 * q + 1] = qf_hi(w);
-    }
-#pragma unroll
-    for (int j = 0; j < 16; j++)
-        if ((sg >> j) & 1u) y[j] = -y[j];
-    qg_eden_bfly_regs(y);
-#pragma unroll
-    for (int x = 1; x < 8; x <<= 1) {   // h = 16x: the partner lane (group g ^ x) holds element e ^ h
-        const bool upper = g & x;
-#pragma unroll
-        for (int j = 0; j < 16; j++) y[j] = qg_eden_bfly_lane(y[j], __shfl_xor_sync(0xFFFFFFFFu, y[j], x), upper);
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        w[q] = make_uint4(0u, 0u, 0u, 0u);
+        if (i0 + r < M) w[q] = __ldcg((const uint4*)(src + qg_eden_view_offset(axis, i0 + r, k0 + kk, ld)));
     }
 }
 
-// Lane's 16 elements of tile row r, rotated as hadamard_bf16 with n = 128: the butterflies, one multiply by
-// hadamard_scale(128), BF16 rounding.
-__device__ __forceinline__ void qg_eden_rotate(const QFTarget& T, const uint16_t* tile, int r, int g, float (&y)[16]) {
-    qg_eden_butterflies(T, tile, r, g, y);
-    const float sc = hadamard_scale(128);
+__device__ __forceinline__ uint32_t qg_dequant2(uint32_t u, float dec) {
+    const float a = QF_MUL(qf_lo(u), dec), b = QF_MUL(qf_hi(u), dec);
+    const uint32_t v = qf_cvt2(a, b);
+    return qf_hmax(v & 0x7FFF7FFFu) > 0x7F800000u ? qf_cvt2_ref(a, b) : v;
+}
+
+__device__ __forceinline__ void qg_eden_commit(const float* src_dec, int axis, const uint4 (&w)[QG_EDEN_WORDS],
+                                               uint16_t* tile) {
+    const float dec = src_dec ? *src_dec : 1.0f;
 #pragma unroll
-    for (int j = 0; j < 16; j++) y[j] = bf16_bits_to_float(bf16_bits_rne(QF_MUL(y[j], sc)));
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        uint32_t u[4] = {w[q].x, w[q].y, w[q].z, w[q].w};
+        if (src_dec) {
+#pragma unroll
+            for (int h = 0; h < 4; h++) u[h] = qg_dequant2(u[h], dec);
+        }
+        if (axis) {   // 8 elements along k: 4 aligned words of the shared row (QG_EDEN_PITCH and kk are even)
+            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
+#pragma unroll
+            for (int h = 0; h < 4; h++) p[h] = u[h];
+        } else {      // element 2h (+1) of the word: operand row r + 2h (+1), k offset kk
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                tile[(r + 2 * h) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] & 0xFFFFu);
+                tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] = (uint16_t)(u[h] >> 16);
+            }
+        }
+    }
+}
+
+// The shared tile -> dst (a view with leading dimension ld; the inverse of qg_eden_fetch / qg_eden_commit);
+// operand rows past M are not stored.
+__device__ __forceinline__ void qg_eden_store_tile(uint16_t* dst, int64_t ld, int64_t M, int axis, int64_t i0,
+                                                   int64_t k0, const uint16_t* tile) {
+#pragma unroll
+    for (int q = 0; q < QG_EDEN_WORDS; q++) {
+        int r, kk;
+        qg_eden_word(axis, threadIdx.x + q * QG_THREADS, &r, &kk);
+        if (i0 + r >= M) continue;
+        uint32_t u[4];
+        if (axis) {
+            const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + kk);
+#pragma unroll
+            for (int h = 0; h < 4; h++) u[h] = p[h];
+        } else {
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+                u[h] = (uint32_t)tile[(r + 2 * h) * QG_EDEN_PITCH + kk] | ((uint32_t)tile[(r + 2 * h + 1) * QG_EDEN_PITCH + kk] << 16);
+        }
+        __stcg((uint4*)(dst + qg_eden_view_offset(axis, i0 + r, k0 + kk, ld)), make_uint4(u[0], u[1], u[2], u[3]));
+    }
+}
+
+// The lane's 8 words (group g of tile row r): read from / written to the shared tile (4-byte aligned: the pitch
+// is even).
+__device__ __forceinline__ void qg_eden_words_get(const uint16_t* tile, int r, int g, uint32_t (&x)[8]) {
+    const uint32_t* p = (const uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);
+#pragma unroll
+    for (int q = 0; q < 8; q++) x[q] = p[q];
+}
+__device__ __forceinline__ void qg_eden_words_put(uint16_t* tile, int r, int g, const uint32_t (&x)[8]) {
+    uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);
+#pragma unroll
+    for (int q = 0; q < 8; q++) p[q] = x[q];
+}
+
+// The sign bits of group g's 16 elements as XOR masks of its 8 BF16 words (bit 15: the even element, 31: the odd).
+__device__ __forceinline__ void qg_eden_sign_words(const QFTarget& T, int g, uint32_t (&sm)[8]) {
+    const uint32_t sg = (T.p.signs[g >> 1] >> (16 * (g & 1))) & 0xFFFFu;
+#pragma unroll
+    for (int q = 0; q < 8; q++) sm[q] = ((sg >> (2 * q)) & 1u) << 15 | ((sg >> (2 * q + 1)) & 1u) << 31;
+}
+
+// The 16-bit maximum of the magnitudes of 8 BF16 words (a NaN's bits sort above inf's, as amax_bits_update).
+__device__ __forceinline__ uint32_t qg_words_max(const uint32_t (&x)[8]) {
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int q = 0; q < 8; q++) m2 = qf_vmax(m2, x[q] & 0x7FFF7FFFu);
+    return m2;
+}
+
+// The lane's 8 words of group g (its sign masks sm) -> rotated as hadamard_bf16 with n = 128 (the butterflies,
+// one multiply by hadamard_scale(128), BF16 rounding), in place; returns their qg_words_max. Every lane of the
+// warp calls it (shuffles).
+__device__ __forceinline__ uint32_t qg_eden_rotate_words(uint32_t (&x)[8], const uint32_t (&sm)[8], int g, float sc) {
+    float y[16];
+#pragma unroll
+    for (int q = 0; q < 8; q++) {
+        const uint32_t v = x[q] ^ sm[q];
+        y[2 * q] = qf_lo(v);
+        y[2 * q + 1] = qf_hi(v);
+    }
+    qg_eden_bfly_regs(y);
+#pragma unroll
+    for (int s = 1; s < 8; s <<= 1) {   // h = 16 s: the partner lane (group g ^ s) holds element e ^ h
+        const bool upper = g & s;
+#pragma unroll
+        for (int j = 0; j < 16; j++) y[j] = qg_eden_bfly_lane(y[j], __shfl_xor_sync(0xFFFFFFFFu, y[j], s), upper);
+    }
+#pragma unroll
+    for (int q = 0; q < 8; q++) x[q] = qf_cvt2(QF_MUL(y[2 * q], sc), QF_MUL(y[2 * q + 1], sc));
+    uint32_t m2 = qg_words_max(x);
+    if (qf_hmax(m2) > 0x7F800000u) {   // a NaN: bf16_bits_rne's (the hardware's NaN may differ)
+#pragma unroll
+        for (int q = 0; q < 8; q++) x[q] = qf_cvt2_ref(QF_MUL(y[2 * q], sc), QF_MUL(y[2 * q + 1], sc));
+        m2 = qg_words_max(x);
+    }
+    return m2;
 }
 
 // eden_sum128 of a row's 128 terms from the lane's 4 chunk sums p[q] = p_(4g+q) (each 4 terms added in order):
@@ -451,20 +498,6 @@ __device__ __forceinline__ float qg_eden_sum_lanes(float (&p)[4]) {
         for (int q = 0; q < 4; q++) p[q] = QF_ADD(p[q], __shfl_xor_sync(0xFFFFFFFFu, p[q], x));
     }
     return qg_eden_sum_regs(p);
-}
-
-// The tensor amax of rotated values BF16(y * sc), from the butterflies' y: non-NaN magnitudes keep only their
-// maximum *m (RN(. * sc) and the BF16 rounding are monotone there, so the rounding of the maximum, taken once
-// by qg_amax_final, is the maximum of the roundings); a NaN is rounded where it occurs, into *mnan (NaN
-// payloads do not round monotonically). Host-checked against the value-by-value maximum in test_quant_fast.
-HD void qg_amax_add(uint32_t* m, uint32_t* mnan, float y, float sc) {
-    const uint32_t a = f32_bits(y) & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) *mnan = amax_bits_update(*mnan, bf16_bits_to_float(bf16_bits_rne(QF_MUL(y, sc))));
-    else if (a > *m) *m = a;
-}
-HD uint32_t qg_amax_final(uint32_t m, uint32_t mnan, float sc) {
-    const uint32_t r = amax_bits_update(0u, bf16_bits_to_float(bf16_bits_rne(QF_MUL(f32_from_bits(m), sc))));
-    return r > mnan ? r : mnan;
 }
 
 __device__ __forceinline__ void qg_eden_tile_origin(const QFArgs& A, int axis, int64_t t, int64_t* i0, int64_t* k0) {
@@ -480,146 +513,198 @@ static inline int64_t qg_eden_tiles(const QFArgs& A, int axis) {
 }
 
 // Pass 1: max |y| over the rotated operand into *T.amax (NaN bits sort above inf; zeroed by the caller). A CTA
-// walks its tiles with the next tile's words in flight while it rotates the current one.
+// walks its tiles with the next tile's words in flight while it rotates the current one. STORE: the rotated
+// tile also goes to the target's fake copy (the apply pass then reads it: qg_eden_apply_kernel<.., true>).
+// Tile rows past M hold zeros (the fetch's, times a finite source scale 1 / S_enc where there is one): they
+// rotate to zeros, with no effect on the maximum, and are not stored.
+template <bool STORE>
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_constant__ QFArgs A, int slot, int64_t tiles) {
     __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane & 7;
     const float sc = hadamard_scale(128);
-    uint32_t m = 0, mnan = 0;
+    uint32_t sm[8];
+    qg_eden_sign_words(T, g, sm);
+    uint32_t m2 = 0;
     uint4 w[QG_EDEN_WORDS];
-    int64_t i0, k0;
+    int64_t i0 = 0, k0 = 0;
     if (blockIdx.x < tiles) {
         qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
-        qg_eden_fetch(A, axis, i0, k0, w);
+        qg_eden_fetch(A.in, A.ld, M, axis, i0, k0, w);
     }
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-        const int64_t ti0 = i0;
+        const int64_t ti0 = i0, tk0 = k0;
         __syncthreads();   // every warp is done with the previous tile
-        qg_eden_commit(T, axis, w, tile);
+        qg_eden_commit(T.src_dec, axis, w, tile);
         __syncthreads();
         if (t + gridDim.x < tiles) {
             qg_eden_tile_origin(A, axis, t + gridDim.x, &i0, &k0);
-            qg_eden_fetch(A, axis, i0, k0, w);
+            qg_eden_fetch(A.in, A.ld, M, axis, i0, k0, w);
         }
 #pragma unroll
         for (int pass = 0; pass < QG_EDEN_ROWS / QG_EDEN_ROWS_PER_PASS; pass++) {
-            const int r0 = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp;   // the warp's 4 rows: r0 + lane / 8
-            if (ti0 + r0 >= M) break;   // whole warps; rows past M in a live warp hold zeros (the fetch's, times a
-                                        // finite source scale 1 / S_enc where there is one): no effect on the max
-            float y[16];
-            qg_eden_butterflies(T, tile, r0 + (lane >> 3), lane & 7, y);
-#pragma unroll
-            for (int j = 0; j < 16; j++) qg_amax_add(&m, &mnan, y[j], sc);
+            const int r = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp + (lane >> 3);
+            uint32_t x[8];
+            qg_eden_words_get(tile, r, g, x);
+            m2 = qf_vmax(m2, qg_eden_rotate_words(x, sm, g, sc));
+            if (STORE) qg_eden_words_put(tile, r, g, x);   // (only this lane reads these words)
+        }
+        if (STORE) {
+            __syncthreads();
+            qg_eden_store_tile(T.fake, T.ld_fake, M, axis, ti0, tk0, tile);
         }
     }
-    m = qg_amax_final(m, mnan, sc);
+    uint32_t m = qf_hmax(m2);
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
     if (lane == 0 && m) atomicMax((unsigned int*)T.amax, m);
 }
 
-// Pass 2: one tile per CTA.
-template <int OUT>
+// Pass 2: one tile per CTA. PRE: the tile comes rotated from the fake copy (the amax pass's STORE), else from
+// the source, rotated here.
+template <int OUT, bool PRE>
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_constant__ QFArgs A, int slot) {
     __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
+    __shared__ float2 tab[128];   // [E4M3 byte] = (pre-correction scale, its inverse), eden_group_scale's values
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane & 7;
     const float s_enc = quant_tensor_scale_enc(&T.p, *T.amax);
     const float tdec = quant_tensor_scale_dec(&T.p, s_enc);
     if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = tdec;
+    // eden_group_scale: e4m3(fminf(bamax * mult, FLT_MAX)), byte 0 -> 1; inv = fminf(1 / (s * (1 / S_enc)), FLT_MAX),
+    // as quant_block_scale computes it (the division once per byte, not per group)
+    const float mult = s_enc * (1.0f / EDEN_V), s_dec = 1.0f / s_enc;
+    for (int b = threadIdx.x; b < 128; b += QG_THREADS) {   // (byte 127 is E4M3's NaN: never looked up)
+        const float s = b ? e4m3_value((uint8_t)b) : 1.0f;
+        tab[b] = make_float2(s, fminf(1.0f / (s * s_dec), FLT_MAX));
+    }
     int64_t i0, k0;
     qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
     {
         uint4 w[QG_EDEN_WORDS];
-        qg_eden_fetch(A, axis, i0, k0, w);
-        qg_eden_commit(T, axis, w, tile);
+        if (PRE) qg_eden_fetch(T.fake, T.ld_fake, M, axis, i0, k0, w);
+        else qg_eden_fetch(A.in, A.ld, M, axis, i0, k0, w);
+        qg_eden_commit(PRE ? nullptr : T.src_dec, axis, w, tile);
     }
-    __syncthreads();
+    __syncthreads();   // (the table too)
+    uint32_t sm[8] = {};
+    if (!PRE) qg_eden_sign_words(T, g, sm);
+    const float sc = hadamard_scale(128);
     QuantStats st;
     memset(&st, 0, sizeof(st));
-    const int g = lane & 7;   // the lane's 16-group of its row
 #pragma unroll
     for (int pass = 0; pass < QG_EDEN_ROWS / QG_EDEN_ROWS_PER_PASS; pass++) {
-        const int r0 = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp, r = r0 + (lane >> 3);
-        if (i0 + r0 >= M) break;   // whole warps: the shuffles need every lane
+        const int r = pass * QG_EDEN_ROWS_PER_PASS + 4 * warp + (lane >> 3);
         const int64_t i = i0 + r;
         const bool live = i < M;   // rows past M (zeros) are computed, not stored
-        float y[16];
-        qg_eden_rotate(T, tile, r, g, y);
-        uint32_t bm = 0;
+        uint32_t x[8];
+        qg_eden_words_get(tile, r, g, x);
+        const uint32_t bm = qf_hmax(PRE ? qg_words_max(x) : qg_eden_rotate_words(x, sm, g, sc));
+        const uint32_t sb = __nv_cvt_float_to_fp8(fminf(QF_MUL(f32_from_bits(bm), mult), FLT_MAX), __NV_SATFINITE, __NV_E4M3);
+        const float2 e = tab[sb];
+        const float sg = e.x, inv = e.y;
+        float mag[16], pn[4], pd[4];
+        uint8_t c[16];   // codes (packed and statistics outputs, and the reference element path)
+        // every group of the warp has a finite amax: quant_fast's magnitude function for every element
+        const bool fast = OUT != QF_OUT_STATS && __all_sync(0xFFFFFFFFu, bm < 0x7F800000u);
+        if (fast) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) bm = amax_bits_update(bm, y[j]);
-        const QuantBlockScale pre = quant_block_scale(&T.p, f32_from_bits(bm), s_enc);   // eden_group_scale
-        const float sg = pre.sdec, inv = pre.inv;
-        const bool fast = bm < 0x7F800000u;   // the group's amax is finite
-        float u[16], mag[16], pn[4], pd[4];
-        uint8_t c[16];
+            for (int j = 0; j < 16; j++) {
+                const float u = QF_MUL(j & 1 ? qf_hi(x[j >> 1]) : qf_lo(x[j >> 1]), inv);
+                const float tn = QF_MUL(u, u), a = fabsf(u);
+                mag[j] = qf_rne_mag(T.g, a);
+                const float td = QF_MUL(a, mag[j]);
+                pn[j >> 2] = j & 3 ? QF_ADD(pn[j >> 2], tn) : tn;   // chunk 4g + j / 4: its terms in order
+                pd[j >> 2] = j & 3 ? QF_ADD(pd[j >> 2], td) : td;
+                if (OUT == QF_OUT_PACKED)
+                    c[j] = (uint8_t)(qf_code_index(mag[j], T.code_mul, T.code_shift) | ((f32_bits(u) >> 28) & 8u));
+            }
+        } else {
+            const bool fg = bm < 0x7F800000u;   // this group's amax is finite
 #pragma unroll
-        for (int q = 0; q < 4; q++) {         // chunk 4g + q: its terms added in order
-#pragma unroll
-            for (int jj = 0; jj < 4; jj++) {
-                const int j = 4 * q + jj;
+            for (int j = 0; j < 16; j++) {
                 float td;
-                u[j] = QF_MUL(y[j], inv);
-                const float tn = QF_MUL(u[j], u[j]);
-                c[j] = qg_eden_code(T.g, T.code_mul, T.code_shift, &T.p.grid, u[j], fast, &mag[j], &td);
-                pn[q] = jj ? QF_ADD(pn[q], tn) : tn;
-                pd[q] = jj ? QF_ADD(pd[q], td) : td;
+                const float u = QF_MUL(j & 1 ? qf_hi(x[j >> 1]) : qf_lo(x[j >> 1]), inv);
+                const float tn = QF_MUL(u, u);
+                c[j] = qg_eden_code(T.g, T.code_mul, T.code_shift, &T.p.grid, u, fg, &mag[j], &td);
+                pn[j >> 2] = j & 3 ? QF_ADD(pn[j >> 2], tn) : tn;
+                pd[j >> 2] = j & 3 ? QF_ADD(pd[j >> 2], td) : td;
             }
         }
         const float num = qg_eden_sum_lanes(pn), den = qg_eden_sum_lanes(pd);
         const float C = eden_correction(num, den);
         if (OUT != QF_OUT_STATS && T.eden_corr && live && g == 0) T.eden_corr[i * (K / 128) + k0 / 128] = C;
         const int64_t j = i * (K / 16) + k0 / 16 + g;   // the scale's index, operand-major
-        const uint32_t r16 = eden_scale_r16(T.key, (uint64_t)j);
-        QuantBlockScale bs;
-        bs.sdec = eden_scale_sr(QF_MUL(sg, C), r16);
-        bs.inv = inv;
-        bs.bits = e4m3_bits(bs.sdec);
-        bs.is_nan = 0;
+        const float sdec = eden_scale_sr(QF_MUL(sg, C), eden_scale_r16(T.key, (uint64_t)j));
         if constexpr (OUT == QF_OUT_STATS) {
             if (live) {
+                QuantBlockScale bs;
+                bs.sdec = sdec;
+                bs.inv = inv;
+                bs.bits = e4m3_bits(sdec);
+                bs.is_nan = 0;
 #pragma unroll
-                for (int q = 0; q < 16; q++) quant_stats_element(&st, &T.p.grid, y[q], u[q], c[q], &bs, tdec);
+                for (int q = 0; q < 16; q++) {
+                    const float y = q & 1 ? qf_hi(x[q >> 1]) : qf_lo(x[q >> 1]);
+                    quant_stats_element(&st, &T.p.grid, y, QF_MUL(y, inv), c[q], &bs, tdec);
+                }
             }
         } else if constexpr (OUT == QF_OUT_PACKED) {
             if (live) {
-                uint32_t w[2] = {0u, 0u};
+                uint32_t wc[2] = {0u, 0u};
 #pragma unroll
-                for (int q = 0; q < 16; q++) w[q >> 3] |= (uint32_t)c[q] << (4 * (q & 7));
-                *(uint2*)(T.codes + i * (K / 2) + (k0 + 16 * g) / 2) = make_uint2(w[0], w[1]);   // 8-byte aligned
-                T.scales[j] = bs.bits;
+                for (int q = 0; q < 16; q++) wc[q >> 3] |= (uint32_t)c[q] << (4 * (q & 7));
+                *(uint2*)(T.codes + i * (K / 2) + (k0 + 16 * g) / 2) = make_uint2(wc[0], wc[1]);   // 8-byte aligned
+                T.scales[j] = e4m3_bits(sdec);
             }
-        } else {   // the tile row's 16 elements (rows past M are not stored by qg_eden_store_fake)
-            uint32_t* p = (uint32_t*)(tile + r * QG_EDEN_PITCH + 16 * g);
+        } else {   // the fake values back into the tile (rows past M are not stored by qg_eden_store_tile)
+            if (fast) {   // sign(y) | BF16(mag * sdec) by truncation (exact), two per word
 #pragma unroll
-            for (int q = 0; q < 8; q++)
-                p[q] = (uint32_t)qg_eden_fake(c[2 * q], mag[2 * q], bs.sdec) |
-                       ((uint32_t)qg_eden_fake(c[2 * q + 1], mag[2 * q + 1], bs.sdec) << 16);
+                for (int q = 0; q < 8; q++)
+                    x[q] = __byte_perm(f32_bits(QF_MUL(mag[2 * q], sdec)), f32_bits(QF_MUL(mag[2 * q + 1], sdec)), 0x7632) |
+                           (x[q] & 0x80008000u);
+            } else {
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    x[q] = (uint32_t)qg_eden_fake(c[2 * q], mag[2 * q], sdec) | ((uint32_t)qg_eden_fake(c[2 * q + 1], mag[2 * q + 1], sdec) << 16);
+            }
+            qg_eden_words_put(tile, r, g, x);
         }
     }
     if constexpr (OUT == QF_OUT_STATS) quant_stats_warp_flush(st, T.stats);
     if constexpr (OUT == QF_OUT_FAKE) {
         __syncthreads();
-        qg_eden_store_fake(T, A, axis, i0, k0, tile);
+        qg_eden_store_tile(T.fake, T.ld_fake, M, axis, i0, k0, tile);
     }
 }
 
-static inline void qg_launch_eden_amax(const QFLaunch& L, int slot, cudaStream_t s) {
+static inline void qg_launch_eden_amax(const QFLaunch& L, int slot, cudaStream_t s, bool store = false) {
     const int64_t tiles = qg_eden_tiles(L.a, slot == 0);
     int64_t blocks = tiles < 4096 ? tiles : 4096;
-    qg_eden_amax_kernel<<<(unsigned)blocks, QG_THREADS, 0, s>>>(L.a, slot, tiles);
+    if (store) qg_eden_amax_kernel<true><<<(unsigned)blocks, QG_THREADS, 0, s>>>(L.a, slot, tiles);
+    else qg_eden_amax_kernel<false><<<(unsigned)blocks, QG_THREADS, 0, s>>>(L.a, slot, tiles);
     cuda_check_last();
 }
 
-template <int OUT>
+template <int OUT, bool PRE = false>
 static inline void qg_launch_eden_apply(const QFLaunch& L, int slot, cudaStream_t s) {
     const int64_t tiles = qg_eden_tiles(L.a, slot == 0);
-    qg_eden_apply_kernel<OUT><<<(unsigned)tiles, QG_THREADS, 0, s>>>(L.a, slot);
+    qg_eden_apply_kernel<OUT, PRE><<<(unsigned)tiles, QG_THREADS, 0, s>>>(L.a, slot);
     cuda_check_last();
+}
+
+// Both passes of a launch whose one target is an MS-EDEN fake copy (the slot qg_eden_fake_slot names), with the
+// rotation once: the amax pass stores the rotated operand in the fake copy, the apply pass reads it there.
+static inline int qg_eden_fake_slot(const QFLaunch& L) {
+    for (int k = 0; k < 2; k++)
+        if ((k ? L.hb : L.ha) >= 0 && L.a.t[k].eden && L.a.t[k].out == QF_OUT_FAKE) return k;
+    return -1;
+}
+static inline void qg_launch_eden_fake(const QFLaunch& L, int slot, cudaStream_t s) {
+    qg_launch_eden_amax(L, slot, s, true);
+    qg_launch_eden_apply<QF_OUT_FAKE, true>(L, slot, s);
 }

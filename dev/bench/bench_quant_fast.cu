@@ -7,8 +7,12 @@
 // eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
 // twice + outputs) / fast time; apply% = (input + outputs) / apply time; amax% = input / amax time.
 // Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
-// The last rows time quant_group.cuh's rules (Four Over Six, MS-EDEN), which have no reference kernels
-// (their exactness: build/test_quant_gpu_cpu); MS-EDEN's amax pass rotates too, and with src=fprop reads a fake copy.
+// The last rows time the rules of quant_group.cuh (Four Over Six, MS-EDEN), which have no reference kernels (their
+// exactness: build/test_quant_gpu_cpu); 4o6's 1x16 fake copies run on quant_fast's whole-block kernels. MS-EDEN's
+// amax pass rotates too, and with src=fprop reads a fake copy; its "fast" column is quantize_fast_gpu, which rotates
+// once (the amax pass stores the rotated operand in the fake copy, the apply pass reads it there: 2 bytes written
+// and read more per element than eff% and traf% count), while "amax" and "apply" time the passes called apart, the
+// apply pass rotating the source again.
 #include <vector>
 #include "llmc/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
@@ -51,6 +55,8 @@ int main(int argc, char** argv) {
         {"PACKED nvfp4-2d col", {"nvfp4-2d", NULL}, {0, 0}, 1, 1},
         {"PACKED DUAL dY", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2, 1},
         {"4o6 row (fprop X)", {"nvfp4,4o6", NULL}, {1, 0}, 1, 0, 1},
+        {"4o6 row SR (dgrad dY)", {"nvfp4,4o6,sr", NULL}, {1, 0}, 1, 0, 1},
+        {"4o6 col H16 (wgrad X)", {"nvfp4,4o6,h16,fixed", NULL}, {0, 0}, 1, 0, 1},
         {"4o6 col H16 SR (wgrad dY)", {"nvfp4,4o6,sr,h16,fixed", NULL}, {0, 0}, 1, 0, 1},
         {"4o6 16x16 col (dgrad W)", {"nvfp4-2d,4o6", NULL}, {0, 0}, 1, 0, 1},
         {"eden row (dgrad dY)", {"nvfp4,eden", NULL}, {1, 0}, 1, 0, 1},

@@ -3,8 +3,8 @@
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
 // --exhaustive), the BF16 exactness of every code * block scale product, the SR threshold construction,
-// the code index of every grid level (packed output); MS-EDEN's element path, fake values, deferred amax
-// rounding and tile words.
+// the code index of every grid level (packed output); MS-EDEN's element path, fake values, lane layout
+// (the rotation's butterflies and the sums) and tile words.
 // GPU part (skips without a GPU): quantize_fast_gpu vs quantize_gpu (fake outputs including the padding
 // between rows, packed codes and scales, amax and scale_dec bits) and quant_fast_stats_gpu vs
 // quant_stats_gpu (exact counts) for every supported configuration on small shapes, trainer-like dual
@@ -118,27 +118,9 @@ static void eden_cpu_checks(int exhaustive) {
             if (qg_eden_fake((uint8_t)c, fabsf(v), sd) != bf16_bits_rne(v * sd)) bad++;
         }
     CHECK(bad == 0, "MS-EDEN fake values sign | BF16(|val| * sdec) == bf16_bits_rne(val * sdec): %lld exceptions", bad);
-    // the amax pass's deferred rounding: value-by-value maximum of BF16(y * sc) == qg_amax_final of qg_amax_add's
-    bad = 0;
     uint64_t st = 0x9E3779B97F4A7C15ull;
     auto next = [&]() { st = st * 6364136223846793005ull + 1442695040888963407ull; return (uint32_t)(st >> 32); };
     const float sc = hadamard_scale(128);
-    for (int trial = 0; trial < 200000; trial++) {
-        uint32_t m = 0, mnan = 0, ref = 0;
-        const int n = 1 + (int)(next() % 16), kind = (int)(next() % 4);
-        for (int j = 0; j < n; j++) {
-            uint32_t b = next();   // any pattern (kind 0), near one magnitude (1), around the BF16 rounding points (2),
-            if (kind == 1) b = (b & 0x800000FFu) | 0x3F800000u;   // or with infinities and NaNs of any payload (3)
-            if (kind == 2) b = (b & 0x8000FFFFu) | (0x41200000u + ((next() % 4) << 16));
-            if (kind == 3 && next() % 3 == 0) b = (b & 0x807FFFFFu) | 0x7F800000u;
-            const float y = f32_from_bits(b);
-            qg_amax_add(&m, &mnan, y, sc);
-            ref = amax_bits_update(ref, bf16_bits_to_float(bf16_bits_rne(QF_MUL(y, sc))));
-        }
-        bad += qg_amax_final(m, mnan, sc) != ref;
-    }
-    CHECK(bad == 0, "MS-EDEN amax with the rounding deferred to the maximum == value-by-value: %lld of 200000 groups differ",
-          bad);
     // the kernels' lane layout (8 lanes per row, 16 elements each): their per-lane pieces with the exchanges of
     // __shfl_xor_sync simulated == hadamard_bf16's rotation and eden_sum128's sum, bit for bit
     {
@@ -718,7 +700,8 @@ static void gpu_element_checks(void) {
 //   mult1 = 1: the rule's mult replaced by 1, so y = the block amax itself, for every float bit pattern m in
 //              [start, start + n): the conversion and the table on every y in [0, FLT_MAX], and inf and NaN;
 //   mult1 = 0: the rule as the kernels take it from a tensor amax, for m = each BF16 magnitude (<< 16) in
-//              [start, start + n).
+//              [start, start + n); with 4o6 also its 4-candidate (qf_e4m3_scale with mult4) against
+//              quant_block_scale_e4m3_to(., S_enc, 4).
 __global__ void block_scale_kernel(QFTarget T, float amax, int mult1, uint32_t start, uint32_t n,
                                    unsigned long long* bad) {
     __shared__ float2 tab[128];
@@ -732,6 +715,12 @@ __global__ void block_scale_kernel(QFTarget T, float amax, int mult1, uint32_t s
         const QuantBlockScale w = quant_block_scale_e4m3_pre(f32_from_bits(m), R.mult, R.s_dec);
         nb += g.bits != w.bits || f32_bits(g.sdec) != f32_bits(w.sdec) || f32_bits(g.inv) != f32_bits(w.inv) ||
               g.is_nan != w.is_nan;
+        if (!mult1 && T.p.scale == QSCALE_E4M3_4O6) {   // 4o6's 4-candidate, as the CPU twin computes it
+            const QuantBlockScale g4 = qf_e4m3_scale(R, m, R.mult4);
+            const QuantBlockScale w4 = quant_block_scale_e4m3_to(f32_from_bits(m), R.s_enc, 4.0f);
+            nb += g4.bits != w4.bits || f32_bits(g4.sdec) != f32_bits(w4.sdec) || f32_bits(g4.inv) != f32_bits(w4.inv) ||
+                  g4.is_nan != w4.is_nan;
+        }
     }
     if (nb) atomicAdd(bad, nb);
 }
@@ -747,7 +736,7 @@ static void gpu_block_scale_checks(void) {
         cuda_check(cudaMemcpy(&b, dbad, sizeof(b), cudaMemcpyDeviceToHost));
         return b;
     };
-    const char* specs[] = {"nvfp4", "int4,sr,h16,seed=1", "e1m2,1x16,e4m3"};
+    const char* specs[] = {"nvfp4", "int4,sr,h16,seed=1", "e1m2,1x16,e4m3", "nvfp4,4o6"};
     const float amaxes[] = {0.0f,   1e-40f, 1e-30f, 3e-7f,   0.37f,    1.0f, 448.0f,
                             2688.0f, 3e5f,  1e38f,  FLT_MAX, INFINITY, NAN};
     for (const char* spec : specs) {
@@ -796,7 +785,8 @@ int main(int argc, char** argv) {
         struct { const char* spec; int row, col; } ck[] = {
             {"nvfp4,h16,fixed", 1, 1}, {"nvfp4,sr,h16,fixed", 1, 1}, {"nvfp4", 1, 1}, {"nvfp4,sr", 1, 1},
             {"int4,sr,h16,seed=1", 1, 1}, {"e1m2,1x16,e8m0ceil,sr,h16,plain", 1, 1}, {"mxfp4", 1, 0}, {"mxfp4,h16", 1, 0},
-            {"nvfp4-2d", 0, 0}, {"nvfp4,h32", 0, 0}, {"nvfp4,h8", 0, 0}, {"nvfp4,sr,h4", 0, 0}, {"nvfp4,4o6", 0, 0},
+            {"nvfp4-2d", 0, 0}, {"nvfp4,h32", 0, 0}, {"nvfp4,h8", 0, 0}, {"nvfp4,sr,h4", 0, 0}, {"nvfp4,4o6", 1, 1},
+            {"nvfp4,4o6,sr,h16,fixed", 1, 1}, {"nvfp4-2d,4o6", 0, 0}, {"e2m1,1x32,4o6", 0, 0}, {"nvfp4,4o6,h32", 0, 0},
             {"fp8,1x16,e4m3,rne,h0", 1, 0}};
         int bad = 0;
         for (auto& c : ck)
@@ -815,7 +805,7 @@ int main(int argc, char** argv) {
             if ((axis ? qf_row2_ok(L) : qf_colfake_ok(L)) && bad++ < 3) printf("  packed copy on axis %d taken\n", axis);
         }
         CHECK(bad == 0, "the whole-block kernels must take exactly the fake 1D copies they make (row-wise: H16 or none; "
-                        "column-wise: 1x16, H16 or none)");
+                        "column-wise: 1x16, H16 or none; 4o6: 1x16 on both axes)");
     }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
