@@ -334,14 +334,19 @@ __device__ __forceinline__ void qf_fast_mags(const QFGrid& g, float v0, float v1
     else { m0 = qf_rne_mag(g, a0); m1 = qf_rne_mag(g, a1); }
 }
 
+// The fake BF16 word of a pair from its products p = |q| * sdec (exact in BF16, taken by truncation) and the signs
+// of sw (the pair's BF16 bits).
+__device__ __forceinline__ uint32_t qf_fake_word(float p0, float p1, uint32_t sw) {
+    return __byte_perm(f32_bits(p0), f32_bits(p1), 0x7632) | (sw & 0x80008000u);
+}
+
 // Fast element pair -> packed BF16 word. sw: the BF16 bits of the pair (signs).
 template <bool SR>
 __device__ __forceinline__ uint32_t qf_fast_pair(const QFGrid& g, float v0, float v1, uint32_t sw, float inv0, float sd0,
                                                  float inv1, float sd1, uint32_t rnd) {
     float m0, m1;
     qf_fast_mags<SR>(g, v0, v1, inv0, inv1, rnd, m0, m1);
-    const uint32_t o = __byte_perm(f32_bits(QF_MUL(m0, sd0)), f32_bits(QF_MUL(m1, sd1)), 0x7632);
-    return o | (sw & 0x80008000u);
+    return qf_fake_word(QF_MUL(m0, sd0), QF_MUL(m1, sd1), sw);
 }
 
 // Fast element pair -> their two codes (element 0 in the low nibble). A code's sign is its input's (x = v
@@ -1094,6 +1099,15 @@ typedef struct {
     const float2* tab;   // E4M3: [byte] = (sdec, inv), in shared memory
 } QFBlockRule;
 
+// The CTA's table of E4M3 block scales under a tensor's s_dec: [byte] = (sdec, fminf(1 / (sdec * s_dec), FLT_MAX)),
+// quant_block_scale_e4m3_pre's values (one IEEE division per byte), with sdec = zero for byte 0 (E4M3's value; 1 for
+// MS-EDEN's eden_group_scale). Byte 127 is E4M3's NaN: never looked up. The CTA syncs before the first lookup.
+__device__ __forceinline__ void qf_scale_table(float2* tab, float s_dec, float zero) {
+    for (int b = threadIdx.x; b < 128; b += blockDim.x) {
+        const float sdec = b ? e4m3_value((uint8_t)b) : zero;
+        tab[b] = make_float2(sdec, fminf(1.0f / (sdec * s_dec), FLT_MAX));
+    }
+}
 // tab: 128 float2 of the CTA's shared memory; the CTA syncs before its first qf_block_scale
 __device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float amax, float2* tab) {
     QFBlockRule R;
@@ -1103,11 +1117,7 @@ __device__ __forceinline__ QFBlockRule qf_block_rule(const QFTarget& T, float am
     R.mult4 = R.s_enc * (1.0f / 4.0f);
     R.s_dec = 1.0f / R.s_enc;
     R.tab = tab;
-    if (R.e4m3)
-        for (int b = threadIdx.x; b < 128; b += blockDim.x) {   // (byte 127 is E4M3's NaN: never looked up)
-            const float sdec = e4m3_value((uint8_t)b);
-            tab[b] = make_float2(sdec, fminf(1.0f / (sdec * R.s_dec), FLT_MAX));
-        }
+    if (R.e4m3) qf_scale_table(tab, R.s_dec, 0.0f);
     return R;
 }
 // m: the block amax's magnitude bits (sign clear, so y >= +0; a NaN or inf amax gives y = FLT_MAX, as in the reference)
@@ -1131,14 +1141,10 @@ __device__ __forceinline__ QuantBlockScale qf_block_scale(const QFTarget& T, con
 // blocks, E2M1): each block's two candidates, its max to 6 (qf_block_scale) and to 4 (qf_e4m3_scale with mult4),
 // round every element (the same SR bits), and the block keeps the 4-candidate iff the sum of its squared errors
 // (m * sdec - |v| * S_enc)^2, added in the block's element order with no FMA, is strictly smaller (quant_group.cuh's
-// qg_err_add, the CPU twin's quant_4o6_err_add: the signs cancel). A candidate's fake word is sign | BF16(m * sdec)
-// by truncation (exact), as qf_fast_pair's. A block holding inf or NaN keeps 6 and takes the reference elements.
+// qg_err_add, the CPU twin's quant_4o6_err_add: the signs cancel). A candidate's fake word is qf_fake_word's. A block holding inf or NaN keeps 6 and takes the reference elements.
 __device__ __forceinline__ float qf_46_add(float e, float p, float sv) {
     const float d = QF_SUB(p, sv);
     return QF_ADD(e, QF_MUL(d, d));
-}
-__device__ __forceinline__ uint32_t qf_46_word(float p0, float p1, uint32_t x) {
-    return __byte_perm(f32_bits(p0), f32_bits(p1), 0x7632) | (x & 0x80008000u);
 }
 // One block along a row's words vw (elements 2i, 2i + 1 of word i, in order) -> its fake words o.
 template <bool SR, int N>
@@ -1157,8 +1163,8 @@ __device__ __forceinline__ void qf_46_words(const QFGrid& g, const uint32_t (&vw
         const float p0 = QF_MUL(m0, c6.sdec), p1 = QF_MUL(m1, c6.sdec), q0 = QF_MUL(n0, c4.sdec), q1 = QF_MUL(n1, c4.sdec);
         e6 = qf_46_add(qf_46_add(e6, p0, s0), p1, s1);
         e4 = qf_46_add(qf_46_add(e4, q0, s0), q1, s1);
-        o[i] = qf_46_word(p0, p1, vw[i]);
-        w4[i] = qf_46_word(q0, q1, vw[i]);
+        o[i] = qf_fake_word(p0, p1, vw[i]);
+        w4[i] = qf_fake_word(q0, q1, vw[i]);
     }
 #pragma unroll
     for (int i = 0; i < N; i++) o[i] = e4 < e6 ? w4[i] : o[i];
@@ -1178,8 +1184,8 @@ __device__ __forceinline__ void qf_46_pair(const QFGrid& g, uint32_t x, const Qu
     eh6 = qf_46_add(eh6, p1, s1);
     el4 = qf_46_add(el4, q0, s0);
     eh4 = qf_46_add(eh4, q1, s1);
-    w6 = qf_46_word(p0, p1, x);
-    w4 = qf_46_word(q0, q1, x);
+    w6 = qf_fake_word(p0, p1, x);
+    w4 = qf_fake_word(q0, q1, x);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -2205,7 +2211,8 @@ static inline int qf_patch_only(void) {
     return on;
 }
 // What the kernels laid out for whole blocks per lane take (qf_row2_kernel, qf_colfake_kernel): a fake copy in
-// 1D blocks with a 16-point Hadamard (h) or none, whose rule is not quant_group.cuh's; not under LLMC_QF_PATCH=1.
+// 1D blocks with a 16-point Hadamard (h) or none, not MS-EDEN, and with 4o6 only in 1x16 blocks; not under
+// LLMC_QF_PATCH=1.
 static inline int qf_whole_block_ok(const QFTarget& t, int h) {
     return (h == 0 || h == 16) && t.out == QF_OUT_FAKE && t.bw == 1 && !t.eden &&
            (t.p.scale != QSCALE_E4M3_4O6 || t.bl == 16) && !qf_patch_only();

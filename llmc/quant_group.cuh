@@ -98,8 +98,7 @@ __device__ __forceinline__ float qg_mag(const QFTarget& T, float v, float inv, u
 // One candidate's squared-error term (quant_4o6_err_add with code value +-m and x = +-|v|: the signs cancel
 // exactly), added to err.
 __device__ __forceinline__ void qg_err_add(float& err, float m, float sdec, float v, float s_enc) {
-    const float d = QF_SUB(QF_MUL(m, sdec), QF_MUL(fabsf(v), s_enc));
-    err = QF_ADD(err, QF_MUL(d, d));
+    err = qf_46_add(err, QF_MUL(m, sdec), QF_MUL(fabsf(v), s_enc));
 }
 
 // Step 3 for one operand row: the chosen candidates' codes, written in the target's output form (fast blocks:
@@ -261,9 +260,10 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // registers, h = 16, 32, 64 as shuffles (lane xor h/16; one FMA: the partner's value plus or minus the lane's,
 // exact as the add or subtract it replaces), the scale, and BF16 rounding by the hardware (cvt.rn.bf16x2: equal
 // to bf16_bits_rne except for NaN payloads, so a lane whose words hold a NaN rounds them with bf16_bits_rne).
-// Apply (qg_eden_group): the group's amax from its BF16 words (16-bit max), its pre-correction scale and inverse
-// from the hardware's E4M3 conversion and a per-CTA table of the 128 scale bytes (eden_group_scale's rounding,
-// checked for every input in test_quant_fast: qf_block_scale), the codes by quant_fast's RNE magnitude function
+// Apply (qg_eden_apply_kernel): the group's amax from its BF16 words (16-bit max), its pre-correction scale and
+// inverse from the hardware's E4M3 conversion and a per-CTA table of the 128 scale bytes (qg_eden_pre_scale:
+// eden_group_scale and quant_block_scale's inverse, checked for every BF16 group amax under 13 tensor amaxes in
+// test_quant_fast), the codes by quant_fast's RNE magnitude function
 // (a warp whose groups all have finite amaxes; else the reference element functions), and the 128-group's sums
 // as the spec's tree: the lane's 4 chunk sums p_(4g+q) (4 terms each, in order), the stages d = 16, 8, 4 as
 // shuffles (lane xor d/4), d = 2, 1 in registers (eden_sum128's operations, so its bits).
@@ -271,8 +271,10 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // When both run in one call for a fake copy (quantize_fast_gpu, the trainer's path), the rotation runs once:
 // the amax pass also writes the rotated operand (BF16, exactly what the apply pass rounds) into the fake copy's
 // memory, and the apply pass reads it from there and overwrites it with the fake values (a CTA reads its whole
-// tile before writing it; tiles are disjoint). Called apart (quant_fast_amax_gpu, quant_fast_apply_gpu) and for
-// packed or statistics outputs, the apply pass rotates the source itself. With a source scale (QFTarget.src_dec)
+// tile before writing it; tiles are disjoint; so the fake copy must not overlap the input unless it is the same view,
+// same pointer and ld: the amax pass writes rotated tiles while other CTAs still read the input). Called apart
+// (quant_fast_amax_gpu, quant_fast_apply_gpu) and for packed or statistics outputs, the apply pass rotates the
+// source itself. With a source scale (QFTarget.src_dec)
 // the input is a fake copy, dequantized element by element first: BF16(FP32(fake) * S_dec) (the operand source
 // `src=fprop`).
 
@@ -480,12 +482,21 @@ __device__ __forceinline__ uint32_t qg_eden_rotate_words(uint32_t (&x)[8], const
 #pragma unroll
     for (int q = 0; q < 8; q++) x[q] = qf_cvt2(QF_MUL(y[2 * q], sc), QF_MUL(y[2 * q + 1], sc));
     uint32_t m2 = qg_words_max(x);
-    if (qf_hmax(m2) > 0x7F800000u) {   // a NaN: bf16_bits_rne's (the hardware's NaN may differ)
+    if (qf_hmax(m2) > 0x7F800000u) {   // a NaN: bf16_bits_rne's (the same 0x7FFF for the GPU's canonical NaN; kept
+                                       // so that no NaN's rounding rests on the hardware's)
 #pragma unroll
         for (int q = 0; q < 8; q++) x[q] = qf_cvt2_ref(QF_MUL(y[2 * q], sc), QF_MUL(y[2 * q + 1], sc));
         m2 = qg_words_max(x);
     }
     return m2;
+}
+
+// The pre-correction scale of a group with amax bits m and its inverse, (eden_group_scale(amax, S_enc),
+// fminf(1 / (s * (1 / S_enc)), FLT_MAX)) as quant_block_scale's eden rule: the byte of the hardware's E4M3
+// conversion of fminf(amax * mult, FLT_MAX), mult = S_enc * (1 / EDEN_V), looked up in tab, which
+// qf_scale_table(tab, 1 / S_enc, 1) filled (eden's byte 0 -> 1).
+__device__ __forceinline__ float2 qg_eden_pre_scale(const float2* tab, float mult, uint32_t m) {
+    return tab[__nv_cvt_float_to_fp8(fminf(QF_MUL(f32_from_bits(m), mult), FLT_MAX), __NV_SATFINITE, __NV_E4M3)];
 }
 
 // eden_sum128 of a row's 128 terms from the lane's 4 chunk sums p[q] = p_(4g+q) (each 4 terms added in order):
@@ -567,7 +578,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_amax_kernel(const __grid_c
 template <int OUT, bool PRE>
 __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_constant__ QFArgs A, int slot) {
     __shared__ __align__(16) uint16_t tile[QG_EDEN_ROWS * QG_EDEN_PITCH];   // read and written in words too
-    __shared__ float2 tab[128];   // [E4M3 byte] = (pre-correction scale, its inverse), eden_group_scale's values
+    __shared__ float2 tab[128];   // [E4M3 byte] = (pre-correction scale, its inverse): qg_eden_pre_scale
     const QFTarget& T = A.t[slot];
     const int axis = slot == 0;
     const int64_t M = axis ? A.rows : A.cols, K = axis ? A.cols : A.rows;
@@ -577,11 +588,8 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
     if (OUT != QF_OUT_STATS && blockIdx.x == 0 && threadIdx.x == 0) *T.scale_dec = tdec;
     // eden_group_scale: e4m3(fminf(bamax * mult, FLT_MAX)), byte 0 -> 1; inv = fminf(1 / (s * (1 / S_enc)), FLT_MAX),
     // as quant_block_scale computes it (the division once per byte, not per group)
-    const float mult = s_enc * (1.0f / EDEN_V), s_dec = 1.0f / s_enc;
-    for (int b = threadIdx.x; b < 128; b += QG_THREADS) {   // (byte 127 is E4M3's NaN: never looked up)
-        const float s = b ? e4m3_value((uint8_t)b) : 1.0f;
-        tab[b] = make_float2(s, fminf(1.0f / (s * s_dec), FLT_MAX));
-    }
+    const float mult = s_enc * (1.0f / EDEN_V);
+    qf_scale_table(tab, 1.0f / s_enc, 1.0f);
     int64_t i0, k0;
     qg_eden_tile_origin(A, axis, blockIdx.x, &i0, &k0);
     {
@@ -604,8 +612,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
         uint32_t x[8];
         qg_eden_words_get(tile, r, g, x);
         const uint32_t bm = qf_hmax(PRE ? qg_words_max(x) : qg_eden_rotate_words(x, sm, g, sc));
-        const uint32_t sb = __nv_cvt_float_to_fp8(fminf(QF_MUL(f32_from_bits(bm), mult), FLT_MAX), __NV_SATFINITE, __NV_E4M3);
-        const float2 e = tab[sb];
+        const float2 e = qg_eden_pre_scale(tab, mult, bm);
         const float sg = e.x, inv = e.y;
         float mag[16], pn[4], pd[4];
         uint8_t c[16];   // codes (packed and statistics outputs, and the reference element path)

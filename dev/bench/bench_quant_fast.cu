@@ -10,9 +10,9 @@
 // The last rows time the rules of quant_group.cuh (Four Over Six, MS-EDEN), which have no reference kernels (their
 // exactness: build/test_quant_gpu_cpu); 4o6's 1x16 fake copies run on quant_fast's whole-block kernels. MS-EDEN's
 // amax pass rotates too, and with src=fprop reads a fake copy; its "fast" column is quantize_fast_gpu, which rotates
-// once (the amax pass stores the rotated operand in the fake copy, the apply pass reads it there: 2 bytes written
-// and read more per element than eff% and traf% count), while "amax" and "apply" time the passes called apart, the
-// apply pass rotating the source again.
+// once (the amax pass stores the rotated operand in the fake copy, the apply pass reads it there: 8 bytes per
+// element, where eff% counts 4 and traf% 6), while "amax" and "apply" time the passes called apart, the apply pass
+// rotating the source again.
 #include <vector>
 #include "llmc/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"

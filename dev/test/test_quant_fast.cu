@@ -725,6 +725,23 @@ __global__ void block_scale_kernel(QFTarget T, float amax, int mult1, uint32_t s
     if (nb) atomicAdd(bad, nb);
 }
 
+// MS-EDEN's pre-correction group scale (qg_eden_pre_scale and its table) against quant_block_scale's eden rule
+// (eden_group_scale and its inverse) for m = each BF16 magnitude (<< 16) under the tensor amax: sdec and inv bits.
+__global__ void eden_scale_kernel(QuantParams p, float amax, unsigned long long* bad) {
+    __shared__ float2 tab[128];
+    const float s_enc = quant_tensor_scale_enc(&p, amax);
+    qf_scale_table(tab, 1.0f / s_enc, 1.0f);
+    __syncthreads();
+    const float mult = s_enc * (1.0f / EDEN_V);
+    unsigned long long nb = 0;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < 0x8000u; i += gridDim.x * blockDim.x) {
+        const float2 g = qg_eden_pre_scale(tab, mult, i << 16);
+        const QuantBlockScale w = quant_block_scale(&p, f32_from_bits(i << 16), s_enc);
+        nb += f32_bits(g.x) != f32_bits(w.sdec) || f32_bits(g.y) != f32_bits(w.inv);
+    }
+    if (nb) atomicAdd(bad, nb);
+}
+
 static void gpu_block_scale_checks(void) {
     unsigned long long* dbad;
     cuda_check(cudaMalloc(&dbad, sizeof(*dbad)));
@@ -752,6 +769,18 @@ static void gpu_block_scale_checks(void) {
             b = run(T, a, 0, 0u, 0x8000u);   // every BF16 magnitude, inf and NaNs included
             CHECK(b == 0, "%s: E4M3 block scale != reference for %llu BF16 block amaxes (tensor amax %g)", spec, b,
                   (double)a);
+        }
+    }
+    {
+        const QuantParams pe = parse("nvfp4,eden");
+        for (float a : amaxes) {
+            cuda_check(cudaMemset(dbad, 0, sizeof(*dbad)));
+            eden_scale_kernel<<<64, 256>>>(pe, a, dbad);
+            cuda_check_last();
+            unsigned long long b = 0;
+            cuda_check(cudaMemcpy(&b, dbad, sizeof(b), cudaMemcpyDeviceToHost));
+            CHECK(b == 0, "MS-EDEN group scale (hardware conversion, table) != eden_group_scale for %llu BF16 group amaxes "
+                  "(tensor amax %g)", b, (double)a);
         }
     }
     cudaFree(dbad);

@@ -12,7 +12,9 @@
 //     quant_stats_cpu: counts exact);
 //   - the trainer's passes for each preset: dY's two copies from one pass, X's and W's forward copy with the
 //     backward copy's amax taken ahead and its apply pass later;
-//   - the golden quantization records, through the fast kernels (fake and packed).
+//   - the golden quantization records, through the fast kernels (fake and packed);
+//   - large views, where the kernels' CTAs walk several tiles: MS-EDEN past its amax pass's grid cap (the rotated
+//     tile stored and the next one committed by the same CTA), 4o6 on the whole-block kernels.
 // Every configuration above must be supported by the fast kernels (quant_fast_supported).
 // Skips (exit 0) without a GPU. Usage: build/test_quant_gpu_cpu [--quick]
 #include <math.h>
@@ -528,6 +530,40 @@ static void golden(Dev& d) {
            skipped);
 }
 
+// ----------------------------------------------------------------------------------------------------
+// Large views: 4608 x 4096 is 4608 MS-EDEN tiles of 32 x 128 on either axis, past the 4096 CTAs of its amax pass
+// (qg_launch_eden_amax), so CTAs loop with the rotated tile stored between commits; the 4o6 copies of the
+// whole-block kernels walk many tiles per CTA too. Fake outputs, normal and non-finite data.
+
+static void large_views(void) {
+    const int64_t rows = 4608, cols = 4096;
+    static_assert(4608 / 32 * (4096 / 128) > 4096 && 4096 / 32 * (4608 / 128) > 4096, "past the grid cap on both axes");
+    Dev d = dev_alloc((size_t)rows * cols * 2, 16, 16, 1);
+    const char* specs[] = {"nvfp4,eden", "nvfp4,4o6", "nvfp4,4o6,sr,h16,fixed"};
+    int ran = 0;
+    for (const char* spec : specs)
+        for (int kind : {(int)D_NORMAL, (int)D_NONFINITE})
+            for (int axis = 0; axis < 2; axis++) {
+                const QuantParams p = parse(spec, rng_key(13, kind, axis));
+                const std::vector<uint16_t> h = make_data(rows, cols, cols, kind, &p.grid);
+                cuda_check(cudaMemcpy(d.in, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+                const uint64_t key = rng_key(13, 7, axis);
+                QuantTarget t = gpu_target(d, 0, p, axis, OUT_FAKE, key, cols);
+                CHECK(quant_fast_supported(&t, 1, rows, cols, cols), "[%s] %lld x %lld: not supported", spec,
+                      (long long)rows, (long long)cols);
+                quantize_fast_gpu((const floatX*)d.in, rows, cols, cols, &t, 1, 0);
+                const Copy g = gpu_read(d, 0, t, OUT_FAKE, rows, cols, cols);
+                const Copy c = cpu_copy(p, axis, OUT_FAKE, key, h, rows, cols, cols);
+                char what[160];
+                snprintf(what, sizeof(what), "[%s] axis %d %lldx%lld %s (large view)", spec, axis, (long long)rows,
+                         (long long)cols, DNAMES[kind]);
+                compare(g, c, 0, what);
+                ran++;
+            }
+    dev_free(d);
+    printf("large views: %d copies of %lld x %lld\n", ran, (long long)rows, (long long)cols);
+}
+
 int main(int argc, char** argv) {
     int quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -546,6 +582,7 @@ int main(int argc, char** argv) {
     eden_sources(d);
     golden(d);
     dev_free(d);
+    large_views();
     CHECK(n_unsupported == 0, "%d configurations not supported by the fast kernels", n_unsupported);
     CHECK(n_bad == 0, "GPU vs CPU: %d of %d copies differ (first 12 printed above)", n_bad, n_cases);
     return test_summary("quant_gpu_cpu");
