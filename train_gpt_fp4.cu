@@ -198,13 +198,6 @@ typedef struct {
     uint32_t* fold_ahead;           // device: per site, the FP8 fold's per-row maxima of wgrad.x and dgrad.w taken
                                     // ahead by the forward (4C entries each)
     int fwd_for_backward;           // the forward running now will be followed by a backward
-    // the elementwise kernel that makes a linear's source and has not run yet (GELU before fc-proj's forward,
-    // GELU's backward before fc's): the first pass that reads the source runs it, inside its amax pass where
-    // the quantizer can (quantize_fast_gpu), else it runs alone before that pass or before the GEMMs
-    QFProducer pending;
-    int pending_src;                // OperandSource
-    const floatX* pending_ptr;      // the source, pending_rows x pending_cols, contiguous
-    int64_t pending_rows, pending_cols;
     uint64_t fp4_seed;              // SR keys: rng_key(seed, step, tensor id)
     int fp4_step, fp4_micro;
     // diagnostics: per (layer, linear, slot) quantization statistics, and per (layer, linear) the
@@ -774,14 +767,9 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
 // take only one at a time (Hadamard sizes with no pair kernel) runs as two passes.
 // ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes; returns
 // whether it did. have_amax: the targets' amaxes are already in place.
-// pro (or NULL): the producer that makes the view first (GPT.pending), run by the amax pass where it can be.
 static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int n, const QuantTarget* ahead,
-                         int have_amax, const QFProducer* pro = NULL) {
+                         int have_amax) {
     const int64_t R = v->rows, Cc = v->cols, ld = v->ld;
-    if (pro && (have_amax || (n == 2 && !quant_fast_supported(t, 2, R, Cc, ld)))) {   // no amax pass to run it in
-        qf_produce_alone(*pro, (floatX*)v->ptr, R, Cc, ld, m->stream);
-        pro = NULL;
-    }
     if (n == 2 && !quant_fast_supported(t, 2, R, Cc, ld)) {
         quantize_view(m, v, &t[0], 1, NULL, have_amax);
         quantize_view(m, v, &t[1], 1, NULL, have_amax);
@@ -800,8 +788,7 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
         took_ahead = quant_fast_supported(all, n + 1, R, Cc, ld);
     }
     if (have_amax) quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
-    else quantize_fast_gpu(v->ptr, R, Cc, ld, all, n, m->stream, 1, took_ahead, pro);   // both passes, or one
-                                                                                          // (qf_rowfold_ok)
+    else quantize_fast_gpu(v->ptr, R, Cc, ld, all, n, m->stream, 1, took_ahead);   // both passes, or one (qf_rowfold_ok)
     phase_end(m, timed, PHASE_QUANT);
     return took_ahead;
 }
@@ -823,31 +810,10 @@ static TensorView fprop_copy_again(GPT* m, LinearRun* r, Slot s, QuantTarget* t)
     return c;
 }
 
-// The pending producer (GPT.pending), run alone now if there is one.
-static void produce_pending(GPT* m) {
-    if (m->pending.kind == QF_PRO_NONE) return;
-    qf_produce_alone(m->pending, (floatX*)m->pending_ptr, m->pending_rows, m->pending_cols, m->pending_cols, m->stream);
-    m->pending.kind = QF_PRO_NONE;
-}
-
-// Sets the producer of a linear's source (forward: SRC_X, backward: SRC_DY), laid out as the whole source.
-static void produce_before(GPT* m, const QFProducer* pro, int src, const floatX* ptr, int64_t rows, int64_t cols) {
-    m->pending = *pro;
-    m->pending_src = src;
-    m->pending_ptr = ptr;
-    m->pending_rows = rows;
-    m->pending_cols = cols;
-}
-
 // One pass of the plan: the copies it asks of one source from one read, their scales, and the
 // diagnostics' statistics of each.
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
     const TensorView* v = &r->src[pass->src];
-    QFProducer pro = {QF_PRO_NONE, NULL};   // the pending producer of this source, taken by this pass
-    if (m->pending.kind != QF_PRO_NONE && pass->src == m->pending_src) {
-        pro = m->pending;
-        m->pending.kind = QF_PRO_NONE;
-    }
     QuantTarget t[2], ahead;
     unsigned* ahead_bits = &m->amax_ahead[fp4_site(r->l, r->kind, r->part)];
     const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
@@ -869,14 +835,9 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
         }
     }
     TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
-    if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop) {
-        if (pro.kind != QF_PRO_NONE) qf_produce_alone(pro, (floatX*)v->ptr, v->rows, v->cols, v->ld, m->stream);
-        pro.kind = QF_PRO_NONE;
+    if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
         from = fprop_copy_again(m, r, pass->target[0], &t[0]);
-    }
-    if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax,
-                      pro.kind != QF_PRO_NONE ? &pro : NULL))
-        *ahead_bits |= 1u << pass->ahead;
+    if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
     for (int i = 0; i < pass->ntargets; i++) {
         const OperandPlan* o = &r->plan->op[pass->target[i]];
         if (o->form != FORM_PACKED) continue;   // the native GEMM reads its scales swizzled
@@ -984,16 +945,13 @@ __global__ void f32_to_bf16_kernel(floatX* out, const float* in, size_t n) {
     if (i < n) out[i] = __float2bfloat16_rn(in[i]);
 }
 
-// out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias. pro (or NULL): the kernel that makes inp from its own
-// input, run by the first pass that reads inp (inside its amax pass where the quantizer can) or before the GEMM.
+// out (N x OC) = inp (N x K) @ weight (OC x K)^T + bias
 static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* inp, const floatX* weight,
-                           const floatX* bias, int N, int K, int OC, const QFProducer* pro = NULL) {
+                           const floatX* bias, int N, int K, int OC) {
     const LinearPlan* lp = linear_plan(m, l, kind);
-    if (pro) produce_before(m, pro, SRC_X, inp, N, K);
     for (int p = 0; p < lp->nparts; p++) {
         LinearRun r = linear_run(m, l, kind, p, inp, weight, NULL, N, K, OC);
         for (int i = 0; i < r.plan->npasses[0]; i++) quantize_pass(m, &r, &r.plan->pass[0][i], 0);
-        produce_pending(m);
         const GemmOut y = {out + r.plan->o0, OC, bias ? bias + r.plan->o0 : NULL, 0, 0};
         gemm_run(m, &r, GEMM_FPROP, &y);
     }
@@ -1002,19 +960,14 @@ static void linear_forward(GPT* m, int l, int kind, floatX* out, const floatX* i
 
 // dinp = dout @ W; dweight += dout^T @ inp; dbias += column sums of dout (from BF16 dout). The data
 // gradient of a split QKV sums its parts in FP32 and rounds to BF16 once, as the unsplit GEMM does.
-// pro (or NULL): the kernel that makes dout in place (GELU's backward), run as in linear_forward.
 static void linear_backward(GPT* m, int l, int kind, floatX* dinp, float* dweight, float* dbias,
-                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC,
-                            const QFProducer* pro = NULL) {
+                            const floatX* dout, const floatX* inp, const floatX* weight, int N, int K, int OC) {
+    if (dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);
     const LinearPlan* lp = linear_plan(m, l, kind);
-    if (pro) produce_before(m, pro, SRC_DY, dout, N, OC);
-    if (pro && lp->nparts > 1) produce_pending(m);   // parts read column slices of dout
     float* dsum = lp->nparts > 1 ? (float*)(m->fp4_scratch + split_sum_offset(lp, N, K, OC)) : NULL;
     for (int p = 0; p < lp->nparts; p++) {
         LinearRun r = linear_run(m, l, kind, p, inp, weight, dout, N, K, OC);
         for (int i = 0; i < r.plan->npasses[1]; i++) quantize_pass(m, &r, &r.plan->pass[1][i], 1);
-        produce_pending(m);
-        if (p == 0 && dbias) bias_backward(dbias, m->bias_scratch, dout, N, OC, m->stream);   // dout is made now
         const GemmOut dx = dsum ? GemmOut{dsum, K, NULL, 1, p > 0} : GemmOut{dinp, K, NULL, 0, 0};
         gemm_run(m, &r, GEMM_DGRAD, &dx);
         const GemmOut dw = {dweight + (size_t)r.plan->o0 * K, K, NULL, 1, 1};
@@ -1074,9 +1027,9 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
         fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
                                          residual, a->proj_out, p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
         linear_forward(m, l, LIN_FC, fch, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), p->layer(P_FCB, l, 4 * C), N, C, 4 * C);
-        const QFProducer gelu = {QF_PRO_GELU, fch};   // fch_gelu = gelu(fch), made by fc-proj's first pass
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
         linear_forward(m, l, LIN_FCPROJ, a->proj_out, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C),
-                       p->layer(P_FCPROJB, l, C), N, 4 * C, C, &gelu);
+                       p->layer(P_FCPROJB, l, C), N, 4 * C, C);
         // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
         if (l + 1 < L) {
             fused_residual_layernorm_forward(residual3, a->ln1 + (l + 1) * nc, a->ln1_mean + (size_t)(l + 1) * N,
@@ -1178,9 +1131,9 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
         // MLP: dresidual is the gradient of residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         linear_backward(m, l, LIN_FCPROJ, a->dbuf_4c, g->layer(P_FCPROJW, l, (size_t)4 * C * C), g->layer(P_FCPROJB, l, C),
                         a->dresidual, fch_gelu, p->layer(P_FCPROJW, l, (size_t)4 * C * C), N, 4 * C, C);
-        const QFProducer gelu_bwd = {QF_PRO_GELU_BWD, fch};   // dbuf_4c *= gelu'(fch), made by fc's first pass
+        gelu_backward_inplace(a->dbuf_4c, fch, (size_t)N * 4 * C, s);
         linear_backward(m, l, LIN_FC, a->dbuf_c, g->layer(P_FCW, l, (size_t)4 * C * C), g->layer(P_FCB, l, 4 * C),
-                        a->dbuf_4c, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), N, C, 4 * C, &gelu_bwd);
+                        a->dbuf_4c, ln2, p->layer(P_FCW, l, (size_t)4 * C * C), N, C, 4 * C);
         layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
                            residual2, p->layer(P_LN2W, l, C), a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, s);
         // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))

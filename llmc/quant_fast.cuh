@@ -77,7 +77,6 @@
 #include "quant_diag.cuh"    // quant_stats_warp_flush
 #include <cuda_fp8.h>
 #include "fp8_fold.h"        // the FP8 output form's arithmetic
-#include "gelu.cuh"          // the producers the amax pass can run (QFProducer)
 
 #define QF_THREADS 128
 #define QF_MIN_CTAS 3
@@ -229,10 +228,6 @@ typedef struct {
     int64_t rows, cols, ld;
     int64_t tiles_c;  // warp tiles along cols
     int64_t tiles;    // warp tiles in all
-    // the amax kernel's producer (QFProducer): in is then what the producer reads (GELU's input forward, the
-    // gradient backward), pro_x the forward input the backward reads, pro_out where the produced tensor goes
-    const uint16_t* pro_x;
-    uint16_t* pro_out;
 } QFArgs;
 
 // ---------------------------------------------------------------------------------------------------
@@ -935,40 +930,8 @@ __device__ __forceinline__ void qf_fold_cols(const QFTarget& T, const uint32_t (
     if (lane < 16 && (lane & (T.bw == 32 ? 3 : 1)) == 0 && c0 < cols && m) atomicMax(T.fold_max + (c0 >> T.bw_log2), m);
 }
 
-// The producers the amax pass can run (issue #12: the amax taken where the quantizer's input is made, so that no
-// pass reads the tensor only for its amax). QF_PRO_GELU: the view is gelu(in) (gelu_forward); QF_PRO_GELU_BWD:
-// the view is in * gelu'(pro_x), written over in (gelu_backward_inplace). The amax kernel computes each of its
-// words with the same functions in the same order (gelu_ref / gelu_grad_ref on the BF16 inputs as floats, one
-// RNE rounding per element, qf_cvt2 = float_to_bf16x8's __floats2bfloat162_rn), stores it, and takes the amax
-// of what it stored: the tensor equals gelu.cuh's bit for bit (test_quant_fast checks it).
-enum { QF_PRO_NONE = 0, QF_PRO_GELU, QF_PRO_GELU_BWD };
-
-template <int PRO>
-__device__ __forceinline__ uint32_t qf_produce_word(uint32_t w, uint32_t x) {
-    if (PRO == QF_PRO_GELU) return qf_cvt2(gelu_ref(qf_lo(w)), gelu_ref(qf_hi(w)));
-    return qf_cvt2(qf_lo(w) * gelu_grad_ref(qf_lo(x)), qf_hi(w) * gelu_grad_ref(qf_hi(x)));
-}
-
-// The patch qf_load read (rows past the view's end and columns past its width untouched), produced and stored.
-template <int PRO>
-__device__ __forceinline__ void qf_produce(const QFArgs& A, int64_t r0, int64_t c0, uint32_t (&w)[QF_ROWS][4]) {
-    if (c0 >= A.cols) return;
-    const int64_t nr = A.rows - r0;
-#pragma unroll
-    for (int r = 0; r < QF_ROWS; r++) {
-        if (r >= nr) continue;
-        uint4 x = make_uint4(0u, 0u, 0u, 0u);
-        if (PRO == QF_PRO_GELU_BWD) x = __ldcs((const uint4*)(A.pro_x + (r0 + r) * A.ld + c0));
-        const uint32_t xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) w[r][i] = qf_produce_word<PRO>(w[r][i], xs[i]);
-        *(uint4*)(A.pro_out + (r0 + r) * A.ld + c0) = make_uint4(w[r][0], w[r][1], w[r][2], w[r][3]);
-    }
-}
-
 // FOLD: also the FP8 targets' per-row maxima (a separate instantiation, so that the others keep their registers).
-// PRO: the producer it runs first on each patch (QF_PRO_*; only without FOLD).
-template <int HA, int HB, bool FOLD, int PRO = QF_PRO_NONE>
+template <int HA, int HB, bool FOLD>
 __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const __grid_constant__ QFArgs A) {
     __shared__ uint32_t red[2][QF_WARPS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -985,8 +948,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_MIN_CTAS) qf_amax_kernel(const 
         int64_t r0, c0;
         qf_tile_origin(A, t, lane, &r0, &c0);
         uint32_t w[QF_ROWS][4];
-        qf_load(A, r0, c0, PRO != QF_PRO_NONE, w);   // a producer's input is read once: stream it
-        if (PRO != QF_PRO_NONE) qf_produce<PRO>(A, r0, c0, w);
+        qf_load(A, r0, c0, false, w);
         uint32_t rm[QF_ROWS];
         if (HA == 0 && fold_r) {
 #pragma unroll
@@ -2227,16 +2189,16 @@ static inline int64_t qf_resident_ctas(K kernel, size_t smem, int* per_sm) {
     return (int64_t)qf_num_sms() * (*per_sm > 0 ? *per_sm : 1);
 }
 
-template <int HA, int HB, bool FOLD, int PRO = QF_PRO_NONE>
+template <int HA, int HB, bool FOLD>
 static inline void qf_launch_amax(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;
     int64_t blocks = ceil_div(L.a.tiles, QF_WARPS);
-    const int64_t cap = qf_resident_ctas(qf_amax_kernel<HA, HB, FOLD, PRO>, 0, &per_sm);
+    const int64_t cap = qf_resident_ctas(qf_amax_kernel<HA, HB, FOLD>, 0, &per_sm);
     if (blocks > cap) blocks = cap;
     // a column-wise FP8 target keeps its column maxima while a warp stays on one tile column: with a grid
     // stride (blocks x warps tiles) that is a multiple of the tile columns, it always does
     if (FOLD && L.a.t[1].fold_max && blocks > L.a.tiles_c) blocks -= blocks % L.a.tiles_c;
-    qf_amax_kernel<HA, HB, FOLD, PRO><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
+    qf_amax_kernel<HA, HB, FOLD><<<(unsigned)blocks, QF_THREADS, 0, s>>>(L.a);
     cuda_check_last();
 }
 
@@ -2453,34 +2415,6 @@ static inline void qf_dispatch_apply(const QFLaunch& L, cudaStream_t s) {
     qf_dispatch_apply_form<QF_OUT_FP8>(L, s);
 }
 
-// The amax pass with a producer in front (QF_PRO_*), for the Hadamard pairs of 1D fake copies (nvfp4, nvfp4-naive,
-// ufp4 and their 4o6 forms; not MS-EDEN, not the FP8 path's per-row maxima): returns 0 where it has no such
-// kernel, and the caller runs the producer alone (qf_produce_alone).
-static inline int qf_launch_amax_produced(const QFLaunch& L, int pro, cudaStream_t s) {
-    if (L.a.t[0].eden || L.a.t[1].eden || L.a.t[0].fold_max || L.a.t[1].fold_max) return 0;
-#define QF_PCASE(A, B) if (L.ha == A && L.hb == B) { \
-        if (pro == QF_PRO_GELU) qf_launch_amax<A, B, false, QF_PRO_GELU>(L, s); \
-        else qf_launch_amax<A, B, false, QF_PRO_GELU_BWD>(L, s); return 1; }
-    QF_PCASE(0, -1) QF_PCASE(16, -1) QF_PCASE(-1, 0) QF_PCASE(-1, 16) QF_PCASE(0, 0) QF_PCASE(0, 16) QF_PCASE(16, 16)
-#undef QF_PCASE
-    return 0;
-}
-
-// What makes a quantizer's input when the amax pass does not (QF_PRO_*): gelu.cuh's kernels, on the whole view.
-typedef struct {
-    int kind;           // QF_PRO_GELU: the view is gelu(x); QF_PRO_GELU_BWD: the view (holding the gradient of
-                        // gelu's output) becomes view * gelu'(x), in place
-    const floatX* x;    // GELU's input, laid out as the view
-} QFProducer;
-
-static inline void qf_produce_alone(const QFProducer& p, floatX* view, int64_t rows, int64_t cols, int64_t ld,
-                                    cudaStream_t s) {
-    fail_if(ld != cols, "quantize_fast_gpu: a producer needs a contiguous view (ld %lld, cols %lld)", (long long)ld,
-            (long long)cols);
-    if (p.kind == QF_PRO_GELU) gelu_forward(view, p.x, (size_t)(rows * cols), s);
-    else gelu_backward_inplace(view, p.x, (size_t)(rows * cols), s);
-}
-
 // Pass 1: the tensor amax of each target's (rotated) view into *t[k].amax (a maximum into it: zeroed here
 // unless the caller says it already is). The targets' outputs are not used (they may have none).
 static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
@@ -2504,43 +2438,17 @@ static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t 
 // amax pass's work for the other targets; an MS-EDEN fake copy rotates once (qg_launch_eden_fake: the amax
 // pass stores the rotated operand in the copy, the apply pass reads it there); anything else runs the amax
 // pass, then the apply pass.
-//
-// pro (or NULL): the view is made first by that producer (QFProducer; in is then written, and must be a contiguous
-// view of the whole tensor). Where quantize_fast_gpu would run the amax pass, the producer runs inside it
-// (qf_launch_amax_produced: the tensor is read once to make it and take its amax, not again for the amax), else alone
-// first; the outputs are the same bits either way. LLMC_QF_NOPRO=1 runs it alone always (A/B timing).
-static inline int qf_no_producer_fusion(void) {
-    static const int on = env_flag("LLMC_QF_NOPRO");
-    return on;
-}
-
 static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
-                                     int n, cudaStream_t s, int zeroed = 0, int n_ahead = 0,
-                                     const QFProducer* pro = NULL) {
+                                     int n, cudaStream_t s, int zeroed = 0, int n_ahead = 0) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
-    QFLaunch La = n_ahead ? qf_prepare(in, rows, cols, ld, t, n + n_ahead, 0) : L;
+    const QFLaunch La = n_ahead ? qf_prepare(in, rows, cols, ld, t, n + n_ahead, 0) : L;
     for (int k = 0; k < n + n_ahead && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
     const int eden = qg_eden_fake_slot(L);   // an MS-EDEN fake copy (always alone): the rotation once
-    const int rowfold = eden < 0 && L.ha == 0 && qf_rowfold_ok(La);
-    if (pro && eden < 0 && !rowfold && !qf_no_producer_fusion()) {
-        fail_if(ld != cols, "quantize_fast_gpu: a producer needs a contiguous view (ld %lld, cols %lld)",
-                (long long)ld, (long long)cols);
-        require_aligned16("quantize_fast_gpu", pro->x);
-        QFLaunch Lp = La;
-        Lp.a.pro_out = (uint16_t*)in;
-        if (pro->kind == QF_PRO_GELU) Lp.a.in = (const uint16_t*)pro->x;
-        else Lp.a.pro_x = (const uint16_t*)pro->x;
-        if (qf_launch_amax_produced(Lp, pro->kind, s)) {
-            qf_dispatch_apply(L, s);
-            return;
-        }
-    }
-    if (pro) qf_produce_alone(*pro, (floatX*)in, rows, cols, ld, s);
     if (eden >= 0) {
         qg_launch_eden_fake(L, eden, s);
         return;
     }
-    if (rowfold) {
+    if (L.ha == 0 && qf_rowfold_ok(La)) {
         qf_launch_rowfold(La, s);
         L.ha = -1;   // made; the column-wise copy (if any) remains
         qf_dispatch_apply(L, s);
