@@ -192,6 +192,10 @@ typedef struct {
     // device scalars per (layer, linear, part), zeroed once at the start of each forward, so that no
     // amax pass needs a memset of its own
     LinearScalars* fp4_scalars;
+    // the delayed amax rule (Recipe.amax_delayed): the previous training micro-step's scalars (its copies' amaxes),
+    // copied from fp4_scalars at the end of each backward; amax_prev_ready once a whole micro-step has filled them
+    LinearScalars* fp4_scalars_prev;
+    int amax_prev_ready;
     // per (layer, linear, part): the backward slots (bits) whose tensor amax this micro-step's forward
     // already took, in a pass that read the same source anyway (QuantPass.ahead)
     unsigned* amax_ahead;
@@ -337,6 +341,7 @@ static void gpt_free(GPT* m) {
     cudaFree(m->master);
     if (m->fp4_scratch_owned) cudaFree(m->fp4_scratch);
     cudaFree(m->fp4_scalars);
+    cudaFree(m->fp4_scalars_prev);
     free(m->amax_ahead);
     cudaFree(m->fold_ahead);
     free(m->plans);
@@ -632,6 +637,7 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
     }
     if (m->fp4_scalars) return;
     cuda_malloc(&m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars));
+    cuda_malloc(&m->fp4_scalars_prev, fp4_sites(m) * sizeof(LinearScalars));
     m->amax_ahead = (unsigned*)calloc(fp4_sites(m), sizeof(unsigned));
     cuda_malloc(&m->fold_ahead, fp4_sites(m) * 2 * (size_t)(4 * C) * sizeof(uint32_t));
     size_t nstats = (size_t)L * NUM_LINEARS * NUM_SLOTS;
@@ -812,32 +818,53 @@ static TensorView fprop_copy_again(GPT* m, LinearRun* r, Slot s, QuantTarget* t)
 
 // One pass of the plan: the copies it asks of one source from one read, their scales, and the
 // diagnostics' statistics of each.
+// The delayed amax rule (Recipe.amax_delayed) for a copy of X or dY in a training micro-step, once the previous
+// micro-step has left its amaxes, where the whole-block kernels make it (quant_fast_delayed_ok): the copy's tensor
+// scale from the previous micro-step's amax of the same slot, and the apply pass takes this one's into the slot's
+// amax (zeroed with the scalars at the start of the forward) for the next. Returns whether it did.
+static int delayed_amax(GPT* m, const LinearRun* r, Slot s, const TensorView* v, QuantTarget* t) {
+    if (!m->recipe.amax_delayed || !m->amax_prev_ready || !m->fwd_for_backward) return 0;
+    if (SLOT_SOURCE[s] == SRC_W || r->plan->op[s].from_fprop) return 0;
+    if (!quant_fast_delayed_ok(t, v->rows, v->cols, v->ld)) return 0;
+    t->amax_next = t->amax;
+    t->amax = &m->fp4_scalars_prev[fp4_site(r->l, r->kind, r->part)].op[s].amax;
+    return 1;
+}
+
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
     const TensorView* v = &r->src[pass->src];
     QuantTarget t[2], ahead;
     unsigned* ahead_bits = &m->amax_ahead[fp4_site(r->l, r->kind, r->part)];
     const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
     for (int i = 0; i < pass->ntargets; i++) t[i] = operand_target(m, r, pass->target[i], have_amax);
-    const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward;
-    if (want_ahead) {   // an amax-only target: its output pointers are never written by an amax pass
-        const OperandPlan* o = &r->plan->op[pass->ahead];
-        ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
-                                  &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
-        if (o->form == FORM_FP8) {   // the per-row maxima too, kept for the backward
-            const int64_t R = o->axis ? v->rows : v->cols;
-            ahead.fake = NULL;
-            ahead.fp8 = t[0].fp8;
-            ahead.fold_scale = t[0].fold_scale;
-            ahead.fold_below = t[0].fold_below;
-            ahead.fold_max = fold_ahead_at(m, r, pass->ahead);
-            fail_if(R > 4 * m->config.channels, "internal: %lld per-row maxima to keep ahead", (long long)R);
-            cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t), m->stream));
-        }
-    }
+    int delayed[2] = {0, 0};
+    for (int i = 0; i < pass->ntargets && !have_amax; i++) delayed[i] = delayed_amax(m, r, pass->target[i], v, &t[i]);
     TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
-    if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
-        from = fprop_copy_again(m, r, pass->target[0], &t[0]);
-    if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax)) *ahead_bits |= 1u << pass->ahead;
+    if (delayed[0] || delayed[1]) {   // no amax pass for a delayed copy; a copy of the pass that is not runs alone
+        for (int i = 0; i < pass->ntargets; i++) quantize_view(m, v, &t[i], 1, NULL, delayed[i]);
+    } else {
+        const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward;
+        if (want_ahead) {   // an amax-only target: its output pointers are never written by an amax pass
+            const OperandPlan* o = &r->plan->op[pass->ahead];
+            ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
+                                      &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
+            if (o->form == FORM_FP8) {   // the per-row maxima too, kept for the backward
+                const int64_t R = o->axis ? v->rows : v->cols;
+                ahead.fake = NULL;
+                ahead.fp8 = t[0].fp8;
+                ahead.fold_scale = t[0].fold_scale;
+                ahead.fold_below = t[0].fold_below;
+                ahead.fold_max = fold_ahead_at(m, r, pass->ahead);
+                fail_if(R > 4 * m->config.channels, "internal: %lld per-row maxima to keep ahead", (long long)R);
+                cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t),
+                                           m->stream));
+            }
+        }
+        if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
+            from = fprop_copy_again(m, r, pass->target[0], &t[0]);
+        if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax))
+            *ahead_bits |= 1u << pass->ahead;
+    }
     for (int i = 0; i < pass->ntargets; i++) {
         const OperandPlan* o = &r->plan->op[pass->target[i]];
         if (o->form != FORM_PACKED) continue;   // the native GEMM reads its scales swizzled
@@ -1148,6 +1175,11 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
     }
     encoder_backward(&m->encoder_bw, g->t[P_WTE], g->t[P_WPE], a->dresidual, inputs, B, T, C, s);
     if (reduce) gpt_reduce_other_grads(m);
+    if (m->recipe.amax_delayed && m->fp4_scalars) {   // this micro-step's amaxes are the next one's (delayed rule)
+        cuda_check(cudaMemcpyAsync(m->fp4_scalars_prev, m->fp4_scalars, fp4_sites(m) * sizeof(LinearScalars),
+                                   cudaMemcpyDeviceToDevice, s));
+        m->amax_prev_ready = 1;
+    }
 }
 
 // Global L2 norm of all gradients (one host synchronisation per step). ZeRO-1: a rank holds the summed
@@ -1827,6 +1859,7 @@ typedef struct {
     const char* nccl_id_file;
     int diag_every;
     const char* fp4_gemm_mode;
+    const char* amax;
     const char* recipe;
     const char* slot_override[NUM_SLOTS];
     int fp4_gemm[3];
@@ -1864,6 +1897,7 @@ static TrainConfig default_config(void) {
     t.zero = "auto";
     t.diag_every = 50;
     t.fp4_gemm_mode = "auto";
+    t.amax = "now";
     t.nccl_id_file = "";
     t.recipe = "bf16";
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
@@ -1931,6 +1965,7 @@ int main(int argc, char** argv) {
         {"qk-fp8", 0, OPT_BOOL, &tc.qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
         {"bf16-forward-from", 0, OPT_STRING, &tc.bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc.fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
+        {"amax", 0, OPT_CHOICE, &tc.amax, "now|delayed", "FP32 tensor scales of the X and dY copies: from this micro-step's amax (an amax pass reads the tensor first), or delayed: from the previous micro-step's, where the whole-block kernels make the copy (a numerics change; README, \"The delayed amax\")"},
         {"diag-every", 0, OPT_INT, &tc.diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc.allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
         {"eval-every", 0, OPT_INT, &tc.eval_every, NULL, "HellaSwag and LAMBADA accuracy every N steps and after the last (0: off)"},
@@ -2055,9 +2090,12 @@ int main(int argc, char** argv) {
     if (tc.bf16_first_layers >= 0) recipe.bf16_first = tc.bf16_first_layers;
     if (tc.bf16_last_layers >= 0) recipe.bf16_last = tc.bf16_last_layers;
     recipe.qk_fp8 = tc.qk_fp8;
+    recipe.amax_delayed = !strcmp(tc.amax, "delayed");
     recipe_resolve_layers(&recipe, config.num_layers);
     recipe_check(&recipe);
     const int quantizes = recipe_quantizes(&recipe, config.num_layers);
+    fail_if(recipe.amax_delayed && !quantizes, "--amax delayed: recipe %s quantizes nothing, so it has no amax to delay",
+            tc.recipe);
     if (quantizes) {
         int rc = recipe_check_shapes(&recipe, plan.micro_tokens, config.channels, 1, err, sizeof(err));
         fail_if(rc == 1, "recipe %s with --batch-size %d x --seq-len %d: %s. Change --batch-size or --seq-len",

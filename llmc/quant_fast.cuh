@@ -1,7 +1,7 @@
 // quant_fast.cuh: the GPU quantizer: bandwidth-bound kernels for every configuration the trainer and its
 // diagnostics use.
 // defines: quant_fast_supported(), quantize_fast_gpu(), quant_fast_amax_gpu(), quant_fast_apply_gpu(),
-//          quant_fast_stats_gpu(), quant_amax_accumulate(),
+//          quant_fast_stats_gpu(), quant_fast_delayed_ok(), quant_amax_accumulate(),
 //          qf_rne_mag(), qf_sr_mag(), qf_sr_mag_x(), qf_code_index(), qf_code_consts(), QFGrid, qf_grid_consts(),
 //          qf_grid_id()
 // Outputs bit-identical to the CPU quantizer (fp4_quant_cpu.h: fake BF16 or packed codes and scales, *amax,
@@ -198,6 +198,7 @@ typedef struct {
     int64_t ld_fake;
     float* amax;
     float* scale_dec;
+    float* amax_next; // delayed amax (QuantTarget.amax_next): the apply kernel maxes the view's amax into it
     float hscale;     // hadamard_scale(H)
     uint32_t hsigns;  // sign bits of positions 0..31 (qf_hadamard_signs)
     int sr, bw, bl;
@@ -239,6 +240,14 @@ __device__ __forceinline__ uint32_t qf_vmax(uint32_t a, uint32_t b) { return __v
 __device__ __forceinline__ uint32_t qf_hmax(uint32_t m2) { return qf_max(m2 << 16, m2 & 0xFFFF0000u); }
 __device__ __forceinline__ uint32_t qf_shfl_max(uint32_t m, int x) { return qf_max(m, __shfl_xor_sync(0xFFFFFFFFu, m, x)); }
 __device__ __forceinline__ uint32_t qf_absbits(float y) { return f32_bits(y) & 0x7FFFFFFFu; }
+// Folds the amax bits m of this lane's values (magnitude bits, as amax_bits_update() takes them) into the device
+// amax: a warp maximum, then one atomicMax. The apply kernels' delayed amax (QFTarget.amax_next) and any kernel that
+// produces a tensor can take its amax so. The amax float must be zeroed first; every lane of the warp must call it.
+__device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
+#pragma unroll
+    for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
+    if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)amax, m);
+}
 // BF16 rounding of FP32 magnitude bits, as FP32 bits
 __device__ __forceinline__ uint32_t qf_round_bits(uint32_t m) { return (uint32_t)bf16_bits_rne(f32_from_bits(m)) << 16; }
 // The amax bits of n values after BF16 rounding, given m = the max of their unrounded magnitude bits:
@@ -1235,9 +1244,11 @@ __device__ __forceinline__ void qf_row2_load(const uint16_t* src, int64_t ld, bo
 // butterflies of hadamard_f32_n in the same order, here all within the lane, the scale, and the block amax of the
 // rounded values), then the fast path's rounding to BF16 (cvt.rn.bf16x2) or the reference's.
 // F46: the target's scale rule is 4o6 (1x16 blocks): qf_46_words.
+// dm: the maximum of the pair's block amaxes goes into it (the delayed amax rule's view amax; rows past the view's
+// end and columns past its width were loaded as zeros).
 template <int H, bool SR, bool F46>
 __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair& b, uint16_t* dst, bool ok0, bool ok1,
-                                             const QFBlockRule& R, uint64_t pm, const uint32_t (&smask)[8]) {
+                                             const QFBlockRule& R, uint64_t pm, const uint32_t (&smask)[8], uint32_t& dm) {
     uint64_t w64[8];
     if (SR) {
 #pragma unroll
@@ -1259,6 +1270,7 @@ __device__ __forceinline__ void qf_row2_pair(const QFTarget& T, const QFRowPair&
             for (int i = 0; i < 8; i++) m2 = qf_vmax(m2, w[i] & 0x7FFF7FFFu);
             m = qf_hmax(m2);
         }
+        dm = qf_max(dm, m);
         if (T.bl == 32) m = qf_shfl_max(m, 1);   // the block's other 16 columns
         const QuantBlockScale bs = qf_block_scale(T, R, m);
         uint32_t rnd[8];
@@ -1314,16 +1326,18 @@ __global__ void __launch_bounds__(QF_THREADS) qf_row2_kernel(const __grid_consta
         pstep = (uint64_t)(A.cols >> 1) * QF_RNG_MUL;
     }
     QFRowPair a, b;
+    uint32_t dm = 0;   // the view's amax over this lane's blocks (delayed amax rule)
     qf_row2_load(src, A.ld, cv && 0 < nr, cv && 1 < nr, a);
 #pragma unroll 1
     for (int r = 0; r < QF_ROWS; r += 4) {   // rows r, r + 1 from a; r + 2, r + 3 from b
         qf_row2_load(src + (r + 2) * A.ld, A.ld, cv && r + 2 < nr, cv && r + 3 < nr, b);
-        qf_row2_pair<H, SR, F46>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm, smask);
+        qf_row2_pair<H, SR, F46>(T, a, dst + r * T.ld_fake, cv && r < nr, cv && r + 1 < nr, R, pm, smask, dm);
         pm += pstep;
         if (r + 4 < QF_ROWS) qf_row2_load(src + (r + 4) * A.ld, A.ld, cv && r + 4 < nr, cv && r + 5 < nr, a);
-        qf_row2_pair<H, SR, F46>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm, smask);
+        qf_row2_pair<H, SR, F46>(T, b, dst + (r + 2) * T.ld_fake, cv && r + 2 < nr, cv && r + 3 < nr, R, pm, smask, dm);
         pm += pstep;
     }
+    if (T.amax_next) quant_amax_accumulate(T.amax_next, dm);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -1930,6 +1944,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
     const uint64_t pstep = SR ? (uint64_t)(A.cols >> 1) * QF_RNG_MUL : 0;
     uint32_t smask[QF_ROWS];   // the rotation's sign flip of row r of a group, on both halves of a word
     qf_col_sign_masks(T, H, 0, smask);
+    uint32_t dm = 0;   // the view's amax over this lane's blocks (delayed amax rule)
     qf_cf_pipeline<16, qf_ck_stages<H>()>(A, c0, qf_ck_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[16];
 #pragma unroll
@@ -1950,6 +1965,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
             mlo = m2 << 16;
             mhi = m2 & 0xFFFF0000u;
         }
+        if (cv) dm = qf_max(dm, qf_max(mlo, mhi));
         const QuantBlockScale blo = qf_block_scale(T, R, mlo), bhi = qf_block_scale(T, R, mhi);
         // SR: rows 2j, 2j + 1 of columns c, c + 1 are sr_bits16's square (r0 / 2 + j, c / 2)
         uint64_t pm = SR ? ((uint64_t)(r0 >> 1) * (uint64_t)(A.cols >> 1) + (uint64_t)(c >> 1)) * QF_RNG_MUL : 0;
@@ -2017,6 +2033,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
         else if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{}, blo, bhi);
         else rows(std::false_type{}, blo, bhi);
     });
+    if (T.amax_next) quant_amax_accumulate(T.amax_next, dm);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -2112,6 +2129,7 @@ static inline QFTarget qf_target(const QuantTarget* t) {
     q.ld_fake = t->ld_fake;
     q.amax = t->amax;
     q.scale_dec = t->scale_dec;
+    q.amax_next = t->amax_next;
     q.hscale = t->p.hadamard ? hadamard_scale(t->p.hadamard) : 1.0f;
     q.hsigns = qf_hadamard_signs(&t->p);
     q.sr = t->p.rounding == QROUND_SR;
@@ -2424,10 +2442,30 @@ static inline void quant_fast_amax_gpu(const floatX* in, int64_t rows, int64_t c
     qf_dispatch_amax(L, s);
 }
 
-// Pass 2: quantize with the amax already on the device (from pass 1, or a producer: quant_amax_accumulate).
+// The delayed amax rule (QuantTarget.amax_next) is taken by the kernels laid out for whole blocks (qf_row2_kernel,
+// qf_colfake_kernel), which compute every block amax of the view anyway: E4M3-scaled fake copies in 1D blocks, H16 or
+// no Hadamard (nvfp4's and nvfp4-naive's X and dY copies, ufp4's, the 4o6 1x16 copies, quartet2's forward).
+static inline int qf_delayed_target_ok(const QFLaunch& L, int k) {
+    const QFTarget& t = L.a.t[k];
+    return quant_scale_is_e4m3(t.p.scale) && !t.eden && t.out == QF_OUT_FAKE && !qf_group_target(L, k) &&
+           (k ? qf_colfake_ok(L) : qf_row2_ok(L));
+}
+// Whether a single target (amax_next ignored) can be quantized under the delayed amax rule.
+static inline int quant_fast_delayed_ok(const QuantTarget* t, int64_t rows, int64_t cols, int64_t ld) {
+    if (!quant_fast_supported(t, 1, rows, cols, ld)) return 0;
+    const QFLaunch L = qf_prepare(t->fake, rows, cols, ld, t, 1);   // (the input pointer is only checked for alignment)
+    return qf_delayed_target_ok(L, t->axis ? 0 : 1);
+}
+
+// Pass 2: quantize with the amax already on the device (from pass 1, or, for targets with amax_next, the previous
+// micro-step's: the delayed amax rule, quant_fast_delayed_ok).
 static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                         int n, cudaStream_t s) {
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
+    for (int k = 0; k < 2; k++)
+        fail_if((k ? L.hb : L.ha) >= 0 && L.a.t[k].amax_next && !qf_delayed_target_ok(L, k),
+                "quant_fast_apply_gpu: a delayed amax for a copy the whole-block kernels do not make "
+                "(check quant_fast_delayed_ok first)");
     qf_dispatch_apply(L, s);
 }
 
@@ -2440,6 +2478,8 @@ static inline void quant_fast_apply_gpu(const floatX* in, int64_t rows, int64_t 
 // pass, then the apply pass.
 static inline void quantize_fast_gpu(const floatX* in, int64_t rows, int64_t cols, int64_t ld, const QuantTarget* t,
                                      int n, cudaStream_t s, int zeroed = 0, int n_ahead = 0) {
+    for (int k = 0; k < n + n_ahead; k++)
+        fail_if(t[k].amax_next != NULL, "quantize_fast_gpu: a delayed amax runs the apply pass alone (quant_fast_apply_gpu)");
     QFLaunch L = qf_prepare(in, rows, cols, ld, t, n);
     const QFLaunch La = n_ahead ? qf_prepare(in, rows, cols, ld, t, n + n_ahead, 0) : L;
     for (int k = 0; k < n + n_ahead && !zeroed; k++) cuda_check(cudaMemsetAsync(t[k].amax, 0, sizeof(float), s));
@@ -2472,18 +2512,8 @@ static inline void quant_fast_stats_gpu(const floatX* in, int64_t rows, int64_t 
         QFLaunch L = qf_prepare(in, rows, cols, ld, &t[k], 1, 0);
         QFTarget& q = L.a.t[t[k].axis ? 0 : 1];
         q.out = QF_OUT_STATS;
+        q.amax_next = NULL;   // (statistics take no amax)
         q.stats = stats + k;
         qf_dispatch_apply(L, s);
     }
-}
-
-// For a kernel that PRODUCES a tensor (layernorm, gelu, ...): fold the max |x| of the values this thread
-// wrote (as amax_bits_update() bits) into the device amax, so that quant_fast_apply_gpu can run without the
-// amax pass (saves one read of the tensor). The amax float must be zeroed before the producer runs.
-// Only valid for specs without a Hadamard (a rotated copy's amax is taken after the rotation).
-// Every lane of the warp must call it.
-__device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
-#pragma unroll
-    for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
-    if ((threadIdx.x & 31) == 0 && m) atomicMax((unsigned int*)amax, m);
 }

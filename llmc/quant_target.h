@@ -16,6 +16,10 @@
 //   fp8    E4M3 bytes c * 2^(e - o), the reduction axis contiguous (axis 0 stored transposed), with per-row
 //          scales 2^o (fp8_fold.h): E8M0-scaled specs only, for FP8 tensor-core GEMMs.
 //   amax, scale_dec: device floats (amax kept for logging).
+//   amax_next (or NULL): the delayed amax rule (Recipe.amax_delayed). The apply pass alone runs (no amax pass),
+//          its tensor scale from *amax (the previous micro-step's amax of this copy), and it maxes this view's
+//          own amax into *amax_next (zeroed by the caller): the same bits the amax pass would have taken. Only
+//          the copies the whole-block kernels make (quant_fast_delayed_ok).
 #pragma once
 #include "cuda_common.cuh"
 #include "fp4_formats.h"
@@ -30,6 +34,7 @@ typedef struct {
     uint8_t* scales;      // with codes
     float* amax;          // required: device float
     float* scale_dec;     // required: device float
+    float* amax_next;     // delayed amax (or NULL): see above
     // FP8 output (the fold, fp8_fold.h), instead of fake: E4M3 values with the reduction axis contiguous
     // (rows x cols for axis 1, cols x rows for axis 0), for FP8 tensor-core GEMMs
     uint8_t* fp8;

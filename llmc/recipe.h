@@ -24,6 +24,10 @@ typedef struct {
     int bf16_first, bf16_last;   // transformer blocks kept in BF16 at each end; -1: the preset's rule
     int qk_fp8;                  // Q and K projections (QKV's first 2C output channels) in MXFP8, see
                                  // recipe_qk_spec (seed 002's option; any preset with --qk-fp8)
+    int amax_delayed;            // --amax delayed: the X and dY copies of training micro-steps take their FP32
+                                 // tensor scale from the previous micro-step's amax of the same copy (Quartet II's
+                                 // rule), so that no amax pass reads the tensor first; a numerics change, off by
+                                 // default (README, "The delayed amax")
 } Recipe;
 
 // The presets, as slot spec strings for quant_spec_parse (see fp4_formats.h for the syntax).
@@ -293,6 +297,7 @@ static inline void recipe_describe(const Recipe* r, char* buf, size_t n) {
         char spec[96];
         QuantSpec q = recipe_parse_spec(RECIPE_QK_SPEC, "q/k spec");
         quant_spec_format(&q, spec, sizeof(spec));
-        snprintf(buf + o, n - o, "; q/k projections: %s", spec);
+        o += (size_t)snprintf(buf + o, n - o, "; q/k projections: %s", spec);
     }
+    if (r->amax_delayed && o < n) snprintf(buf + o, n - o, "; tensor amax: delayed");
 }

@@ -2,8 +2,9 @@
 # Training throughput of train_gpt_fp4: d12 (GPT-2 124M), B=64, T=1024, total batch 65536 on one GPU.
 # Prints tokens/s and MFU (median of the steps after warm-up) for each recipe given, and the ratio of
 # each recipe's step time to the first one's (the baseline, measured in the same run).
-# usage: dev/bench/bench_train.sh [recipe[@gemm] ...]   (default: bf16); @gemm picks --fp4-gemm
-#        (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8
+# usage: dev/bench/bench_train.sh [recipe[@gemm][+delayed] ...]   (default: bf16); @gemm picks --fp4-gemm
+#        (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8; +delayed adds --amax delayed
+#        (e.g. nvfp4 nvfp4+delayed)
 # env: STEPS (default 30), MODEL (d12), B (64), T (1024), DATA (tinyshakespeare train shard),
 #      ROUNDS (1): run the recipe list this many times, interleaved, and keep each recipe's fastest
 #      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it); with 2 or
@@ -22,9 +23,11 @@ mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; k++)); do
     for r in "${recipes[@]}"; do
         extra=()
-        name=${r%%@*}
+        base=${r%+delayed}
+        name=${base%%@*}
         [ "$name" = bf16 ] || extra=(--recipe "$name")
-        [ "$name" = "$r" ] || extra+=(--fp4-gemm "${r#*@}")
+        [ "$name" = "$base" ] || extra+=(--fp4-gemm "${base#*@}")
+        [ "$base" = "$r" ] || extra+=(--amax delayed)
         # a recipe that fails is reported and left out of the table; the others still run (exit status 1)
         if ! ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
                 --train-data "$DATA" --val-every 0 --sample-every 0 --ckpt-every -1 --out-dir "$OUT/$r.$k" "${extra[@]}" \

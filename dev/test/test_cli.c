@@ -248,6 +248,11 @@ static void test_recipes(void) {
            "-i", train_shard, "--recipe", "nvfp4", "--qk-fp8", "on", "-b", "1", "-t", "48");
     EXPECT("(f) the same, valid with --fp4-wgrad off", NULL, "no CUDA GPU found", NULL,
            "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "nvfp4", "-b", "4", "-t", "50", "--fp4-wgrad", "off");
+    EXPECT("--amax delayed on a BF16 recipe", NULL, "--amax delayed: recipe bf16 quantizes nothing", NULL,
+           "-i", train_shard, "--amax", "delayed");
+    EXPECT("--amax: a bad word", NULL, "--amax", "now|delayed", "-i", train_shard, "--amax", "later");
+    EXPECT("--amax delayed with nvfp4 reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "nvfp4", "-b", "4", "-t", "64", "--amax", "delayed");
     if (access("data/gpt2_tokenizer.bin", R_OK) == 0)
         EXPECT("(f) text samples: 16x16 X tiles over T=200", NULL, "text samples run the forward on 200 tokens",
                "--sample-every 0", "-i", train_shard, "-j", "", "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d",

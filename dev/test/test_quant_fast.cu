@@ -334,7 +334,64 @@ static int expect_supported(const QuantParams* p, int n, const int* axes, const 
     return 1;
 }
 
-static int n_cases = 0, n_skipped_shape = 0, n_fail = 0, n_supp_bad = 0;
+static int n_cases = 0, n_skipped_shape = 0, n_fail = 0, n_supp_bad = 0, n_delayed = 0, n_delayed_fail = 0;
+
+// The delayed amax rule (QuantTarget.amax_next) on a copy the whole-block kernels make: the apply pass alone, given
+// the amax the fast path took (amax_fast, device), must write the same fake copy and scale_dec (fake_fast, s_fast) and
+// take the same amax into amax_next, bit for bit.
+// The delayed amax rule (quant_fast_delayed_ok): the apply pass alone, its tensor scale from a given amax (the
+// previous micro-step's), against the reference apply pass (quant_apply_gpu) from the same amax, for the amax of
+// this tensor and for stale ones: a tensor that grew 4x, 1000x (block scales saturate at 448, elements clip) or
+// from zero, and one that shrank 8x. Bit for bit: the copy and scale_dec; and the amax it hands on (amax_next,
+// from the block amaxes) equals the amax pass's, amax_fast.
+static void check_delayed(const QuantTarget& tf, const uint16_t* in, int64_t rows, int64_t cols, int64_t ld,
+                          const float* amax_fast, const char* desc, int k) {
+    const size_t bytes = (size_t)rows * ld * 2;
+    uint16_t *fake, *fref;
+    float* d;
+    cuda_check(cudaMalloc(&fake, bytes));
+    cuda_check(cudaMalloc(&fref, bytes));
+    cuda_check(cudaMalloc(&d, 8 * sizeof(float)));
+    float amax;
+    cuda_check(cudaMemcpy(&amax, amax_fast, sizeof(float), cudaMemcpyDeviceToHost));
+    const float factors[] = {1.0f, 0.25f, 1e-3f, 0.0f, 8.0f};
+    std::vector<uint16_t> a(rows * ld), b(rows * ld);
+    for (float f : factors) {
+        const float stale[2] = {amax * f, amax * f};
+        cuda_check(cudaMemset(fake, 0x5A, bytes));
+        cuda_check(cudaMemset(fref, 0x5A, bytes));
+        cuda_check(cudaMemset(d, 0, 8 * sizeof(float)));
+        cuda_check(cudaMemcpy(d, stale, sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(d + 4, stale, sizeof(float), cudaMemcpyHostToDevice));
+        QuantTarget td = tf, tr = tf;
+        td.fake = (floatX*)fake;
+        td.amax = d;
+        td.amax_next = d + 1;
+        td.scale_dec = d + 2;
+        tr.fake = (floatX*)fref;
+        tr.amax = d + 4;
+        tr.amax_next = NULL;
+        tr.scale_dec = d + 5;
+        quant_fast_apply_gpu((const floatX*)in, rows, cols, ld, &td, 1, 0);
+        quant_apply_gpu((const floatX*)in, rows, cols, ld, &tr, 1, 0);
+        cuda_check(cudaDeviceSynchronize());
+        float h[8];
+        cuda_check(cudaMemcpy(a.data(), fref, bytes, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(b.data(), fake, bytes, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
+        int64_t bad = 0;
+        for (int64_t i = 0; i < rows * ld; i++) bad += a[i] != b[i];
+        const int ok = bad == 0 && f32_bits(h[1]) == f32_bits(amax) && f32_bits(h[2]) == f32_bits(h[5]);
+        n_delayed++;
+        if (!ok && ++n_delayed_fail <= 8)
+            printf("FAIL delayed amax %s t%d, stale amax %g x %g: %lld elements differ; amax_next %08x, amax pass %08x; "
+                   "sdec %08x / ref %08x\n", desc, k, amax, f, (long long)bad, f32_bits(h[1]), f32_bits(amax),
+                   f32_bits(h[2]), f32_bits(h[5]));
+    }
+    cudaFree(fake);
+    cudaFree(fref);
+    cudaFree(d);
+}
 
 static int stats_same(const QuantStats& a, const QuantStats& b) {
     return a.n == b.n && a.flushed == b.flushed && a.clipped == b.clipped && a.zero_blocks == b.zero_blocks &&
@@ -499,6 +556,9 @@ static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int
         }
     }
     compare_packed_and_stats(cs, p, in, rows, cols, ld, seed, desc);
+    for (int k = 0; k < cs.n; k++)
+        if (quant_fast_delayed_ok(&tf[k], rows, cols, ld))
+            check_delayed(tf[k], in, rows, cols, ld, sc + 4 * k + 2, desc, k);
     n_cases++;
     cudaFree(in);
     for (int k = 0; k < 2; k++) { cudaFree(fref[k]); cudaFree(ffast[k]); }
@@ -647,6 +707,10 @@ static void gpu_checks(int quick) {
     CHECK(n_fail == 0, "fast vs reference (fake; packed and statistics): %d target comparisons differ in %d cases (first "
           "12 printed above)", n_fail, n_cases);
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
+    printf("delayed amax (apply pass alone from a given amax, this tensor's or stale, against the reference apply): "
+           "%d copies compared\n", n_delayed);
+    CHECK(n_delayed > 0 && n_delayed_fail == 0, "delayed amax: %d of %d copies differ from the reference apply pass "
+          "(fake copy, scale_dec) or hand on another amax than the amax pass's", n_delayed_fail, n_delayed);
 }
 
 // The device versions of the element functions (the SR ceiling there is done with adds rounding up, on
@@ -826,6 +890,9 @@ int main(int argc, char** argv) {
                 const int got = axis ? qf_row2_ok(L) : qf_colfake_ok(L), want = (axis ? c.row : c.col) && !qf_patch_only();
                 if (got != want && bad++ < 3)
                     printf("  %s(%s) = %d, want %d\n", axis ? "qf_row2_ok" : "qf_colfake_ok", c.spec, got, want);
+                // the delayed amax: exactly these copies, where they have an FP32 tensor scale (E4M3 block scales)
+                const int dgot = quant_fast_delayed_ok(&t, 256, 384, 384), dwant = want && quant_scale_is_e4m3(p.scale);
+                if (dgot != dwant && bad++ < 3) printf("  quant_fast_delayed_ok(%s, axis %d) = %d, want %d\n", c.spec, axis, dgot, dwant);
             }
         for (int axis = 0; axis < 2; axis++) {   // packed copies (Blackwell's) are the patch kernel's
             const QuantParams p = parse("nvfp4,h16,fixed");

@@ -269,6 +269,17 @@ int main(void) {
     CHECK(qf.grid == QGRID_E4M3 && qf.block_l == 32 && qf.scale == QSCALE_E8M0_FLOOR && qf.rounding == QROUND_RNE &&
           quant_spec_is_bf16(&qw), "q/k specs: fprop.x mxfp8, wgrad.x bf16 (wgrad switched off)");
 
+    // the delayed amax rule: named in the description (resuming a run under the other rule is refused), with q/k too
+    r2.amax_delayed = 1;
+    recipe_describe(&r2, b, sizeof(b));
+    CHECK(strstr(b, "; q/k projections: fp8,1x32,e8m0,rne,h0; tensor amax: delayed") != NULL, "delayed amax description: %s", b);
+    recipe_preset(&r2, "nvfp4");
+    recipe_resolve_layers(&r2, 12);
+    r2.amax_delayed = 1;
+    recipe_describe(&r2, b, sizeof(b));
+    CHECK(strncmp(a, b, strlen(a)) == 0 && !strcmp(b + strlen(a), "; tensor amax: delayed") && !strstr(a, "amax"),
+          "nvfp4 with the delayed amax: %s", b);
+
     // invalid recipes: one clear message, exit 1
     struct { void (*f)(const void*); const char* msg; } bad[] = {
         {bad_hadamard, "must use the same Hadamard transform"},
