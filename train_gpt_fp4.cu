@@ -816,8 +816,6 @@ static TensorView fprop_copy_again(GPT* m, LinearRun* r, Slot s, QuantTarget* t)
     return c;
 }
 
-// One pass of the plan: the copies it asks of one source from one read, their scales, and the
-// diagnostics' statistics of each.
 // The delayed amax rule (Recipe.amax_delayed) for a copy of X or dY in a training micro-step, once the previous
 // micro-step has left its amaxes, where the whole-block kernels make it (quant_fast_delayed_ok): the copy's tensor
 // scale from the previous micro-step's amax of the same slot, and the apply pass takes this one's into the slot's
@@ -831,6 +829,8 @@ static int delayed_amax(GPT* m, const LinearRun* r, Slot s, const TensorView* v,
     return 1;
 }
 
+// One pass of the plan: the copies it asks of one source from one read, their scales, and the
+// diagnostics' statistics of each.
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
     const TensorView* v = &r->src[pass->src];
     QuantTarget t[2], ahead;
@@ -839,32 +839,30 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
     for (int i = 0; i < pass->ntargets; i++) t[i] = operand_target(m, r, pass->target[i], have_amax);
     int delayed[2] = {0, 0};
     for (int i = 0; i < pass->ntargets && !have_amax; i++) delayed[i] = delayed_amax(m, r, pass->target[i], v, &t[i]);
-    TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
-    if (delayed[0] || delayed[1]) {   // no amax pass for a delayed copy; a copy of the pass that is not runs alone
-        for (int i = 0; i < pass->ntargets; i++) quantize_view(m, v, &t[i], 1, NULL, delayed[i]);
-    } else {
-        const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward;
-        if (want_ahead) {   // an amax-only target: its output pointers are never written by an amax pass
-            const OperandPlan* o = &r->plan->op[pass->ahead];
-            ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
-                                      &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
-            if (o->form == FORM_FP8) {   // the per-row maxima too, kept for the backward
-                const int64_t R = o->axis ? v->rows : v->cols;
-                ahead.fake = NULL;
-                ahead.fp8 = t[0].fp8;
-                ahead.fold_scale = t[0].fold_scale;
-                ahead.fold_below = t[0].fold_below;
-                ahead.fold_max = fold_ahead_at(m, r, pass->ahead);
-                fail_if(R > 4 * m->config.channels, "internal: %lld per-row maxima to keep ahead", (long long)R);
-                cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t),
-                                           m->stream));
-            }
+    const int any_delayed = delayed[0] || delayed[1];
+    const int want_ahead = !backward && pass->ahead != NO_SLOT && m->fwd_for_backward && !any_delayed;
+    if (want_ahead) {   // an amax-only target: its output pointers are never written by an amax pass
+        const OperandPlan* o = &r->plan->op[pass->ahead];
+        ahead = quant_target_fake(&o->q, o->axis, 0, (floatX*)r->op[pass->target[0]].ptr, v->cols,
+                                  &r->sc->op[pass->ahead].amax, &r->sc->op[pass->ahead].scale_dec);
+        if (o->form == FORM_FP8) {   // the per-row maxima too, kept for the backward
+            const int64_t R = o->axis ? v->rows : v->cols;
+            ahead.fake = NULL;
+            ahead.fp8 = t[0].fp8;
+            ahead.fold_scale = t[0].fold_scale;
+            ahead.fold_below = t[0].fold_below;
+            ahead.fold_max = fold_ahead_at(m, r, pass->ahead);
+            fail_if(R > 4 * m->config.channels, "internal: %lld per-row maxima to keep ahead", (long long)R);
+            cuda_check(cudaMemsetAsync(ahead.fold_max, 0, (size_t)ceil_div(R, o->q.block_w) * sizeof(uint32_t), m->stream));
         }
-        if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
-            from = fprop_copy_again(m, r, pass->target[0], &t[0]);
-        if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax))
-            *ahead_bits |= 1u << pass->ahead;
     }
+    TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
+    if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
+        from = fprop_copy_again(m, r, pass->target[0], &t[0]);
+    if (any_delayed)   // no amax pass for a delayed copy (never src=fprop); a copy of the pass that is not runs alone
+        for (int i = 0; i < pass->ntargets; i++) quantize_view(m, v, &t[i], 1, NULL, delayed[i]);
+    else if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax))
+        *ahead_bits |= 1u << pass->ahead;
     for (int i = 0; i < pass->ntargets; i++) {
         const OperandPlan* o = &r->plan->op[pass->target[i]];
         if (o->form != FORM_PACKED) continue;   // the native GEMM reads its scales swizzled

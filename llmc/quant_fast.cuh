@@ -241,8 +241,9 @@ __device__ __forceinline__ uint32_t qf_hmax(uint32_t m2) { return qf_max(m2 << 1
 __device__ __forceinline__ uint32_t qf_shfl_max(uint32_t m, int x) { return qf_max(m, __shfl_xor_sync(0xFFFFFFFFu, m, x)); }
 __device__ __forceinline__ uint32_t qf_absbits(float y) { return f32_bits(y) & 0x7FFFFFFFu; }
 // Folds the amax bits m of this lane's values (magnitude bits, as amax_bits_update() takes them) into the device
-// amax: a warp maximum, then one atomicMax. The apply kernels' delayed amax (QFTarget.amax_next) and any kernel that
-// produces a tensor can take its amax so. The amax float must be zeroed first; every lane of the warp must call it.
+// amax: a warp maximum, then one atomicMax. The apply kernels' delayed amax (QFTarget.amax_next) takes it so; a
+// kernel that produces a tensor can too, for specs without a Hadamard (a rotated copy's amax is taken after the
+// rotation). The amax float must be zeroed first; every lane of the warp must call it.
 __device__ __forceinline__ void quant_amax_accumulate(float* amax, uint32_t m) {
 #pragma unroll
     for (int x = 16; x > 0; x >>= 1) m = qf_shfl_max(m, x);
