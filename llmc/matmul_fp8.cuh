@@ -7,11 +7,20 @@
 // off: inside an MMA chain Hopper's FP8 tensor cores add with less than FP32 precision, and cuBLASLt
 // promotes the partial sums into FP32 only in this mode (dev/bench/bench_fp8_gemm.cu measures the
 // difference to a BF16 GEMM of the same values).
+// The split form, for the weight gradient's GEMMs (FP32 output accumulated, no bias, an output of at most
+// FP8_SPLIT_MAX_BYTES), opt-in with LLMC_FP8_WGRAD=split until measured on the H200: the FP8 GEMM without scales
+// into an FP32 scratch, then D += alpha * sa_i * sb_j * P_ij (fp8_scale_add_kernel). Why: cuBLASLt's per-row
+// scaled kernels for two of the three d12 wgrad shapes (K = the tokens, 65,536) ran at 0.89-0.90x the BF16
+// GEMM's time (results/README.md, "The FP8 path"), where one tensor-wide scale ran at 0.59x; the scale-add
+// reads and writes the small FP32 output twice (~10 us at d12 against ~100 us to gain per GEMM). The scales
+// are powers of two (fp8_fold.h), so sa_i sb_j P_ij is exact and D takes one rounding, as in cuBLASLt's
+// epilogue; only the GEMM's accumulation order differs, as between any two cuBLASLt kernels (test_fp8_fold
+// checks both forms against the exact sums; dev/bench/bench_fp8_fold.cu times both).
 #pragma once
 #include "matmul.cuh"
 
 typedef struct {
-    int M, Nn, K, ldd, out_fp32, bias, accumulate;
+    int M, Nn, K, ldd, out_fp32, bias, accumulate, unscaled;   // unscaled: the split form's GEMM (no scale vectors)
 } Fp8Key;
 
 typedef struct {
@@ -22,9 +31,13 @@ typedef struct {
 } Fp8Plan;
 
 #define MATMUL_FP8_MAX_PLANS 64
+#define FP8_SPLIT_MAX_BYTES ((size_t)64 << 20)
 static struct {
     Fp8Plan plans[MATMUL_FP8_MAX_PLANS];
     int num_plans;
+    float* split_tmp;       // the split form's FP32 product (grown on demand, up to FP8_SPLIT_MAX_BYTES)
+    size_t split_bytes;
+    int split_mode;         // 0: not read yet, 1: split (LLMC_FP8_WGRAD=split), 2: one step (the default)
 } g_fp8;
 
 // Returns NULL when this GPU and cuBLASLt run the FP8 path, else why not.
@@ -50,13 +63,15 @@ static cublasStatus_t matmul_fp8_try_plan(Fp8Plan* p, const Fp8Key* key) {
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &pm, sizeof(pm)));
     const int8_t fast = 0;
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
-    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
-    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
-    // the heuristic wants the scale pointers set (to anything on the device); each call sets its own
-    const float* any = g_matmul.constants;
-    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
-    cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof(any)));
+    if (!key->unscaled) {   // (unscaled: cuBLASLt's default, one scale of 1 per operand)
+        const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+        // the heuristic wants the scale pointers set (to anything on the device); each call sets its own
+        const float* any = g_matmul.constants;
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
+        cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof(any)));
+    }
     const cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
     if (key->bias) {
@@ -93,10 +108,58 @@ static Fp8Plan* matmul_fp8_plan(const Fp8Key* key) {
     return p;
 }
 
+// D (M x Nn, rows ldd apart) += alpha * sa_i * sb_j * P_ij, P the unscaled product (M x Nn, dense); 4 columns a thread.
+__global__ void fp8_scale_add_kernel(float* d, int ldd, const float* p, const float* sa, const float* sb, int M, int Nn,
+                                     const float* alpha) {
+    const int q = Nn / 4;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (int64_t)M * q) return;
+    const int i = (int)(t / q), j = (int)(t - (int64_t)i * q) * 4;
+    const float4 v = *(const float4*)(p + (size_t)i * Nn + j);
+    const float4 b = *(const float4*)(sb + j);
+    const float a = sa[i], al = alpha ? *alpha : 1.0f;
+    float4* o = (float4*)(d + (size_t)i * ldd + j);
+    float4 r = *o;
+    r.x += al * (v.x * (a * b.x));
+    r.y += al * (v.y * (a * b.y));
+    r.z += al * (v.z * (a * b.z));
+    r.w += al * (v.w * (a * b.w));
+    *o = r;
+}
+
+// Whether a GEMM takes the split form (see the top of this file).
+static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const floatX* bias, int accumulate) {
+    if (!g_fp8.split_mode) {
+        const char* e = getenv("LLMC_FP8_WGRAD");
+        fail_if(e && strcmp(e, "split") && strcmp(e, "outer"), "LLMC_FP8_WGRAD=%s: split or outer", e);
+        g_fp8.split_mode = e && !strcmp(e, "split") ? 1 : 2;
+    }
+    return g_fp8.split_mode == 1 && out_fp32 && accumulate && !bias && Nn % 4 == 0 && ldd % 4 == 0 &&
+           (size_t)M * Nn * sizeof(float) <= FP8_SPLIT_MAX_BYTES;
+}
+
 static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const float* sa, const uint8_t* b,
                        const float* sb, int M, int Nn, int K, const floatX* bias, int accumulate, const float* alpha_dev,
                        cudaStream_t stream) {
-    Fp8Key key = {M, Nn, K, ldd, out_fp32, bias != NULL, accumulate};
+    if (matmul_fp8_split(M, Nn, ldd, out_fp32, bias, accumulate)) {
+        const size_t bytes = (size_t)M * Nn * sizeof(float);
+        if (bytes > g_fp8.split_bytes) {   // (the first step of a run: every later one reuses it)
+            if (g_fp8.split_tmp) { cuda_check(cudaStreamSynchronize(stream)); cuda_check(cudaFree(g_fp8.split_tmp)); }
+            cuda_check(cudaMalloc(&g_fp8.split_tmp, bytes));
+            g_fp8.split_bytes = bytes;
+        }
+        Fp8Key key = {M, Nn, K, Nn, 1, 0, 0, 1};
+        Fp8Plan* p = matmul_fp8_plan(&key);
+        cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, g_matmul.constants + 1, b, p->a, a, p->b, g_matmul.constants,
+                                    g_fp8.split_tmp, p->d, g_fp8.split_tmp, p->d, &p->algo, g_matmul.workspace,
+                                    g_matmul.workspace_bytes, stream));
+        const int64_t n = (int64_t)M * (Nn / 4);
+        fp8_scale_add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((float*)d, ldd, g_fp8.split_tmp, sa, sb, M, Nn,
+                                                                           alpha_dev);
+        cuda_check_last();
+        return;
+    }
+    Fp8Key key = {M, Nn, K, ldd, out_fp32, bias != NULL, accumulate, 0};
     Fp8Plan* p = matmul_fp8_plan(&key);
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)));
@@ -110,4 +173,7 @@ static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const f
 static void matmul_fp8_destroy(void) {
     for (int i = 0; i < g_fp8.num_plans; i++) matmul_fp8_release(&g_fp8.plans[i]);
     g_fp8.num_plans = 0;
+    if (g_fp8.split_tmp) cudaFree(g_fp8.split_tmp);
+    g_fp8.split_tmp = NULL;
+    g_fp8.split_bytes = 0;
 }

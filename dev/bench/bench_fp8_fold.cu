@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
     matmul_init();
     const int BT = 65536, Cm = 768;
     const int g[][4] = {{BT, 3 * Cm, Cm, 1}, {BT, Cm, Cm, 1}, {BT, 4 * Cm, Cm, 1}, {BT, Cm, 4 * Cm, 1},
-                        {BT, Cm, 4 * Cm, 0}, {BT, 4 * Cm, Cm, 0}, {4 * Cm, Cm, BT, 2}, {Cm, 4 * Cm, BT, 2}, {3 * Cm, Cm, BT, 2}};
+                        {BT, Cm, 4 * Cm, 0}, {BT, 4 * Cm, Cm, 0}, {4 * Cm, Cm, BT, 2}, {Cm, 4 * Cm, BT, 2}, {3 * Cm, Cm, BT, 2},
+                        {Cm, Cm, BT, 2}};
     uint8_t *a8, *b8;
     uint16_t *a16, *b16, *bias;
     float *d, *sa, *sb;
@@ -110,9 +111,12 @@ int main(int argc, char** argv) {
     const char* kinds[] = {"dgrad-like, BF16", "fprop, BF16 + bias", "wgrad, FP32 +="};
     for (auto& s : g) {
         const int M = s[0], N = s[1], K = s[2], kind = s[3];
-        double t16, t8;
+        double t16, t8, ts = 0;
         if (kind == 2) {   // FP32 accumulate, as wgrad
             t16 = bench_us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
+            g_fp8.split_mode = 1;   // the split form: unscaled GEMM + scale-add (matmul_fp8.cuh, LLMC_FP8_WGRAD=split)
+            ts = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
+            g_fp8.split_mode = 2;   // the one-step form with cuBLASLt's per-row scales (the default; the candidates below)
             t8 = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
         } else {
             const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
@@ -122,9 +126,10 @@ int main(int argc, char** argv) {
         char name[64];
         snprintf(name, sizeof(name), "%dx%dx%d", M, N, K);
         printf("%-18s %-16s %9.1f %9.1f %7.3f\n", name, kinds[kind], t16, t8, t8 / t16);
+        if (kind == 2) printf("%-18s %-16s %9.1f %9.1f %7.3f\n", "", "  split form", t16, ts, ts / t16);
         // the heuristic's other candidates for this GEMM (matmul_fp8 takes the first): how much a choice by
         // timing could gain
-        Fp8Key key = {M, N, K, N, kind == 2, kind == 1, kind == 2};
+        Fp8Key key = {M, N, K, N, kind == 2, kind == 1, kind == 2, 0};
         Fp8Plan* p = matmul_fp8_plan(&key);
         cublasLtMatmulPreference_t pref;
         cublas_check(cublasLtMatmulPreferenceCreate(&pref));
@@ -143,6 +148,7 @@ int main(int argc, char** argv) {
         }
         printf("\n");
         p->algo = first;
+        g_fp8.split_mode = 0;   // (the environment's choice again)
     }
     matmul_fp8_destroy();
     matmul_destroy();

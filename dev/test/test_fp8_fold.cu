@@ -537,7 +537,25 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     float* f32o;   // and FP32 output (the form wgrad writes), against the exact sums
     cuda_check(cudaMalloc(&f32o, (size_t)M * Nn * 4));
     matmul_fp8(f32o, Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 0, NULL, 0);
+    // FP32 accumulated (wgrad's form: D += ..., by default the split form, unscaled GEMM + fp8_scale_add_kernel;
+    // also the one-step form with cuBLASLt's per-row scales), onto a known D0
+    std::vector<float> d0((size_t)M * Nn);
+    for (size_t i = 0; i < d0.size(); i++) d0[i] = (float)((int)(i % 17) - 8) * 0.375f;
+    float* acc_o[2];
+    for (int f = 0; f < 2; f++) {
+        cuda_check(cudaMalloc(&acc_o[f], d0.size() * 4));
+        cuda_check(cudaMemcpy(acc_o[f], d0.data(), d0.size() * 4, cudaMemcpyHostToDevice));
+        g_fp8.split_mode = f ? 2 : 1;
+        matmul_fp8(acc_o[f], Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, NULL, 0);
+    }
+    g_fp8.split_mode = 0;   // (back to the environment's choice)
     cuda_check(cudaDeviceSynchronize());
+    std::vector<float> oacc[2];
+    for (int f = 0; f < 2; f++) {
+        oacc[f].resize(d0.size());
+        cuda_check(cudaMemcpy(oacc[f].data(), acc_o[f], d0.size() * 4, cudaMemcpyDeviceToHost));
+        cudaFree(acc_o[f]);
+    }
     std::vector<uint16_t> hfa((size_t)M * K), hfb((size_t)Nn * K), o8((size_t)M * Nn), o16((size_t)M * Nn);
     std::vector<float> o32((size_t)M * Nn);
     unsigned hb2[2];
@@ -547,7 +565,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     cuda_check(cudaMemcpy(o16.data(), d16, o16.size() * 2, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(o32.data(), f32o, o32.size() * 4, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(hb2, below, 8, cudaMemcpyDeviceToHost));
-    double worst8 = 0, worst32 = 0, worst_rel = 0;
+    double worst8 = 0, worst32 = 0, worst_rel = 0, worst_acc[2] = {0, 0};
     for (int i = 0; i < M; i += (M > 256 ? 7 : 1))
         for (int j = 0; j < Nn; j++) {
             double acc = 0, mag = 0;
@@ -561,13 +579,20 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
             worst8 = fmax(worst8, fabs(g8 - g16) / (tol16 + 0.0079 * fabs(g16)));
             worst32 = fmax(worst32, fabs(o32[(size_t)i * Nn + j] - acc) / tol32);
             worst_rel = fmax(worst_rel, fabs(o32[(size_t)i * Nn + j] - acc) / (mag + 1e-30));
+            const double e0 = d0[(size_t)i * Nn + j], tola = tol32 + 0x1p-23 * (fabs(e0) + fabs(acc));   // + D's rounding
+            for (int f = 0; f < 2; f++) worst_acc[f] = fmax(worst_acc[f], fabs(oacc[f][(size_t)i * Nn + j] - (e0 + acc)) / tola);
         }
     printf("  matmul_fp8 %dx%dx%d %s x %s%s: vs emulated (BF16 out) worst %.3f of tolerance; FP32 out vs exact sum "
            "worst %.3f of tolerance, %.2e of sum|ab|; %u + %u blocks below the window\n", M, Nn, K, spec_a, spec_b,
            spread ? " (spread)" : "", worst8, worst32, worst_rel, hb2[0], hb2[1]);
-    if (!spread || hb2[0] + hb2[1] == 0)
+    printf("    accumulated into FP32 (D0 + A B^T): split form worst %.3f of tolerance, one-step form %.3f\n", worst_acc[0],
+           worst_acc[1]);
+    if (!spread || hb2[0] + hb2[1] == 0) {
         CHECK(worst8 <= 1.0 && worst32 <= 1.0, "matmul_fp8 %dx%dx%d: off the emulated GEMM (%.3f, %.3f of tolerance)", M,
               Nn, K, worst8, worst32);
+        CHECK(worst_acc[0] <= 1.0 && worst_acc[1] <= 1.0, "matmul_fp8 %dx%dx%d accumulated: off the exact sum (split %.3f, "
+              "one step %.3f of tolerance)", M, Nn, K, worst_acc[0], worst_acc[1]);
+    }
     cudaFree(a); cudaFree(b); cudaFree(fa); cudaFree(fb); cudaFree(qa); cudaFree(qb); cudaFree(ra); cudaFree(rb);
     cudaFree(ma); cudaFree(mb); cudaFree(sc); cudaFree(below); cudaFree(d8); cudaFree(d16); cudaFree(f32o); cudaFree(bias);
 }
