@@ -116,7 +116,7 @@ __global__ void fp8_scale_add_kernel(float* d, int ldd, const float* p, const fl
     if (t >= (int64_t)M * q) return;
     const int i = (int)(t / q), j = (int)(t - (int64_t)i * q) * 4;
     const float4 v = *(const float4*)(p + (size_t)i * Nn + j);
-    const float4 b = *(const float4*)(sb + j);
+    const float4 b = make_float4(sb[j], sb[j + 1], sb[j + 2], sb[j + 3]);   // (sb need not be 16-byte aligned)
     const float a = sa[i], al = alpha ? *alpha : 1.0f;
     float4* o = (float4*)(d + (size_t)i * ldd + j);
     float4 r = *o;
@@ -128,7 +128,7 @@ __global__ void fp8_scale_add_kernel(float* d, int ldd, const float* p, const fl
 }
 
 // Whether a GEMM takes the split form (see the top of this file).
-static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const floatX* bias, int accumulate) {
+static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const floatX* bias, int accumulate) {   // d, p: 16-byte aligned
     if (!g_fp8.split_mode) {
         const char* e = getenv("LLMC_FP8_WGRAD");
         fail_if(e && strcmp(e, "split") && strcmp(e, "outer"), "LLMC_FP8_WGRAD=%s: split or outer", e);
