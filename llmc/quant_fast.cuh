@@ -1930,9 +1930,16 @@ __device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, Quant
     return qf_slow_pair(T.p, qf_lo(x), qf_hi(x), blo, bhi, T.sr, rnd);
 }
 
-template <int H, bool SR, bool F46>
+// HR >= 0 (a dual pass, qf_dual_ok): the row-wise fake copy A.t[0] too, from the same tiles, so that the source is
+// read once for both copies (nvfp4's dY pair, nvfp4-naive's, ufp4's): 1D blocks, a 16-point Hadamard (HR = 16) or
+// none, rounding as SR says. After a tile's column-wise words, each thread makes the row-wise blocks of one row
+// pair (rows 2p, 2p + 1 of the tile, p = threadIdx.x / 16) in one 16-column block (threadIdx.x % 16 of the CTA's
+// 16) from the stage, with qf_row2_kernel's arithmetic, SR draws and stores (qf_row2_pair, whose lane layout it
+// keeps: a 1x32 block's halves are lanes 2j and 2j + 1). HR = -1 compiles to the column-wise kernel alone.
+template <int H, bool SR, bool F46, int HR = -1>
 __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
     static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
+    static_assert(HR == -1 || ((HR == 0 || HR == 16) && !F46), "the row-wise copy: H16 or none, not 4o6");
     extern __shared__ uint4 qf_ck_tiles[];   // [qf_ck_stages<H>()][16 rows][256 columns] BF16
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1946,6 +1953,19 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
     uint32_t smask[QF_ROWS];   // the rotation's sign flip of row r of a group, on both halves of a word
     qf_col_sign_masks(T, H, 0, smask);
     uint32_t dm = 0;   // the view's amax over this lane's blocks (delayed amax rule)
+    // HR >= 0: the row-wise copy's rule, sign flips and view amax, and this thread's row pair and block
+    const QFTarget& TR = A.t[0];
+    QFBlockRule RR{};
+    uint32_t smask_r[8] = {0, 0, 0, 0, 0, 0, 0, 0}, dm_r = 0;
+    const int pr = threadIdx.x >> 4;                       // rows 2 pr, 2 pr + 1 of each tile
+    const int64_t cb = c0 + (threadIdx.x & 15) * 16;       // columns cb + [0, 16)
+    const bool bv = cb < A.cols;                           // (cols % 16 == 0: the whole block or none of it)
+    if constexpr (HR >= 0) {
+        __shared__ float2 tab_r[128];
+        RR = qf_block_rule(TR, *TR.amax, tab_r);
+        if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *TR.scale_dec = quant_tensor_scale_dec(&TR.p, RR.s_enc);
+        qf_row_signs(TR, HR, 0, smask_r);
+    }
     qf_cf_pipeline<16, qf_ck_stages<H>()>(A, c0, qf_ck_tiles, [&](int64_t k, const uint32_t* t) {
         uint32_t v[16];
 #pragma unroll
@@ -2033,8 +2053,23 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
         if constexpr (F46) rows46();
         else if (qf_max(mlo, mhi) < 0x7F800000u) rows(std::true_type{}, blo, bhi);
         else rows(std::false_type{}, blo, bhi);
+        if constexpr (HR >= 0) {   // the row-wise copy's blocks of this tile, from the same stage
+            const char* st = (const char*)(t - threadIdx.x) + 2 * pr * QF_CF_ROW + (threadIdx.x & 15) * 32;
+            QFRowPair b;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                b.v[j][0] = ((const uint4*)(st + j * QF_CF_ROW))[0];
+                b.v[j][1] = ((const uint4*)(st + j * QF_CF_ROW))[1];
+            }
+            // SR: qf_row2_kernel's draws, the row pair's first at square (r0 / 2 + pr, cb / 2)
+            const uint64_t pmr = SR ? ((uint64_t)((r0 >> 1) + pr) * (uint64_t)(A.cols >> 1) + (uint64_t)(cb >> 1)) * QF_RNG_MUL : 0;
+            qf_row2_pair<HR, SR, false>(TR, b, TR.fake + (r0 + 2 * pr) * TR.ld_fake + cb, bv, bv, RR, pmr, smask_r, dm_r);
+        }
     });
     if (T.amax_next) quant_amax_accumulate(T.amax_next, dm);
+    if constexpr (HR >= 0) {
+        if (TR.amax_next) quant_amax_accumulate(TR.amax_next, dm_r);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -2326,18 +2361,45 @@ static inline int qf_colfake_ok(const QFLaunch& L) {
     const QFTarget& t = L.a.t[1];
     return qf_whole_block_ok(t, L.hb) && t.bl == 16 && !t.ref_elems && L.a.rows % 16 == 0;
 }
-template <int H, bool SR, bool F46>
+template <int H, bool SR, bool F46, int HR = -1>
 static inline void qf_launch_colfake_n(const QFLaunch& L, cudaStream_t s) {
     static int per_sm = 0;   // (as qf_launch_colfold_n's)
     const size_t smem = (size_t)qf_ck_stages<H>() * 16 * QF_CF_ROW;   // 64 KB at 8 stages
     if (!per_sm && smem > 48 * 1024)
-        cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR, F46>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR, F46>, smem, &per_sm));
-    qf_colfake_kernel<H, SR, F46><<<grid, QF_THREADS, smem, s>>>(L.a);
+        cuda_check(cudaFuncSetAttribute(qf_colfake_kernel<H, SR, F46, HR>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const dim3 grid = qf_cf_grid(L, 16, qf_ck_stages<H>(), qf_resident_ctas(qf_colfake_kernel<H, SR, F46, HR>, smem, &per_sm));
+    qf_colfake_kernel<H, SR, F46, HR><<<grid, QF_THREADS, smem, s>>>(L.a);
     cuda_check_last();
 }
 template <int H, bool SR, bool F46> struct QFColfakeLaunch { static void run(const QFLaunch& L, cudaStream_t s) { qf_launch_colfake_n<H, SR, F46>(L, s); } };
 static inline void qf_launch_colfake(const QFLaunch& L, cudaStream_t s) { qf_whole_block_dispatch<QFColfakeLaunch>(L, L.a.t[1], L.hb, s); }
+
+// Both fake copies of a dual pass from one read of the source (qf_colfake_kernel with HR >= 0) instead of one
+// kernel per copy, each reading it: where qf_row2_kernel would make the row-wise copy and qf_colfake_kernel the
+// column-wise one, both rounding alike and neither 4o6 (nvfp4's, nvfp4-naive's and ufp4's dY pairs), with Hadamard
+// sizes (0, 0), (0, 16) or (16, 16). The same numbers bit for bit (test_quant_fast runs every dual case both
+// ways); the apply pass moves 6 bytes per element instead of 8. Opt-in until timed on the GPU: LLMC_QF_DUAL=1 in
+// the environment (qf_dual_mode: tests set it directly).
+static int qf_dual_mode = -1;   // -1: LLMC_QF_DUAL, read on first use
+static inline int qf_dual_on(void) {
+    if (qf_dual_mode < 0) qf_dual_mode = env_flag("LLMC_QF_DUAL");
+    return qf_dual_mode;
+}
+static inline int qf_dual_ok(const QFLaunch& L) {
+    const QFTarget &r = L.a.t[0], &c = L.a.t[1];
+    return qf_dual_on() && L.ha >= 0 && L.hb >= 0 && qf_combo_ok(L.ha, L.hb) && qf_row2_ok(L) && qf_colfake_ok(L) &&
+           r.sr == c.sr && r.p.scale != QSCALE_E4M3_4O6 && c.p.scale != QSCALE_E4M3_4O6;
+}
+template <int HR, int HC>
+static inline void qf_launch_dual_h(const QFLaunch& L, cudaStream_t s) {
+    if (L.a.t[1].sr) qf_launch_colfake_n<HC, true, false, HR>(L, s);
+    else qf_launch_colfake_n<HC, false, false, HR>(L, s);
+}
+static inline void qf_launch_dual(const QFLaunch& L, cudaStream_t s) {
+    if (L.hb == 0) qf_launch_dual_h<0, 0>(L, s);   // (qf_combo_ok: the row-wise copy has none either)
+    else if (L.ha == 0) qf_launch_dual_h<0, 16>(L, s);
+    else qf_launch_dual_h<16, 16>(L, s);
+}
 
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {
     const QFTarget& T = L.a.t[1];
@@ -2403,6 +2465,10 @@ static inline int qf_group_target(const QFLaunch& L, int k) {
 // The apply kernels of the targets whose output form is OUT.
 template <int OUT>
 static inline void qf_dispatch_apply_form(const QFLaunch& L, cudaStream_t s) {
+    if (OUT == QF_OUT_FAKE && qf_dual_ok(L)) {   // both copies (neither is quant_group.cuh's)
+        qf_launch_dual(L, s);
+        return;
+    }
     for (int k = 0; k < 2; k++) {   // quant_group.cuh's rules
         if ((k ? L.hb : L.ha) < 0 || L.a.t[k].out != OUT || !qf_group_target(L, k)) continue;
         if (L.a.t[k].eden) qg_launch_eden_apply<OUT>(L, k, s);

@@ -322,6 +322,19 @@ struct Case {
     int n;
 };
 
+// Pairs the one-read dual form takes (qf_dual_ok, checked on the CPU in main; run_case makes each both ways), beyond
+// the trainer's: every Hadamard pair, both roundings, 1x32 row-wise blocks (a block's halves on two lanes), the other
+// 4-bit grids and scale rules.
+static const Case DUALS[] = {
+    {{"nvfp4", "nvfp4"}, {1, 0}, 2},
+    {{"nvfp4,sr", "nvfp4,sr"}, {1, 0}, 2},
+    {{"int4,h16,seed=1", "int4,h16,seed=1"}, {1, 0}, 2},
+    {{"e2m1,1x32,e4m3,sr,h16", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},
+    {{"e2m1,1x32,e8m0,rne,h0", "e2m1,1x16,e8m0,rne,h0"}, {1, 0}, 2},
+    {{"e1m2,1x32,e8m0ceil,sr,h16,plain", "e1m2,1x16,e4m3,sr,h16,plain"}, {1, 0}, 2},
+    {{"int4,1x16,e4m3,rne,h16,fixed", "e2m1,1x16,e8m0ceil,rne,h16,seed=7"}, {1, 0}, 2},
+};
+
 static int expect_supported(const QuantParams* p, int n, const int* axes, const int* hs, int64_t rows, int64_t cols) {
     if (cols % 8) return 0;
     for (int k = 0; k < n; k++)
@@ -334,62 +347,70 @@ static int expect_supported(const QuantParams* p, int n, const int* axes, const 
     return 1;
 }
 
-static int n_cases = 0, n_skipped_shape = 0, n_fail = 0, n_supp_bad = 0, n_delayed = 0, n_delayed_fail = 0;
+static int n_cases = 0, n_skipped_shape = 0, n_fail = 0, n_supp_bad = 0, n_delayed = 0, n_delayed_fail = 0, n_dual = 0;
 
-// The delayed amax rule (QuantTarget.amax_next) on a copy the whole-block kernels make: the apply pass alone, given
-// the amax the fast path took (amax_fast, device), must write the same fake copy and scale_dec (fake_fast, s_fast) and
-// take the same amax into amax_next, bit for bit.
-// The delayed amax rule (quant_fast_delayed_ok): the apply pass alone, its tensor scale from a given amax (the
-// previous micro-step's), against the reference apply pass (quant_apply_gpu) from the same amax, for the amax of
-// this tensor and for stale ones: a tensor that grew 4x, 1000x (block scales saturate at 448, elements clip) or
-// from zero, and one that shrank 8x. Bit for bit: the copy and scale_dec; and the amax it hands on (amax_next,
-// from the block amaxes) equals the amax pass's, amax_fast.
-static void check_delayed(const QuantTarget& tf, const uint16_t* in, int64_t rows, int64_t cols, int64_t ld,
-                          const float* amax_fast, const char* desc, int k) {
+// The delayed amax rule (quant_fast_delayed_ok): the apply pass alone for the n targets tf (one copy, or both copies
+// of a pair in one call), each tensor scale from a given amax (the previous micro-step's), against the reference
+// apply pass (quant_apply_gpu) from the same amax, for the amax of this tensor and for stale ones: a tensor that grew
+// 4x, 1000x (block scales saturate at 448, elements clip) or from zero, and one that shrank 8x. Bit for bit: each
+// copy and scale_dec; and the amax each hands on (amax_next, from the block amaxes) equals the amax pass's,
+// amax_fast[k] (device).
+static void check_delayed(const QuantTarget* tf, int n, const uint16_t* in, int64_t rows, int64_t cols, int64_t ld,
+                          const float* const* amax_fast, const char* desc) {
     const size_t bytes = (size_t)rows * ld * 2;
-    uint16_t *fake, *fref;
-    float* d;
-    cuda_check(cudaMalloc(&fake, bytes));
-    cuda_check(cudaMalloc(&fref, bytes));
-    cuda_check(cudaMalloc(&d, 8 * sizeof(float)));
-    float amax;
-    cuda_check(cudaMemcpy(&amax, amax_fast, sizeof(float), cudaMemcpyDeviceToHost));
+    uint16_t *fake[2], *fref[2];
+    float* d;   // target k: [8k] stale amax, [8k + 1] amax_next, [8k + 2] scale_dec; the reference's [8k + 4], [8k + 5]
+    for (int k = 0; k < n; k++) {
+        cuda_check(cudaMalloc(&fake[k], bytes));
+        cuda_check(cudaMalloc(&fref[k], bytes));
+    }
+    cuda_check(cudaMalloc(&d, 16 * sizeof(float)));
+    float amax[2];
+    for (int k = 0; k < n; k++) cuda_check(cudaMemcpy(&amax[k], amax_fast[k], sizeof(float), cudaMemcpyDeviceToHost));
     const float factors[] = {1.0f, 0.25f, 1e-3f, 0.0f, 8.0f};
     std::vector<uint16_t> a(rows * ld), b(rows * ld);
     for (float f : factors) {
-        const float stale[2] = {amax * f, amax * f};
-        cuda_check(cudaMemset(fake, 0x5A, bytes));
-        cuda_check(cudaMemset(fref, 0x5A, bytes));
-        cuda_check(cudaMemset(d, 0, 8 * sizeof(float)));
-        cuda_check(cudaMemcpy(d, stale, sizeof(float), cudaMemcpyHostToDevice));
-        cuda_check(cudaMemcpy(d + 4, stale, sizeof(float), cudaMemcpyHostToDevice));
-        QuantTarget td = tf, tr = tf;
-        td.fake = (floatX*)fake;
-        td.amax = d;
-        td.amax_next = d + 1;
-        td.scale_dec = d + 2;
-        tr.fake = (floatX*)fref;
-        tr.amax = d + 4;
-        tr.amax_next = NULL;
-        tr.scale_dec = d + 5;
-        quant_fast_apply_gpu((const floatX*)in, rows, cols, ld, &td, 1, 0);
-        quant_apply_gpu((const floatX*)in, rows, cols, ld, &tr, 1, 0);
+        QuantTarget td[2], tr[2];
+        cuda_check(cudaMemset(d, 0, 16 * sizeof(float)));
+        for (int k = 0; k < n; k++) {
+            const float stale = amax[k] * f;
+            cuda_check(cudaMemset(fake[k], 0x5A, bytes));
+            cuda_check(cudaMemset(fref[k], 0x5A, bytes));
+            cuda_check(cudaMemcpy(d + 8 * k, &stale, sizeof(float), cudaMemcpyHostToDevice));
+            cuda_check(cudaMemcpy(d + 8 * k + 4, &stale, sizeof(float), cudaMemcpyHostToDevice));
+            td[k] = tr[k] = tf[k];
+            td[k].fake = (floatX*)fake[k];
+            td[k].amax = d + 8 * k;
+            td[k].amax_next = d + 8 * k + 1;
+            td[k].scale_dec = d + 8 * k + 2;
+            tr[k].fake = (floatX*)fref[k];
+            tr[k].amax = d + 8 * k + 4;
+            tr[k].amax_next = NULL;
+            tr[k].scale_dec = d + 8 * k + 5;
+            quant_apply_gpu((const floatX*)in, rows, cols, ld, &tr[k], 1, 0);
+        }
+        quant_fast_apply_gpu((const floatX*)in, rows, cols, ld, td, n, 0);   // both copies of a pair in one call
         cuda_check(cudaDeviceSynchronize());
-        float h[8];
-        cuda_check(cudaMemcpy(a.data(), fref, bytes, cudaMemcpyDeviceToHost));
-        cuda_check(cudaMemcpy(b.data(), fake, bytes, cudaMemcpyDeviceToHost));
+        float h[16];
         cuda_check(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
-        int64_t bad = 0;
-        for (int64_t i = 0; i < rows * ld; i++) bad += a[i] != b[i];
-        const int ok = bad == 0 && f32_bits(h[1]) == f32_bits(amax) && f32_bits(h[2]) == f32_bits(h[5]);
-        n_delayed++;
-        if (!ok && ++n_delayed_fail <= 8)
-            printf("FAIL delayed amax %s t%d, stale amax %g x %g: %lld elements differ; amax_next %08x, amax pass %08x; "
-                   "sdec %08x / ref %08x\n", desc, k, amax, f, (long long)bad, f32_bits(h[1]), f32_bits(amax),
-                   f32_bits(h[2]), f32_bits(h[5]));
+        for (int k = 0; k < n; k++) {
+            cuda_check(cudaMemcpy(a.data(), fref[k], bytes, cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(b.data(), fake[k], bytes, cudaMemcpyDeviceToHost));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < rows * ld; i++) bad += a[i] != b[i];
+            const float* g = h + 8 * k;
+            const int ok = bad == 0 && f32_bits(g[1]) == f32_bits(amax[k]) && f32_bits(g[2]) == f32_bits(g[5]);
+            n_delayed++;
+            if (!ok && ++n_delayed_fail <= 8)
+                printf("FAIL delayed amax %s t%d of %d, stale amax %g x %g: %lld elements differ; amax_next %08x, amax pass "
+                       "%08x; sdec %08x / ref %08x\n", desc, k, n, amax[k], f, (long long)bad, f32_bits(g[1]),
+                       f32_bits(amax[k]), f32_bits(g[2]), f32_bits(g[5]));
+        }
     }
-    cudaFree(fake);
-    cudaFree(fref);
+    for (int k = 0; k < n; k++) {
+        cudaFree(fake[k]);
+        cudaFree(fref[k]);
+    }
     cudaFree(d);
 }
 
@@ -529,36 +550,69 @@ static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int
     quantize_fast_gpu((floatX*)in, rows, cols, ld, tf, cs.n, 0);
     cuda_check(cudaDeviceSynchronize());
     float s[16];
-    cuda_check(cudaMemcpy(s, sc, sizeof(s), cudaMemcpyDeviceToHost));
     std::vector<uint16_t> a(rows * ld), b(rows * ld);
-    for (int k = 0; k < cs.n; k++) {
-        cuda_check(cudaMemcpy(a.data(), fref[k], bytes, cudaMemcpyDeviceToHost));
-        cuda_check(cudaMemcpy(b.data(), ffast[k], bytes, cudaMemcpyDeviceToHost));
-        int64_t bad = 0, first = -1;
-        for (int64_t i = 0; i < rows * ld; i++)
-            if (a[i] != b[i]) { if (first < 0) first = i; bad++; }
-        uint32_t ar = f32_bits(s[4 * k]), af = f32_bits(s[4 * k + 2]), dr = f32_bits(s[4 * k + 1]), df = f32_bits(s[4 * k + 3]);
-        const int ok = bad == 0 && ar == af && dr == df;
-        if (!ok) {
-            n_fail++;
-            if (n_fail <= 12) {
-                int64_t r = first < 0 ? 0 : first / ld, c = first < 0 ? 0 : first % ld;
-                printf("FAIL %s t%d: %lld/%lld differ", desc, k, (long long)bad, (long long)(rows * ld));
-                if (bad) printf(" first (%lld,%lld) in %04x ref %04x fast %04x", (long long)r, (long long)c, h[first], a[first], b[first]);
-                printf("; amax %08x/%08x sdec %08x/%08x\n", ar, af, dr, df);
-                int shown = 0;
-                for (int64_t i = first + 1; bad && i < rows * ld && shown < 2; i++)
-                    if (a[i] != b[i]) {
-                        printf("     (%lld,%lld) in %04x ref %04x fast %04x\n", (long long)(i / ld), (long long)(i % ld), h[i], a[i], b[i]);
-                        shown++;
-                    }
+    // the fast copies (ffast, scalars at sc + 4k + 2) against the reference's, bit for bit
+    auto compare = [&](const char* how) {
+        cuda_check(cudaMemcpy(s, sc, sizeof(s), cudaMemcpyDeviceToHost));
+        for (int k = 0; k < cs.n; k++) {
+            cuda_check(cudaMemcpy(a.data(), fref[k], bytes, cudaMemcpyDeviceToHost));
+            cuda_check(cudaMemcpy(b.data(), ffast[k], bytes, cudaMemcpyDeviceToHost));
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < rows * ld; i++)
+                if (a[i] != b[i]) { if (first < 0) first = i; bad++; }
+            uint32_t ar = f32_bits(s[4 * k]), af = f32_bits(s[4 * k + 2]), dr = f32_bits(s[4 * k + 1]), df = f32_bits(s[4 * k + 3]);
+            const int ok = bad == 0 && ar == af && dr == df;
+            if (!ok) {
+                n_fail++;
+                if (n_fail <= 12) {
+                    int64_t r = first < 0 ? 0 : first / ld, c = first < 0 ? 0 : first % ld;
+                    printf("FAIL %s%s t%d: %lld/%lld differ", desc, how, k, (long long)bad, (long long)(rows * ld));
+                    if (bad) printf(" first (%lld,%lld) in %04x ref %04x fast %04x", (long long)r, (long long)c, h[first], a[first], b[first]);
+                    printf("; amax %08x/%08x sdec %08x/%08x\n", ar, af, dr, df);
+                    int shown = 0;
+                    for (int64_t i = first + 1; bad && i < rows * ld && shown < 2; i++)
+                        if (a[i] != b[i]) {
+                            printf("     (%lld,%lld) in %04x ref %04x fast %04x\n", (long long)(i / ld), (long long)(i % ld), h[i], a[i], b[i]);
+                            shown++;
+                        }
+                }
             }
         }
+    };
+    compare("");
+    // a pair the dual form takes (both copies from one read, qf_dual_ok): again the other way than the default
+    if (cs.n == 2) {
+        const int mode = qf_dual_on();
+        qf_dual_mode = 1;
+        const int dual = qf_dual_ok(qf_prepare((floatX*)in, rows, cols, ld, tf, cs.n));
+        qf_dual_mode = !mode;
+        if (dual) {
+            for (int k = 0; k < 2; k++) {
+                cuda_check(cudaMemset(ffast[k], 0x5A, bytes));
+                cuda_check(cudaMemset(sc + 4 * k + 2, 0xFF, 2 * sizeof(float)));
+            }
+            quantize_fast_gpu((floatX*)in, rows, cols, ld, tf, cs.n, 0);
+            cuda_check(cudaDeviceSynchronize());
+            compare(mode ? " (LLMC_QF_DUAL=0)" : " (LLMC_QF_DUAL=1)");
+            n_dual++;
+        }
+        qf_dual_mode = mode;
     }
     compare_packed_and_stats(cs, p, in, rows, cols, ld, seed, desc);
+    const float* amax_fast[2] = {sc + 2, sc + 6};
+    int delayed_all = 1;
     for (int k = 0; k < cs.n; k++)
-        if (quant_fast_delayed_ok(&tf[k], rows, cols, ld))
-            check_delayed(tf[k], in, rows, cols, ld, sc + 4 * k + 2, desc, k);
+        if (quant_fast_delayed_ok(&tf[k], rows, cols, ld)) check_delayed(&tf[k], 1, in, rows, cols, ld, &amax_fast[k], desc);
+        else delayed_all = 0;
+    // a pair both of whose copies can be: both in one apply call (the trainer's call; the dual form where it takes them)
+    if (cs.n == 2 && delayed_all) {
+        const int mode = qf_dual_on();
+        for (int on = 0; on < 2; on++) {
+            qf_dual_mode = on;
+            check_delayed(tf, 2, in, rows, cols, ld, amax_fast, desc);
+        }
+        qf_dual_mode = mode;
+    }
     n_cases++;
     cudaFree(in);
     for (int k = 0; k < 2; k++) { cudaFree(fref[k]); cudaFree(ffast[k]); }
@@ -655,6 +709,13 @@ static void gpu_checks(int quick) {
             ran += run_case(trainer[i], big[sh][0], big[sh][1], big[sh][2], kind, 3000 + i);
         }
     printf("trainer configurations, training shapes: %d cases ran\n", ran);
+    const int64_t dshapes[][3] = {{64, 96, 0}, {96, 160, 8}, {48, 80, 0}, {32, 256, 24}, {160, 48, 0}, {480, 272, 16},
+                                  {768, 3072, 0}, {4096, 768, 0}};
+    ran = 0;
+    for (size_t i = 0; i < sizeof(DUALS) / sizeof(DUALS[0]); i++)
+        for (int sh = 0; sh < (quick ? 4 : 8); sh++)
+            ran += run_case(DUALS[i], dshapes[sh][0], dshapes[sh][1], dshapes[sh][2], (int)((i + sh) % D_COUNT), 4000 + i);
+    printf("dual pairs, small and training shapes: %d cases ran\n", ran);
 
     // not handled: quant_fast_supported must say so
     {
@@ -707,9 +768,11 @@ static void gpu_checks(int quick) {
     CHECK(n_fail == 0, "fast vs reference (fake; packed and statistics): %d target comparisons differ in %d cases (first "
           "12 printed above)", n_fail, n_cases);
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
+    printf("dual pairs made both ways (one kernel for both copies, and one kernel each): %d\n", n_dual);
+    CHECK(n_dual > 0 || qf_patch_only(), "no dual pair ran both ways (qf_dual_ok took none of the cases)");
     printf("delayed amax (apply pass alone from a given amax, this tensor's or stale, against the reference apply): "
            "%d copies compared\n", n_delayed);
-    CHECK(n_delayed > 0 && n_delayed_fail == 0, "delayed amax: %d of %d copies differ from the reference apply pass "
+    CHECK((n_delayed > 0 || qf_patch_only()) && n_delayed_fail == 0, "delayed amax: %d of %d copies differ from the reference apply pass "
           "(fake copy, scale_dec) or hand on another amax than the amax pass's", n_delayed_fail, n_delayed);
 }
 
@@ -902,6 +965,44 @@ int main(int argc, char** argv) {
         }
         CHECK(bad == 0, "the whole-block kernels must take exactly the fake 1D copies they make (row-wise: H16 or none; "
                         "column-wise: 1x16, H16 or none; 4o6: 1x16 on both axes)");
+    }
+    {   // which dual passes (row-wise + column-wise fake copies of one source) the one-read form takes (qf_dual_ok,
+        // with LLMC_QF_DUAL=1): where the whole-block kernels would make both, both round alike, neither is 4o6, and
+        // the Hadamard sizes are (0, 0), (0, 16) or (16, 16). Placeholder pointers, as above.
+        struct { const char *row, *col; int want; } ck[] = {
+            {"nvfp4,sr", "nvfp4,sr,h16,fixed", 1}, {"nvfp4", "nvfp4,h16,fixed", 1}, {"nvfp4", "nvfp4", 1},
+            {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1", 1}, {"int4,h16,seed=1", "int4,h16,seed=1", 1},
+            {"nvfp4,sr", "nvfp4,h16,fixed", 0}, {"nvfp4,h16,fixed", "nvfp4", 0}, {"nvfp4,4o6,sr", "nvfp4,4o6,sr,h16,fixed", 0},
+            {"nvfp4", "nvfp4,4o6", 0}, {"nvfp4", "mxfp4", 0}, {"nvfp4-2d", "nvfp4-2d", 0}, {"nvfp4", "nvfp4,h32", 0},
+            {"mxfp4", "e2m1,1x16,e8m0,rne,h0", 1}, {"fp8,1x16,e4m3,rne,h0", "nvfp4", 1}};
+        const int mode = qf_dual_on();
+        int bad = 0;
+        for (auto& c : DUALS) {   // gpu_checks' extra pairs must be dual cases, or they would test nothing new
+            const QuantParams pr = parse(c.spec[0]), pc = parse(c.spec[1]);
+            const QuantTarget t[2] = {quant_target_fake(&pr, 1, 1, (floatX*)4096, 3072, (float*)16, (float*)32),
+                                      quant_target_fake(&pc, 0, 2, (floatX*)8192, 3072, (float*)48, (float*)64)};
+            qf_dual_mode = 1;
+            if ((!quant_fast_supported(t, 2, 768, 3072, 3072) ||
+                 !qf_dual_ok(qf_prepare((const floatX*)1024, 768, 3072, 3072, t, 2))) && !qf_patch_only() && bad++ < 3)
+                printf("  DUALS (%s, %s) is not a dual case\n", c.spec[0], c.spec[1]);
+        }
+        for (auto& c : ck) {
+            const QuantParams pr = parse(c.row), pc = parse(c.col);
+            const QuantTarget t[2] = {quant_target_fake(&pr, 1, 1, (floatX*)4096, 384, (float*)16, (float*)32),
+                                      quant_target_fake(&pc, 0, 2, (floatX*)8192, 384, (float*)48, (float*)64)};
+            if (!quant_fast_supported(t, 2, 256, 384, 384)) {
+                if (c.want && bad++ < 3) printf("  dual (%s, %s) not supported\n", c.row, c.col);
+                continue;
+            }
+            const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, t, 2);
+            for (int on = 0; on < 2; on++) {
+                qf_dual_mode = on;
+                const int got = qf_dual_ok(L), want = on && c.want && !qf_patch_only();
+                if (got != want && bad++ < 3) printf("  qf_dual_ok(%s, %s), LLMC_QF_DUAL=%d: %d, want %d\n", c.row, c.col, on, got, want);
+            }
+        }
+        qf_dual_mode = mode;
+        CHECK(bad == 0, "the one-read dual form must take exactly the pairs both whole-block kernels make alike");
     }
     if (device_count_or_zero() == 0) {
         test_skip("quant_fast gpu", "no CUDA GPU on this machine");
