@@ -859,7 +859,11 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
     TensorView from = *v;   // what the pass reads: the source, or for a src=fprop slot the forward's copy made again
     if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
         from = fprop_copy_again(m, r, pass->target[0], &t[0]);
-    if (any_delayed)   // no amax pass for a delayed copy (never src=fprop); a copy of the pass that is not runs alone
+    // no amax pass for a delayed copy (never src=fprop): every copy of the pass delayed, the apply pass of all of them
+    // in one call (a dual pass's copies from one read under LLMC_QF_DUAL=1); else a copy that is not runs alone
+    if (any_delayed && delayed[0] && (pass->ntargets == 1 || delayed[1]))
+        quantize_view(m, v, t, pass->ntargets, NULL, 1);
+    else if (any_delayed)
         for (int i = 0; i < pass->ntargets; i++) quantize_view(m, v, &t[i], 1, NULL, delayed[i]);
     else if (quantize_view(m, &from, t, pass->ntargets, want_ahead ? &ahead : NULL, have_amax))
         *ahead_bits |= 1u << pass->ahead;
