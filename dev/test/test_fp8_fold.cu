@@ -548,14 +548,37 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
         g_fp8.split_mode = f ? 2 : 1;
         matmul_fp8(acc_o[f], Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, NULL, 0);
     }
+    // both forms again into a wider D (ldd = Nn + 8, whose last 8 columns must stay as they were) with a device alpha
+    // of 1/2 (the FP8 path's alphas are powers of two)
+    const int ldw = Nn + 8;
+    std::vector<float> d0w((size_t)M * ldw);
+    for (size_t i = 0; i < d0w.size(); i++) d0w[i] = (float)((int)(i % 13) - 6) * 0.625f;
+    float *accw[2], *alpha_half;
+    const float half = 0.5f;
+    cuda_check(cudaMalloc(&alpha_half, sizeof(float)));
+    cuda_check(cudaMemcpy(alpha_half, &half, sizeof(float), cudaMemcpyHostToDevice));
+    for (int f = 0; f < 2; f++) {
+        cuda_check(cudaMalloc(&accw[f], d0w.size() * 4));
+        cuda_check(cudaMemcpy(accw[f], d0w.data(), d0w.size() * 4, cudaMemcpyHostToDevice));
+        g_fp8.split_mode = f ? 2 : 1;
+        matmul_fp8(accw[f], ldw, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, alpha_half, 0);
+    }
     g_fp8.split_mode = 0;   // (back to the environment's choice)
     cuda_check(cudaDeviceSynchronize());
-    std::vector<float> oacc[2];
+    std::vector<float> oacc[2], oaccw[2];
     for (int f = 0; f < 2; f++) {
         oacc[f].resize(d0.size());
         cuda_check(cudaMemcpy(oacc[f].data(), acc_o[f], d0.size() * 4, cudaMemcpyDeviceToHost));
         cudaFree(acc_o[f]);
+        oaccw[f].resize(d0w.size());
+        cuda_check(cudaMemcpy(oaccw[f].data(), accw[f], d0w.size() * 4, cudaMemcpyDeviceToHost));
+        cudaFree(accw[f]);
     }
+    cudaFree(alpha_half);
+    int pad_changed = 0;   // the columns past Nn of the wider D
+    for (int i = 0; i < M; i++)
+        for (int j = Nn; j < ldw; j++)
+            for (int f = 0; f < 2; f++) pad_changed += f32_bits(oaccw[f][(size_t)i * ldw + j]) != f32_bits(d0w[(size_t)i * ldw + j]);
     std::vector<uint16_t> hfa((size_t)M * K), hfb((size_t)Nn * K), o8((size_t)M * Nn), o16((size_t)M * Nn);
     std::vector<float> o32((size_t)M * Nn);
     unsigned hb2[2];
@@ -565,7 +588,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     cuda_check(cudaMemcpy(o16.data(), d16, o16.size() * 2, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(o32.data(), f32o, o32.size() * 4, cudaMemcpyDeviceToHost));
     cuda_check(cudaMemcpy(hb2, below, 8, cudaMemcpyDeviceToHost));
-    double worst8 = 0, worst32 = 0, worst_rel = 0, worst_acc[2] = {0, 0};
+    double worst8 = 0, worst32 = 0, worst_rel = 0, worst_acc[2] = {0, 0}, worst_accw[2] = {0, 0};
     for (int i = 0; i < M; i += (M > 256 ? 7 : 1))
         for (int j = 0; j < Nn; j++) {
             double acc = 0, mag = 0;
@@ -581,17 +604,24 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
             worst_rel = fmax(worst_rel, fabs(o32[(size_t)i * Nn + j] - acc) / (mag + 1e-30));
             const double e0 = d0[(size_t)i * Nn + j], tola = tol32 + 0x1p-23 * (fabs(e0) + fabs(acc));   // + D's rounding
             for (int f = 0; f < 2; f++) worst_acc[f] = fmax(worst_acc[f], fabs(oacc[f][(size_t)i * Nn + j] - (e0 + acc)) / tola);
+            const double w0 = d0w[(size_t)i * ldw + j], tolw = 0.5 * tol32 + 0x1p-23 * (fabs(w0) + 0.5 * fabs(acc));
+            for (int f = 0; f < 2; f++)
+                worst_accw[f] = fmax(worst_accw[f], fabs(oaccw[f][(size_t)i * ldw + j] - (w0 + 0.5 * acc)) / tolw);
         }
     printf("  matmul_fp8 %dx%dx%d %s x %s%s: vs emulated (BF16 out) worst %.3f of tolerance; FP32 out vs exact sum "
            "worst %.3f of tolerance, %.2e of sum|ab|; %u + %u blocks below the window\n", M, Nn, K, spec_a, spec_b,
            spread ? " (spread)" : "", worst8, worst32, worst_rel, hb2[0], hb2[1]);
-    printf("    accumulated into FP32 (D0 + A B^T): split form worst %.3f of tolerance, one-step form %.3f\n", worst_acc[0],
-           worst_acc[1]);
+    printf("    accumulated into FP32 (D0 + A B^T): split form worst %.3f of tolerance, one-step form %.3f; into a wider D "
+           "with alpha 1/2: %.3f, %.3f, %d padding elements changed\n", worst_acc[0], worst_acc[1], worst_accw[0],
+           worst_accw[1], pad_changed);
     if (!spread || hb2[0] + hb2[1] == 0) {
         CHECK(worst8 <= 1.0 && worst32 <= 1.0, "matmul_fp8 %dx%dx%d: off the emulated GEMM (%.3f, %.3f of tolerance)", M,
               Nn, K, worst8, worst32);
         CHECK(worst_acc[0] <= 1.0 && worst_acc[1] <= 1.0, "matmul_fp8 %dx%dx%d accumulated: off the exact sum (split %.3f, "
               "one step %.3f of tolerance)", M, Nn, K, worst_acc[0], worst_acc[1]);
+        CHECK(worst_accw[0] <= 1.0 && worst_accw[1] <= 1.0 && pad_changed == 0, "matmul_fp8 %dx%dx%d accumulated into "
+              "ldd = Nn + 8 with alpha 1/2: off the exact sum (split %.3f, one step %.3f of tolerance) or %d padding "
+              "elements written", M, Nn, K, worst_accw[0], worst_accw[1], pad_changed);
     }
     cudaFree(a); cudaFree(b); cudaFree(fa); cudaFree(fb); cudaFree(qa); cudaFree(qb); cudaFree(ra); cudaFree(rb);
     cudaFree(ma); cudaFree(mb); cudaFree(sc); cudaFree(below); cudaFree(d8); cudaFree(d16); cudaFree(f32o); cudaFree(bias);
