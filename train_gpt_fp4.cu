@@ -1446,6 +1446,9 @@ static GPTConfig open_checkpoint(CheckpointReader* r, const char* path) {
     char where[4300];
     snprintf(where, sizeof(where), "checkpoint '%s'", path);
     config_require(&c, where);
+    const int32_t* h = r->header;
+    fail_if(h[H_STEP] < 0 || h[H_ADAM_T] < 0 || h[H_ADAM_T] > h[H_STEP], "%s: its header says %d steps and %d AdamW "
+            "updates (written by an incompatible build?)", where, h[H_STEP], h[H_ADAM_T]);
     return c;
 }
 
@@ -1606,7 +1609,8 @@ static float evaluate(GPT* m, DataLoader* val, int max_batches) {
 static void sample_text(GPT* m, const Tokenizer* tok, int count, uint64_t seed, int step, char* out, size_t cap) {
     const int T_gen = m->T < 256 ? m->T : 256;
     int V = m->config.vocab_size, Vp = m->config.padded_vocab_size;
-    int eot = tok->init_ok ? (int)tok->eot_token : 50256;
+    const uint32_t eot_id = tok->init_ok ? tok->eot_token : 50256;
+    const int eot = eot_id < (uint32_t)V ? (int)eot_id : 0;   // (a tokenizer of another model: never past the embedding)
     int* ids = (int*)xmalloc(sizeof(int) * T_gen);
     uint16_t* row = (uint16_t*)xmalloc(sizeof(uint16_t) * Vp);
     float* probs = (float*)xmalloc(sizeof(float) * V);
@@ -1999,6 +2003,12 @@ int main(int argc, char** argv) {
     fail_if(tc.ckpt_every < -1, "--ckpt-every must be >= 0, or -1 for no checkpoint at all");
     fail_if(tc.init_from[0] && tc.resume[0], "--init-from and --resume exclude each other");
     fail_if(tc.eval_every < 0 || tc.eval_items < 0, "--eval-every and --eval-items must be >= 0");
+    fail_if(!tc.out_dir[0], "--out-dir must not be empty (the directory for log.jsonl and checkpoints)");
+    fail_if(tc.diag_every < 0, "--diag-every must be >= 0 (0: off)");
+    fail_if(tc.spike_z < 0.0f, "--spike-z must be >= 0 (0: off)");
+    fail_if(tc.peak_tflops <= 0.0f, "--peak-tflops must be positive (the GPU's dense BF16 peak, for the MFU)");
+    fail_if(tc.bf16_first_layers < -1 || tc.bf16_last_layers < -1,
+            "--bf16-first-layers and --bf16-last-layers must be >= 0, or -1 for the recipe's rule");
     fail_if(tc.eval_only && !tc.init_from[0], "--eval-only evaluates a checkpoint: give it with --init-from CKPT%s",
             tc.resume[0] ? " (not --resume)" : "");
 
@@ -2148,6 +2158,9 @@ int main(int argc, char** argv) {
     }
     Tokenizer tokenizer;
     tokenizer_init(&tokenizer, tc.tokenizer);
+    if (tokenizer.init_ok && tc.sample_every > 0 && tokenizer.eot_token >= (uint32_t)config.vocab_size && rank == 0)
+        printf("note: the tokenizer's end-of-text token %u is not in the model's vocabulary of %d (a tokenizer of another "
+               "model?): text samples start from token 0\n", tokenizer.eot_token, config.vocab_size);
     if (quantizes && tc.sample_every > 0 && tokenizer.init_ok && !tc.eval_only) {
         // text samples run the forward on one sequence of min(T, 256) tokens (sample_text)
         int T_gen = T < 256 ? T : 256;

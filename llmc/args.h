@@ -2,7 +2,8 @@
 // defines: Option, OptionType, parse_options(), print_usage(), parse_bool_word()
 // Each option has a long name (--batch-size), an optional one-letter alias (-b), a type, a pointer to
 // the value it sets, and a help line. Values come as "--name value" or "--name=value". Unknown
-// options, missing values and malformed numbers stop the program with one clear message.
+// options, missing values (also one whose next argument is an option: "-o --eval-only") and malformed numbers
+// stop the program with one clear message; a value that starts with -- is given as --name=value.
 #pragma once
 #include <errno.h>
 #include <math.h>
@@ -58,8 +59,9 @@ static inline void option_set(const Option* o, const char* text) {
     case OPT_FLOAT: {
         errno = 0;
         float v = strtof(text, &end);
-        fail_if(errno || end == text || *end != '\0' || !isfinite(v),
-                "--%s expects a number, got '%s'", o->name, text);
+        fail_if(end == text || *end != '\0' || (!errno && !isfinite(v)), "--%s expects a number, got '%s'", o->name, text);
+        fail_if(errno, "--%s: %s is outside the range of a float (about 1.2e-38 to 3.4e38 in magnitude, or 0)", o->name,
+                text);
         *(float*)o->value = v;
         break;
     }
@@ -81,7 +83,8 @@ static inline void option_set(const Option* o, const char* text) {
 }
 
 static inline void print_usage(const char* prog, const Option* opts, int n) {
-    printf("usage: %s [options]\n\noptions (--name value or --name=value):\n", prog);
+    printf("usage: %s [options]\n\noptions (--name value or --name=value; a value that starts with -- as --name=value; "
+           "a switch takes none (or =on, =off); given twice, the last one counts):\n", prog);
     for (int i = 0; i < n; i++) {
         const Option* o = &opts[i];
         char left[64], def[96];
@@ -106,6 +109,7 @@ static inline void print_usage(const char* prog, const Option* opts, int n) {
 
 // Returns 1 when --help was asked for (usage already printed), 0 otherwise.
 static inline int parse_options(const Option* opts, int n, int argc, char** argv) {
+    const Option* prev = NULL;   // the option before this argument, when it took no separate value
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -129,12 +133,19 @@ static inline int parse_options(const Option* opts, int n, int argc, char** argv
         } else if (arg[0] == '-') {
             fail("unknown option '%s': long options start with -- (see --help)", arg);
         } else {
+            fail_if(prev && prev->type == OPT_FLAG && parse_bool_word(arg) >= 0, "unexpected argument '%s': --%s is a "
+                    "switch that takes no separate value (--%s turns it on, --%s=%s sets it)", arg, prev->name,
+                    prev->name, prev->name, arg);
             fail("unexpected argument '%s': options start with -- (see --help)", arg);
         }
+        prev = value ? NULL : found;
         if (!value && found->type == OPT_FLAG) value = "on";
         if (!value) {
             fail_if(i + 1 >= argc, "option %s needs a value (see --help)", arg);
+            fail_if(strncmp(argv[i + 1], "--", 2) == 0, "option %s needs a value, but the next argument is the option "
+                    "'%s' (a value that starts with -- is given as --%s=VALUE)", arg, argv[i + 1], found->name);
             value = argv[++i];
+            prev = NULL;
         }
         option_set(found, value);
     }

@@ -359,11 +359,16 @@ static inline int find_latest_checkpoint(const char* dir, char* out, size_t cap)
     if (!d) return 0;
     long best = -1;
     struct dirent* e;
-    while ((e = readdir(d)) != NULL) {
-        long step;
-        char tail[8];
-        if (sscanf(e->d_name, "ckpt_%ld.%4s", &step, tail) == 2 && strcmp(tail, "bin") == 0 &&
-            strlen(e->d_name) == strlen("ckpt_00000000.bin") && step > best) best = step;
+    while ((e = readdir(d)) != NULL) {   // exactly ckpt_ + 8 digits + .bin (not ckpt_+0000009.bin, ckpt_ -000001.bin)
+        const char* n = e->d_name;
+        if (strlen(n) != strlen("ckpt_00000000.bin") || strncmp(n, "ckpt_", 5) != 0 || strcmp(n + 13, ".bin") != 0) continue;
+        long step = 0;
+        int digits = 1;
+        for (int i = 5; i < 13; i++) {
+            digits &= n[i] >= '0' && n[i] <= '9';
+            step = step * 10 + (n[i] - '0');
+        }
+        if (digits && step > best) best = step;
     }
     closedir(d);
     if (best < 0) return 0;

@@ -321,6 +321,10 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
             return -1;
         }
     }
+    if (first) {   // no word at all ("", " ", ","): not a silent nvfp4
+        if (err) snprintf(err, errlen, "an empty spec: name a preset (e.g. nvfp4, or bf16) and options");
+        return -1;
+    }
     const char* why = quant_spec_eden_problem(&s);   // before h0 drops the signs: "nvfp4,step" is refused
     if (why) { if (err) snprintf(err, errlen, "'%s': %s", text, why); return -1; }
     if (s.hadamard == 0) { s.signs = QSIGNS_NONE; s.sign_seed = 0; }

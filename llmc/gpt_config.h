@@ -48,6 +48,11 @@ static inline int config_check(const GPTConfig* c, char* err, size_t n) {
         snprintf(err, n, "model config: channels must be a multiple of 8 (got %d)", c->channels);
         return -1;
     }
+    if ((c->channels / c->num_heads) % 8 != 0) {   // the attention kernels' 16-byte rows
+        snprintf(err, n, "model config: the head size (channels %d / heads %d) must be a multiple of 8", c->channels,
+                 c->num_heads);
+        return -1;
+    }
     if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0) {
         snprintf(err, n, "model config: padded vocab %d must be >= vocab %d and a multiple of 128",
                  c->padded_vocab_size, c->vocab_size);

@@ -23,9 +23,10 @@ typedef struct {
     FILE* f;
 } Logger;
 
-// mkdir -p
+// mkdir -p; the path must end up a directory (not a file of that name)
 static inline void make_dirs(const char* path) {
     char buf[4096];
+    fail_if(!path[0], "an empty directory name");
     fail_if(strlen(path) >= sizeof(buf), "path too long: %s", path);
     strcpy(buf, path);
     for (char* p = buf + 1; ; p++) {
@@ -37,6 +38,8 @@ static inline void make_dirs(const char* path) {
             if (c == '\0') break;
         }
     }
+    struct stat st;
+    fail_if(stat(path, &st) != 0 || !S_ISDIR(st.st_mode), "'%s' exists and is not a directory", path);
 }
 
 static inline void logger_open(Logger* lg, const char* out_dir) {

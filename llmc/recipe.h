@@ -144,8 +144,8 @@ static inline void recipe_resolve_layers(Recipe* r, int L) {
     const RecipePreset* p = recipe_find_preset(r->name);
     if (r->bf16_first < 0) r->bf16_first = p ? (int)floor(p->bf16_first_per62 * L / 62.0 + 0.5) : 0;
     if (r->bf16_last < 0) r->bf16_last = p ? (int)floor(p->bf16_last_per62 * L / 62.0 + 0.5) : 0;
-    fail_if(r->bf16_first + r->bf16_last > L, "--bf16-first-layers %d + --bf16-last-layers %d exceed the %d blocks",
-            r->bf16_first, r->bf16_last, L);
+    fail_if(r->bf16_first > L || r->bf16_last > L || r->bf16_first + r->bf16_last > L,   // (no int overflow)
+            "--bf16-first-layers %d + --bf16-last-layers %d exceed the %d blocks", r->bf16_first, r->bf16_last, L);
 }
 
 static inline int recipe_is_bf16(const Recipe* r) {

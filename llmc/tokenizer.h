@@ -48,6 +48,8 @@ static inline void tokenizer_init(Tokenizer* tok, const char* path) {
             "tokenizer file '%s' has an implausible vocabulary size %u", path, header[2]);
     tok->vocab_size = header[2];
     tok->eot_token = header[1] == 2 ? header[3] : 50256;
+    fail_if(header[1] == 2 && tok->eot_token >= tok->vocab_size, "tokenizer file '%s': its end-of-text token %u is "
+            "outside its %u tokens (corrupt file)", path, tok->eot_token, tok->vocab_size);
     tok->token_table = (char**)xmalloc(sizeof(char*) * tok->vocab_size);
     tok->token_length = (uint8_t*)xmalloc(tok->vocab_size);
     for (uint32_t i = 0; i < tok->vocab_size; i++) {

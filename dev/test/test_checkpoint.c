@@ -219,6 +219,23 @@ static void test_atomic(void) {
     CHECK(open_and_verify(path, err, sizeof(err)) == 0, "the committed checkpoint: %s", err);
     write_synthetic(path2);
     CHECK(find_latest_checkpoint(tmpdir, latest, sizeof(latest)) && strcmp(latest, path2) == 0, "newest checkpoint wins");
+    {   // names of the same length that are not ckpt_ + 8 digits + .bin are passed by (strtol-style parsing took
+        // ckpt_+0000099.bin for step 99, and --resume latest then asked for ckpt_00000099.bin)
+        const char* odd[] = {"ckpt_+0000099.bin", "ckpt_ 0000099.bin", "ckpt_-0000099.bin", "ckpt_0000099x.bin",
+                             "ckpt_00000099.bix"};
+        char o[300];
+        for (const char* name : odd) {
+            snprintf(o, sizeof(o), "%s/%s", tmpdir, name);
+            FILE* f = fopen(o, "wb");
+            if (f) fclose(f);
+        }
+        CHECK(find_latest_checkpoint(tmpdir, latest, sizeof(latest)) && strcmp(latest, path2) == 0,
+              "names other than ckpt_ + 8 digits + .bin are not checkpoints: latest %s, want %s", latest, path2);
+        for (const char* name : odd) {
+            snprintf(o, sizeof(o), "%s/%s", tmpdir, name);
+            remove(o);
+        }
+    }
     char tmp[300];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path2);
     CHECK(access(tmp, F_OK) != 0, "commit leaves no .tmp file behind");

@@ -14,6 +14,7 @@
 #include "llmc/recipe.h"
 #include "llmc/eval_tasks.h"
 #include "llmc/recipe_schedule.h"
+#include "llmc/tokenizer.h"
 #include "dev/test/testing.h"
 
 static const char* trainer = "./train_gpt_fp4";
@@ -411,6 +412,60 @@ static void test_heldout(void) {
 
 // --bf16-forward-from: the option's values, the recipes it can switch, and resuming across the switch. The
 // model has 16 channels, so that nvfp4 (16-wide blocks) can quantize it.
+// Values and files that used to get through the CPU checks (a probe of the command line, 2026-12-05).
+static void test_values(void) {
+    EXPECT("--bf16-first/last-layers summing past INT_MAX", NULL, "exceed the 12 blocks", NULL,
+           "-i", train_shard, "--recipe", "nvfp4", "--bf16-first-layers", "2147483647", "--bf16-last-layers", "1");
+    EXPECT("--bf16-first-layers below -1", NULL, "must be >= 0, or -1 for the recipe's rule", NULL,
+           "-i", train_shard, "--bf16-first-layers", "-5");
+    EXPECT("negative --diag-every", NULL, "--diag-every must be >= 0", NULL, "-i", train_shard, "--diag-every", "-1");
+    EXPECT("negative --spike-z", NULL, "--spike-z must be >= 0", NULL, "-i", train_shard, "--spike-z", "-3");
+    EXPECT("--peak-tflops 0 (an infinite MFU in the log)", NULL, "--peak-tflops must be positive", NULL,
+           "-i", train_shard, "--peak-tflops", "0");
+    EXPECT("a value missing before the next option", NULL, "option -o needs a value, but the next argument is the "
+           "option '--eval-only'", "--out-dir=VALUE", "-i", train_shard, "-o", "--eval-only");
+    EXPECT("a switch given a separate value", NULL, "--eval-only is a switch", "--eval-only=on",
+           "-i", train_shard, "--eval-only", "on");
+    EXPECT("a number outside the float range", NULL, "--lr: 1e39 is outside the range of a float", NULL,
+           "-i", train_shard, "--lr", "1e39");
+    EXPECT("a slot spec of only a space (was nvfp4)", NULL, "an empty spec", NULL,
+           "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", " ");
+    EXPECT("an empty --out-dir", NULL, "--out-dir must not be empty", NULL, "-i", train_shard, "-j", "", "-o", "");
+    EXPECT("a file as --out-dir", NULL, "exists and is not a directory", train_shard,
+           "-i", train_shard, "-j", "", "-b", "2", "-t", "16", "-o", train_shard);
+    // a tokenizer (version 2) whose end-of-text id is outside its own vocabulary
+    char tok[128];
+    snprintf(tok, sizeof(tok), "%s/tok_eot.bin", tmpdir);
+    {
+        uint32_t h[256] = {0};
+        h[0] = TOKENIZER_MAGIC; h[1] = 2; h[2] = 4; h[3] = 9;
+        FILE* f = fopen_check(tok, "wb");
+        fwrite_check(h, sizeof(uint32_t), 256, f, tok);
+        for (int i = 0; i < 4; i++) {
+            const uint8_t rec[2] = {1, (uint8_t)('a' + i)};
+            fwrite_check(rec, 1, 2, f, tok);
+        }
+        fclose_check(f, tok);
+    }
+    EXPECT("a tokenizer's end-of-text id past its tokens", NULL, "its end-of-text token 9 is outside its 4 tokens", tok,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "2", "-t", "16", "--tokenizer", tok);
+    remove(tok);
+    // checkpoints with impossible headers: a negative step; a head size the attention kernels cannot take
+    char ck[128];
+    snprintf(ck, sizeof(ck), "%s/odd.bin", tmpdir);
+    CkptSpec neg = {tiny_config(), -5, 4, 16, 1, 1337, "bf16", 64};
+    write_checkpoint(ck, &neg);
+    EXPECT("a checkpoint at step -5", NULL, "its header says -5 steps", ck, RESUME_ARGS, "--init-from", ck);
+    GPTConfig hs12 = tiny_config();
+    hs12.channels = 24;
+    hs12.num_heads = 2;
+    CkptSpec odd = {hs12, 4, 4, 16, 1, 1337, "bf16", 64};
+    write_checkpoint(ck, &odd);
+    EXPECT("a checkpoint whose head size is 12", NULL, "the head size (channels 24 / heads 2) must be a multiple of 8",
+           ck, RESUME_ARGS, "--init-from", ck);
+    remove(ck);
+}
+
 static void test_bf16_forward(void) {
     EXPECT("--bf16-forward-from 0", NULL, "--bf16-forward-from 0 is outside (0, 1]", "leave the option out",
            "-i", train_shard, "--recipe", "nvfp4", "--bf16-forward-from", "0");
@@ -486,6 +541,7 @@ int main(int argc, char** argv) {
     test_checkpoints();
     test_heldout();
     test_bf16_forward();
+    test_values();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);
