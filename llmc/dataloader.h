@@ -23,7 +23,8 @@
 //
 // Memory: one shard's tokens at a time (2 bytes/token: a 100M-token shard takes 200 MB), plus the row
 // permutation of that shard (8 bytes per row) when shuffling. Headers of every shard are checked at
-// init; token ids are checked against vocab_size each time a shard is loaded.
+// init, and every token id against vocab_size when all the shards hold at most DATALOADER_SCAN_MAX_TOKENS (else
+// each time a shard is loaded).
 //
 // Checkpoints: DataLoaderState is a small POD; it is the same on every rank (ranks move in lock step),
 // so rank 0 can save it and every rank restores it with dataloader_set_state().
@@ -143,6 +144,30 @@ static inline int64_t dataloader_read_header_(const char* path) {
     return ntok;
 }
 
+// Token ids of a shard must be below the vocabulary: tokens [0, n) of shard `path`, the first at position `pos0`.
+static inline void dataloader_check_tokens_(const char* path, const uint16_t* tok, int64_t n, int64_t pos0, int vocab) {
+    for (int64_t i = 0; i < n; i++)
+        fail_if(tok[i] >= vocab, "data shard '%s': token %d at position %lld is >= the vocabulary size %d; "
+                "the shard was written with another tokenizer (re-run python dev/data/prepro.py)",
+                path, (int)tok[i], (long long)(pos0 + i), vocab);
+}
+
+// Reads every token of shard `path` (ntok of them) in chunks and checks them against the vocabulary, so that a
+// shard written with another tokenizer stops the run at its start, not when the loader reaches it.
+static inline void dataloader_scan_tokens_(const char* path, int64_t ntok, int vocab) {
+    const int64_t chunk = (int64_t)1 << 20;
+    uint16_t* buf = (uint16_t*)xmalloc(sizeof(uint16_t) * (size_t)chunk);
+    FILE* f = fopen_check(path, "rb");
+    fail_if(fseek(f, SHARD_HEADER_INTS * sizeof(int32_t), SEEK_SET) != 0, "data shard '%s': seek failed", path);
+    for (int64_t pos = 0; pos < ntok; pos += chunk) {
+        const int64_t n = ntok - pos < chunk ? ntok - pos : chunk;
+        fread_check(buf, sizeof(uint16_t), (size_t)n, f, path);
+        dataloader_check_tokens_(path, buf, n, pos, vocab);
+    }
+    fclose(f);
+    free(buf);
+}
+
 // Makes shard file `s` the loaded one: reads its tokens and checks them against the vocabulary.
 static inline void dataloader_load_shard_(DataLoader* dl, int s) {
     if (dl->loaded_shard == s) return;
@@ -157,14 +182,7 @@ static inline void dataloader_load_shard_(DataLoader* dl, int s) {
     fail_if(fseek(f, SHARD_HEADER_INTS * sizeof(int32_t), SEEK_SET) != 0, "data shard '%s': seek failed", path);
     fread_check(dl->tokens, sizeof(uint16_t), (size_t)ntok, f, path);
     fclose(f);
-    if (dl->vocab_size > 0) {
-        for (int64_t i = 0; i < ntok; i++) {
-            fail_if(dl->tokens[i] >= dl->vocab_size,
-                    "data shard '%s': token %d at position %lld is >= the vocabulary size %d; "
-                    "the shard was written with another tokenizer (re-run python dev/data/prepro.py)",
-                    path, (int)dl->tokens[i], (long long)i, dl->vocab_size);
-        }
-    }
+    if (dl->vocab_size > 0) dataloader_check_tokens_(path, dl->tokens, ntok, 0, dl->vocab_size);
     dl->loaded_shard = s;
     dl->perm_epoch = -1;
 }
@@ -184,6 +202,9 @@ static inline void dataloader_compute_rows_(DataLoader* dl, int s) {
 
 // --- API ------------------------------------------------------------------------------------------
 
+#ifndef DATALOADER_SCAN_MAX_TOKENS
+#define DATALOADER_SCAN_MAX_TOKENS ((int64_t)1 << 30)   // 2 GB of tokens
+#endif
 // pattern: glob(3) pattern of shard files (read in sorted order). B x T: this rank's micro-batch.
 // rank / world: this process and the process count (1 process: 0, 1). shuffle: 0 for validation.
 // vocab_size: token ids must be below it (0 skips the check).
@@ -219,6 +240,11 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int B, i
         dl->num_batches += dl->shard_batches[s];
         dl->total_tokens += ntok;
     }
+    // and every token id, where the data is small enough to read at the start (up to DATALOADER_SCAN_MAX_TOKENS;
+    // ~0.1 s per 100M tokens from the page cache); larger data is checked as each shard is loaded
+    if (vocab_size > 0 && dl->total_tokens <= DATALOADER_SCAN_MAX_TOKENS)
+        for (int s = 0; s < dl->num_shards; s++)
+            dataloader_scan_tokens_(dl->glob_result.gl_pathv[s], dl->shard_tokens[s], vocab_size);
     dl->shard_order = (int*)xmalloc(sizeof(int) * dl->num_shards);
     dl->order_epoch = -1;
     dl->loaded_shard = -1;

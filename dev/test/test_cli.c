@@ -433,6 +433,25 @@ static void test_values(void) {
     EXPECT("an empty --out-dir", NULL, "--out-dir must not be empty", NULL, "-i", train_shard, "-j", "", "-o", "");
     EXPECT("a file as --out-dir", NULL, "exists and is not a directory", train_shard,
            "-i", train_shard, "-j", "", "-b", "2", "-t", "16", "-o", train_shard);
+    // a training shard holding a token id past the model's vocabulary (was found only when the shard was loaded,
+    // after the GPU was set up)
+    char oov[128];
+    snprintf(oov, sizeof(oov), "%s/oov.bin", tmpdir);
+    {
+        int32_t header[SHARD_HEADER_INTS] = {0};
+        header[0] = SHARD_MAGIC; header[1] = SHARD_VERSION; header[2] = 100;
+        uint16_t t[100];
+        for (int i = 0; i < 100; i++) t[i] = (uint16_t)i;
+        t[50] = 60000;
+        FILE* f = fopen_check(oov, "wb");
+        fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, f, oov);
+        fwrite_check(t, sizeof(uint16_t), 100, f, oov);
+        fclose_check(f, oov);
+    }
+    EXPECT("a token past the vocabulary in the training data", NULL,
+           "token 60000 at position 50 is >= the vocabulary size 50257", oov,
+           "-i", oov, "-j", "", "-o", tmpdir, "-b", "2", "-t", "16");
+    remove(oov);
     // a tokenizer (version 2) whose end-of-text id is outside its own vocabulary
     char tok[128];
     snprintf(tok, sizeof(tok), "%s/tok_eot.bin", tmpdir);

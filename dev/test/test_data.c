@@ -438,6 +438,12 @@ static void load_one_batch(const void* p) {
     dataloader_next_batch(&dl);
     dataloader_free(&dl);
 }
+static void init_only(const void* p) {   // dataloader_init alone: what the trainer does before the GPU
+    const LoadArgs* a = (const LoadArgs*)p;
+    DataLoader dl;
+    dataloader_init(&dl, a->pattern, a->B, a->T, 0, a->world, 0, 0, a->vocab);
+    dataloader_free(&dl);
+}
 static void resume_mismatch(const void* p) {
     const char* pattern = (const char*)p;
     DataLoader a, b;
@@ -490,6 +496,19 @@ static void test_errors(void) {
     a.vocab = 50257;
     expect_exit("token out of vocabulary", load_one_batch, &a, 0, "token 60000 at position 5 is >= the vocabulary size 50257", "bigtoken.bin");
     a.vocab = 0;
+    // the same in the second of two shards: found by dataloader_init, before the first batch (and the GPU)
+    snprintf(path, sizeof(path), "%s/oov_a.bin", tmpdir);
+    write_shard_raw(path, SHARD_MAGIC, 1, 100, toks, 100);
+    snprintf(path, sizeof(path), "%s/oov_b.bin", tmpdir);
+    big[5] = 5;
+    big[77] = 50257;
+    write_shard_raw(path, SHARD_MAGIC, 1, 100, big, 100);
+    snprintf(pat, sizeof(pat), "%s/oov_*.bin", tmpdir);
+    LoadArgs o = {pat, 2, 8, 1, 50257};
+    expect_exit("token out of vocabulary in a later shard, at init", init_only, &o, 0,
+                "token 50257 at position 77 is >= the vocabulary size 50257", "oov_b.bin");
+    o.vocab = 50258;
+    expect_exit("the same shards with a larger vocabulary", init_only, &o, 1, "", NULL);
 
     snprintf(path, sizeof(path), "%s/small.bin", tmpdir);
     write_shard_raw(path, SHARD_MAGIC, 1, 20, toks, 20);
