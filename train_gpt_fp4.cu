@@ -861,7 +861,7 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
         from = fprop_copy_again(m, r, pass->target[0], &t[0]);
     // no amax pass for a delayed copy (never src=fprop): every copy of the pass delayed, the apply pass of all of them
     // in one call (a dual pass's copies from one read under LLMC_QF_DUAL=1); else a copy that is not runs alone
-    if (any_delayed && delayed[0] && (pass->ntargets == 1 || delayed[1]))
+    if (delayed[0] && (pass->ntargets == 1 || delayed[1]))
         quantize_view(m, v, t, pass->ntargets, NULL, 1);
     else if (any_delayed)
         for (int i = 0; i < pass->ntargets; i++) quantize_view(m, v, &t[i], 1, NULL, delayed[i]);
