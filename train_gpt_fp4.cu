@@ -860,7 +860,7 @@ static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backw
     if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
         from = fprop_copy_again(m, r, pass->target[0], &t[0]);
     // no amax pass for a delayed copy (never src=fprop): every copy of the pass delayed, the apply pass of all of them
-    // in one call (a dual pass's copies from one read under LLMC_QF_DUAL=1); else a copy that is not runs alone
+    // in one call (a dual pass's copies from one read where qf_dual_ok takes them); else a copy that is not runs alone
     if (delayed[0] && (pass->ntargets == 1 || delayed[1]))
         quantize_view(m, v, t, pass->ntargets, NULL, 1);
     else if (any_delayed)

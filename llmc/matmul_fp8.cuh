@@ -8,14 +8,13 @@
 // promotes the partial sums into FP32 only in this mode (dev/bench/bench_fp8_gemm.cu measures the
 // difference to a BF16 GEMM of the same values).
 // The split form, for the weight gradient's GEMMs (FP32 output accumulated, no bias, an output of at most
-// FP8_SPLIT_MAX_BYTES), opt-in with LLMC_FP8_WGRAD=split until measured on the H200: the FP8 GEMM without scales
-// into an FP32 scratch, then D += alpha * sa_i * sb_j * P_ij (fp8_scale_add_kernel). Why: cuBLASLt's per-row
-// scaled kernels for two of the three d12 wgrad shapes (K = the tokens, 65,536) ran at 0.89-0.90x the BF16
-// GEMM's time (results/README.md, "The FP8 path"), where one tensor-wide scale ran at 0.59x; the scale-add
-// reads and writes the small FP32 output twice (~10 us at d12 against ~100 us to gain per GEMM). The scales
-// are powers of two (fp8_fold.h), so sa_i sb_j P_ij is exact and D takes one rounding, as in cuBLASLt's
-// epilogue; only the GEMM's accumulation order differs, as between any two cuBLASLt kernels (test_fp8_fold
-// checks both forms against the exact sums; dev/bench/bench_fp8_fold.cu times both).
+// FP8_SPLIT_MAX_BYTES): the FP8 GEMM without scales into an FP32 scratch, then D += alpha * sa_i * sb_j * P_ij
+// (fp8_scale_add_kernel). Why: cuBLASLt's per-row scaled kernels for the d12 wgrad shapes (K = the tokens, 65,536)
+// ran at 0.53-1.58x the BF16 GEMM's time, the split form at 0.48-0.60x (build/bench_fp8_fold on the H200,
+// 2026-12-06); the scale-add reads and writes the small FP32 output twice. The scales are powers of two
+// (fp8_fold.h), so sa_i sb_j P_ij is exact and D takes one rounding, as in cuBLASLt's epilogue; only the GEMM's
+// accumulation order differs, as between any two cuBLASLt kernels (test_fp8_fold checks both forms against the
+// exact sums).
 #pragma once
 #include "matmul.cuh"
 
@@ -37,7 +36,7 @@ static struct {
     int num_plans;
     float* split_tmp;       // the split form's FP32 product (grown on demand, up to FP8_SPLIT_MAX_BYTES)
     size_t split_bytes;
-    int split_mode;         // 0: not read yet, 1: split (LLMC_FP8_WGRAD=split), 2: one step (the default)
+    int one_step;           // tests and bench_fp8_fold only: the one-step form where the split form would run
 } g_fp8;
 
 // Returns NULL when this GPU and cuBLASLt run the FP8 path, else why not.
@@ -127,14 +126,9 @@ __global__ void fp8_scale_add_kernel(float* d, int ldd, const float* p, const fl
     *o = r;
 }
 
-// Whether a GEMM takes the split form (see the top of this file).
-static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const floatX* bias, int accumulate) {   // d, p: 16-byte aligned
-    if (!g_fp8.split_mode) {
-        const char* e = getenv("LLMC_FP8_WGRAD");
-        fail_if(e && strcmp(e, "split") && strcmp(e, "outer"), "LLMC_FP8_WGRAD=%s: split or outer", e);
-        g_fp8.split_mode = e && !strcmp(e, "split") ? 1 : 2;
-    }
-    return g_fp8.split_mode == 1 && out_fp32 && accumulate && !bias && Nn % 4 == 0 && ldd % 4 == 0 &&
+// Whether a GEMM takes the split form (see the top of this file); d and the scratch are 16-byte aligned.
+static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const floatX* bias, int accumulate) {
+    return !g_fp8.one_step && out_fp32 && accumulate && !bias && Nn % 4 == 0 && ldd % 4 == 0 &&
            (size_t)M * Nn * sizeof(float) <= FP8_SPLIT_MAX_BYTES;
 }
 

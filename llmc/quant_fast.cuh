@@ -1931,15 +1931,16 @@ __device__ __noinline__ uint32_t qf_ck_slow(const QFTarget& T, uint32_t x, Quant
 }
 
 // HR >= 0 (a dual pass, qf_dual_ok): the row-wise fake copy A.t[0] too, from the same tiles, so that the source is
-// read once for both copies (nvfp4's dY pair, nvfp4-naive's, ufp4's): 1D blocks, a 16-point Hadamard (HR = 16) or
-// none, rounding as SR says. After a tile's column-wise words, each thread makes the row-wise blocks of one row
-// pair (rows 2p, 2p + 1 of the tile, p = threadIdx.x / 16) in one 16-column block (threadIdx.x % 16 of the CTA's
-// 16) from the stage, with qf_row2_kernel's arithmetic, SR draws and stores (qf_row2_pair, whose lane layout it
-// keeps: a 1x32 block's halves are lanes 2j and 2j + 1). HR = -1 compiles to the column-wise kernel alone.
+// read once for both copies (pairs that round to nearest: nvfp4-naive's dY pair, a custom recipe's): 1D blocks, a
+// 16-point Hadamard (HR = 16) or none. After a tile's column-wise words, each thread makes the row-wise
+// blocks of one row pair (rows 2p, 2p + 1 of the tile, p = threadIdx.x / 16) in one 16-column block
+// (threadIdx.x % 16 of the CTA's 16) from the stage, with qf_row2_kernel's arithmetic and stores (qf_row2_pair,
+// whose lane layout it keeps: a 1x32 block's halves are lanes 2j and 2j + 1). HR = -1 compiles to the column-wise
+// kernel alone.
 template <int H, bool SR, bool F46, int HR = -1>
 __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(const __grid_constant__ QFArgs A) {
     static_assert(H == 0 || H == 16, "a rotation group is a block: 16 rows");
-    static_assert(HR == -1 || ((HR == 0 || HR == 16) && !F46), "the row-wise copy: H16 or none, not 4o6");
+    static_assert(HR == -1 || ((HR == 0 || HR == 16) && !F46 && !SR), "the row-wise copy: H16 or none, RTN, not 4o6");
     extern __shared__ uint4 qf_ck_tiles[];   // [qf_ck_stages<H>()][16 rows][256 columns] BF16
     const QFTarget& T = A.t[1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -2061,9 +2062,7 @@ __global__ void __launch_bounds__(QF_THREADS, QF_CK_MIN_CTAS) qf_colfake_kernel(
                 b.v[j][0] = ((const uint4*)(st + j * QF_CF_ROW))[0];
                 b.v[j][1] = ((const uint4*)(st + j * QF_CF_ROW))[1];
             }
-            // SR: qf_row2_kernel's draws, the row pair's first at square (r0 / 2 + pr, cb / 2)
-            const uint64_t pmr = SR ? ((uint64_t)((r0 >> 1) + pr) * (uint64_t)(A.cols >> 1) + (uint64_t)(cb >> 1)) * QF_RNG_MUL : 0;
-            qf_row2_pair<HR, SR, false>(TR, b, TR.fake + (r0 + 2 * pr) * TR.ld_fake + cb, bv, bv, RR, pmr, smask_r, dm_r);
+            qf_row2_pair<HR, false, false>(TR, b, TR.fake + (r0 + 2 * pr) * TR.ld_fake + cb, bv, bv, RR, 0, smask_r, dm_r);
         }
     });
     if (T.amax_next) quant_amax_accumulate(T.amax_next, dm);
@@ -2376,29 +2375,20 @@ static inline void qf_launch_colfake(const QFLaunch& L, cudaStream_t s) { qf_who
 
 // Both fake copies of a dual pass from one read of the source (qf_colfake_kernel with HR >= 0) instead of one
 // kernel per copy, each reading it: where qf_row2_kernel would make the row-wise copy and qf_colfake_kernel the
-// column-wise one, both rounding alike and neither 4o6 (nvfp4's, nvfp4-naive's and ufp4's dY pairs), with Hadamard
-// sizes (0, 0), (0, 16) or (16, 16). The same numbers bit for bit (test_quant_fast runs every dual case both
-// ways); the apply pass moves 6 bytes per element instead of 8. Opt-in until timed on the GPU: LLMC_QF_DUAL=1 in
-// the environment (qf_dual_mode: tests set it directly).
-static int qf_dual_mode = -1;   // -1: LLMC_QF_DUAL, read on first use
-static inline int qf_dual_on(void) {
-    if (qf_dual_mode < 0) qf_dual_mode = env_flag("LLMC_QF_DUAL");
-    return qf_dual_mode;
-}
+// column-wise one, both round to nearest and neither is 4o6, with Hadamard sizes (0, 0), (0, 16) or (16, 16). The
+// same numbers bit for bit (test_quant_fast). Timed on the H200 (bench_quant_fast, 65536 x 3072;
+// results/dual_split_gemm90/): nvfp4-naive's dY pair 528 -> 445 us, a row + column H16 pair 540 -> 456; with
+// stochastic rounding the one-read form was slower (nvfp4's dY pair 636 -> 657, ufp4's 814 -> 841: the SR draws of
+// both copies in one kernel), so SR pairs keep one kernel per copy.
 static inline int qf_dual_ok(const QFLaunch& L) {
     const QFTarget &r = L.a.t[0], &c = L.a.t[1];
-    return qf_dual_on() && L.ha >= 0 && L.hb >= 0 && qf_combo_ok(L.ha, L.hb) && qf_row2_ok(L) && qf_colfake_ok(L) &&
-           r.sr == c.sr && r.p.scale != QSCALE_E4M3_4O6 && c.p.scale != QSCALE_E4M3_4O6;
-}
-template <int HR, int HC>
-static inline void qf_launch_dual_h(const QFLaunch& L, cudaStream_t s) {
-    if (L.a.t[1].sr) qf_launch_colfake_n<HC, true, false, HR>(L, s);
-    else qf_launch_colfake_n<HC, false, false, HR>(L, s);
+    return L.ha >= 0 && L.hb >= 0 && qf_combo_ok(L.ha, L.hb) && qf_row2_ok(L) && qf_colfake_ok(L) && !r.sr && !c.sr &&
+           r.p.scale != QSCALE_E4M3_4O6 && c.p.scale != QSCALE_E4M3_4O6;
 }
 static inline void qf_launch_dual(const QFLaunch& L, cudaStream_t s) {
-    if (L.hb == 0) qf_launch_dual_h<0, 0>(L, s);   // (qf_combo_ok: the row-wise copy has none either)
-    else if (L.ha == 0) qf_launch_dual_h<0, 16>(L, s);
-    else qf_launch_dual_h<16, 16>(L, s);
+    if (L.hb == 0) qf_launch_colfake_n<0, false, false, 0>(L, s);   // (qf_combo_ok: the row-wise copy has none either)
+    else if (L.ha == 0) qf_launch_colfake_n<16, false, false, 0>(L, s);
+    else qf_launch_colfake_n<16, false, false, 16>(L, s);
 }
 
 static inline void qf_launch_colfold(const QFLaunch& L, cudaStream_t s) {

@@ -114,9 +114,9 @@ int main(int argc, char** argv) {
         double t16, t8, ts = 0;
         if (kind == 2) {   // FP32 accumulate, as wgrad
             t16 = bench_us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
-            g_fp8.split_mode = 1;   // the split form: unscaled GEMM + scale-add (matmul_fp8.cuh, LLMC_FP8_WGRAD=split)
+            g_fp8.one_step = 0;   // the split form: unscaled GEMM + scale-add (matmul_fp8.cuh; the default)
             ts = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
-            g_fp8.split_mode = 2;   // the one-step form with cuBLASLt's per-row scales (the default; the candidates below)
+            g_fp8.one_step = 1;   // the one-step form with cuBLASLt's per-row scales (the candidates below)
             t8 = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
         } else {
             const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
         }
         printf("\n");
         p->algo = first;
-        g_fp8.split_mode = 0;   // (the environment's choice again)
+        g_fp8.one_step = 0;
     }
     matmul_fp8_destroy();
     matmul_destroy();

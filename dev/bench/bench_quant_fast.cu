@@ -13,9 +13,8 @@
 // once (the amax pass stores the rotated operand in the fake copy, the apply pass reads it there: 8 bytes per
 // element, where eff% counts 4 and traf% 6), while "amax" and "apply" time the passes called apart, the apply pass
 // rotating the source again.
-// The "one read" rows make a dual pass's two copies in one kernel (qf_dual_ok, the opt-in LLMC_QF_DUAL=1), the
-// "DUAL" rows above them in one kernel each, each reading the input: the rows set the switch themselves, whatever the
-// environment says.
+// The DUAL rows that round to nearest (X's pair, nvfp4-naive's dY pair) make both copies in one kernel from one read
+// (qf_dual_ok); the others run one apply kernel per copy, each reading the input.
 #include <vector>
 #include "llmc/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
@@ -31,7 +30,6 @@ struct Cfg {
     int packed;   // packed copies (codes + scales) instead of fake ones
     int group;    // a rule of quant_group.cuh (4o6, MS-EDEN): timed alone, no reference kernels
     int src_dec;  // MS-EDEN from a dequantized source (src=fprop)
-    int dual;     // a dual pass's copies in one kernel (qf_dual_mode = 1)
 };
 
 int main(int argc, char** argv) {
@@ -45,10 +43,7 @@ int main(int argc, char** argv) {
         {"nvfp4 col H16 SR", {"nvfp4,sr,h16,fixed", NULL}, {0, 0}, 1},
         {"DUAL dY rowSR+colH16SR", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2},
         {"DUAL X row+colH16", {"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2},
-        {"DUAL dY one read", {"nvfp4,sr", "nvfp4,sr,h16,fixed"}, {1, 0}, 2, 0, 0, 0, 1},
-        {"DUAL X one read", {"nvfp4", "nvfp4,h16,fixed"}, {1, 0}, 2, 0, 0, 0, 1},
         {"DUAL naive dY", {"nvfp4", "nvfp4"}, {1, 0}, 2},
-        {"DUAL naive dY one read", {"nvfp4", "nvfp4"}, {1, 0}, 2, 0, 0, 0, 1},
         {"nvfp4 col (no H)", {"nvfp4", NULL}, {0, 0}, 1},
         {"nvfp4-2d row (fprop W)", {"nvfp4-2d", NULL}, {1, 0}, 1},
         {"nvfp4-2d col (dgrad W)", {"nvfp4-2d", NULL}, {0, 0}, 1},
@@ -57,7 +52,6 @@ int main(int argc, char** argv) {
         {"DUAL mxfp4-2d SR", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
         {"int4 row H16", {"int4,h16,seed=1", NULL}, {1, 0}, 1},
         {"DUAL int4 H16 SR (ufp4)", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2},
-        {"DUAL ufp4 dY one read", {"int4,sr,h16,seed=1", "int4,sr,h16,seed=1"}, {1, 0}, 2, 0, 0, 0, 1},
         {"nvfp4 row H32", {"nvfp4,h32", NULL}, {1, 0}, 1},
         {"nvfp4 col H32 SR", {"nvfp4,sr,h32", NULL}, {0, 0}, 1},
         {"PACKED nvfp4 row", {"nvfp4", NULL}, {1, 0}, 1, 1},
@@ -103,7 +97,6 @@ int main(int argc, char** argv) {
         for (int ci = 0; ci < ncfg; ci++) {
             const Cfg& c = cfgs[ci];
             if (!bench_wants(b, c.name)) continue;
-            qf_dual_mode = c.dual;
             QuantParams p[2];
             QuantTarget tr[2], tf[2];
             for (int k = 0; k < c.n; k++) {

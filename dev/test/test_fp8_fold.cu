@@ -537,7 +537,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     float* f32o;   // and FP32 output (the form wgrad writes), against the exact sums
     cuda_check(cudaMalloc(&f32o, (size_t)M * Nn * 4));
     matmul_fp8(f32o, Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 0, NULL, 0);
-    // FP32 accumulated (wgrad's form: D += ..., by default the split form, unscaled GEMM + fp8_scale_add_kernel;
+    // FP32 accumulated (wgrad's form: D += ..., the split form, unscaled GEMM + fp8_scale_add_kernel;
     // also the one-step form with cuBLASLt's per-row scales), onto a known D0
     std::vector<float> d0((size_t)M * Nn);
     for (size_t i = 0; i < d0.size(); i++) d0[i] = (float)((int)(i % 17) - 8) * 0.375f;
@@ -545,7 +545,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     for (int f = 0; f < 2; f++) {
         cuda_check(cudaMalloc(&acc_o[f], d0.size() * 4));
         cuda_check(cudaMemcpy(acc_o[f], d0.data(), d0.size() * 4, cudaMemcpyHostToDevice));
-        g_fp8.split_mode = f ? 2 : 1;
+        g_fp8.one_step = f;
         matmul_fp8(acc_o[f], Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, NULL, 0);
     }
     // both forms again into a wider D (ldd = Nn + 8, whose last 8 columns must stay as they were) with a device alpha
@@ -560,10 +560,10 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     for (int f = 0; f < 2; f++) {
         cuda_check(cudaMalloc(&accw[f], d0w.size() * 4));
         cuda_check(cudaMemcpy(accw[f], d0w.data(), d0w.size() * 4, cudaMemcpyHostToDevice));
-        g_fp8.split_mode = f ? 2 : 1;
+        g_fp8.one_step = f;
         matmul_fp8(accw[f], ldw, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, alpha_half, 0);
     }
-    g_fp8.split_mode = 0;   // (back to the environment's choice)
+    g_fp8.one_step = 0;
     cuda_check(cudaDeviceSynchronize());
     std::vector<float> oacc[2], oaccw[2];
     for (int f = 0; f < 2; f++) {
