@@ -122,7 +122,7 @@ all: train_gpt_fp4 $(filter-out %.sh,$(TESTS))
 
 # The benchmark binaries (dev/bench/, each rule in its concern's mk/ file; not tests, so not in `all`).
 BENCHES := build/bench_attention build/bench_fp8_gemm build/bench_fp8_fold build/bench_kernels build/bench_quant \
-           build/bench_quant_fast build/bench_overlap
+           build/bench_quant_fast build/bench_overlap build/bench_gemm_sm90
 benches: $(BENCHES)
 
 train_gpt_fp4: train_gpt_fp4.cu $(HEADERS)

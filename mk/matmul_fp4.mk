@@ -9,3 +9,10 @@ GPU_TESTS += build/test_matmul_fp4_gpu
 
 build/test_matmul_fp4: llmc/matmul_fp4_layout.h llmc/fp4_quant_cpu.h llmc/fp4_formats.h
 build/test_matmul_fp4_gpu: llmc/matmul_fp4.cuh llmc/matmul_fp4_layout.h llmc/matmul.cuh dev/ref/nvfp4_ref.cuh
+
+# A GEMM of our own on Hopper's wgmma against cuBLASLt's BF16 GEMM at d12 shapes (the first step towards a GEMM
+# that reads packed FP4; not a test). wgmma needs the architecture-specific target sm_90a.
+#   build/bench_gemm_sm90
+build/bench_gemm_sm90: dev/bench/bench_gemm_sm90.cu dev/bench/bench_common.cuh llmc/matmul.cuh
+	@mkdir -p build
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCC_FLAGS)) -gencode arch=compute_90a,code=sm_90a $< $(LDFLAGS) $(LDLIBS) -o $@

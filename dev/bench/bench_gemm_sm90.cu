@@ -1,0 +1,387 @@
+// bench_gemm_sm90.cu: can a GEMM of our own on Hopper's wgmma match cuBLASLt's BF16 GEMM at GPT-2 d12 shapes?
+// The first step towards a GEMM that reads packed FP4 operands (results/README.md, "The lever these floors leave
+// for nvfp4"): before its main loop expands E2M1 codes, a plain BF16 kernel of the same structure must run at
+// cuBLASLt's speed, or the bytes the packed operands save are lost in the GEMM.
+// The kernels: D (M x N, BF16, row-major) = A (M x K) B (N x K)^T, both operands K-contiguous ("TN", the layout of
+// every GEMM of the trainer once its copies are written K-major). 128 x 256 output tiles, K in steps of 64; one
+// producer thread loads A's and B's tiles with the tensor memory accelerator (128-byte swizzle) into a ring of
+// stages; two consumer warpgroups each multiply 64 rows of the tile with wgmma m64n256k16 (operands in shared
+// memory, FP32 accumulators in registers). "tile": one CTA per output tile, 4 stages, each thread stores its
+// BF16 results to global memory. "persistent": one CTA per SM walks the tiles, 3 stages, the results leave through
+// shared memory and TMA stores, so the next tile's loads and multiplications overlap this tile's stores.
+// Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
+// max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
+// additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <vector>
+#include <cmath>
+#include "dev/bench/bench_common.cuh"
+#include "llmc/matmul.cuh"
+
+namespace g90 {
+constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CONSUMERS = 2;
+constexpr int THREADS = 128 * (CONSUMERS + 1);
+constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;   // one stage: 16 KB + 32 KB
+constexpr int SMEM_BYTES = STAGES * (A_BYTES + B_BYTES) + 1024 /* alignment */ + 2 * STAGES * 8;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(bar)) : "memory");
+}
+// Waits until the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+// One box of a 2D tensor map (x: the inner, contiguous coordinate) into shared memory; completes on bar.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+                 :: "r"(smem_u32(dst)), "l"((uint64_t)map), "r"(smem_u32(bar)), "r"(x), "r"(y) : "memory");
+}
+
+// wgmma's shared-memory matrix descriptor for a K-major tile of 128-byte rows written by the TMA with the 128-byte
+// swizzle: start address, leading offset (unused by this layout), 1024 bytes between groups of 8 rows, swizzle mode 1.
+// Stepping 16 elements along K inside the 64-element row is 32 bytes added to the start address.
+__device__ __forceinline__ uint64_t smem_desc(const void* p) {
+    const uint64_t a = smem_u32(p);
+    return ((a & 0x3FFFF) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
+__device__ __forceinline__ void fence_regs(float* d) {
+#pragma unroll
+    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// d (64 x 256 FP32, the m64n256 fragment: 128 registers a thread) [+]= A (64 x 16, smem) B (256 x 16, smem)^T
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+__global__ void __launch_bounds__(THREADS, 1)
+gemm_tn_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+               __nv_bfloat16* d, int M, int N, int K) {
+    extern __shared__ uint8_t raw_smem[];
+    uint8_t* smem = (uint8_t*)(((uintptr_t)raw_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t* sa = smem;                                  // STAGES x A_BYTES
+    uint8_t* sb = smem + STAGES * A_BYTES;               // STAGES x B_BYTES
+    uint64_t* full = (uint64_t*)(sb + STAGES * B_BYTES); // loaded, for the consumers
+    uint64_t* empty = full + STAGES;                     // consumed, for the producer
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    // the N-tiles of one row of tiles are neighbours in launch order (they share A's rows in L2)
+    const int tiles_n = N / BN;
+    const int m0 = (blockIdx.x / tiles_n) * BM, n0 = (blockIdx.x % tiles_n) * BN;
+    const int nk = K / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], CONSUMERS); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == CONSUMERS) {   // the producer warpgroup: one thread issues the loads
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (t == 0) {
+            for (int k = 0; k < nk; k++) {
+                const int s = k % STAGES;
+                if (k >= STAGES) mbar_wait(&empty[s], ((k / STAGES) & 1) ^ 1);
+                mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
+                tma_load_2d(sa + s * A_BYTES, &map_a, &full[s], k * BK, m0);
+                tma_load_2d(sb + s * B_BYTES, &map_b, &full[s], k * BK, n0);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
+    for (int k = 0; k < nk; k++) {
+        const int s = k % STAGES;
+        mbar_wait(&full[s], (k / STAGES) & 1);
+        fence_regs(acc);
+        wgmma_fence();
+        const uint8_t* a = sa + s * A_BYTES + wg * 64 * BK * 2;   // this warpgroup's 64 rows
+        const uint8_t* b = sb + s * B_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++)
+            wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+        wgmma_commit();
+        fence_regs(acc);
+        // the previous stage's multiplications are done once at most this one's are in flight
+        wgmma_wait<1>();
+        fence_regs(acc);
+        if (k > 0 && t == 0) mbar_arrive(&empty[(k - 1) % STAGES]);
+    }
+    wgmma_wait<0>();
+    fence_regs(acc);
+    // the m64n256 fragment: register 4j + {0,1} is row (warp*16 + lane/4), columns 8j + 2*(lane%4) + {0,1};
+    // 4j + {2,3} the same columns 8 rows further
+    const int warp = t / 32, lane = t % 32;
+    const int row = m0 + wg * 64 + warp * 16 + lane / 4;
+    __nv_bfloat16* d0 = d + (size_t)row * N + n0 + 2 * (lane % 4);
+    __nv_bfloat16* d8 = d0 + (size_t)8 * N;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        *(__nv_bfloat162*)(d0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+        *(__nv_bfloat162*)(d8 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+}
+
+// The persistent form: one CTA per SM walks the output tiles (tile += gridDim.x), the producer running ahead into
+// the next tile's stages while the consumers finish this one; each consumer warpgroup writes its 64 x 256 BF16 rows
+// into shared memory (four 64 x 64 boxes in the 128-byte swizzle: a warp's 32 stores hit 32 banks) and one thread
+// stores them with the TMA, so the tensor cores wait only for the shared-memory writes, not for global memory.
+constexpr int P_STAGES = 3;
+constexpr int P_D_BYTES = 64 * 256 * 2;   // one consumer warpgroup's rows of the tile
+constexpr int P_SMEM_BYTES = P_STAGES * (A_BYTES + B_BYTES) + CONSUMERS * P_D_BYTES + 1024 + 2 * P_STAGES * 8;
+
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int x, int y) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"((uint64_t)map), "r"(smem_u32(src)), "r"(x), "r"(y) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+
+__global__ void __launch_bounds__(THREADS, 1)
+gemm_tn_persistent_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                          const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
+    extern __shared__ uint8_t raw_smem[];
+    uint8_t* smem = (uint8_t*)(((uintptr_t)raw_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t* sa = smem;
+    uint8_t* sb = sa + P_STAGES * A_BYTES;
+    uint8_t* sd = sb + P_STAGES * B_BYTES;                  // CONSUMERS x P_D_BYTES
+    uint64_t* full = (uint64_t*)(sd + CONSUMERS * P_D_BYTES);
+    uint64_t* empty = full + P_STAGES;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < P_STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], CONSUMERS); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == CONSUMERS) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (t == 0) {
+            int it = 0;   // stage uses so far, over all tiles
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+                for (int k = 0; k < nk; k++, it++) {
+                    const int s = it % P_STAGES;
+                    if (it >= P_STAGES) mbar_wait(&empty[s], ((it / P_STAGES) & 1) ^ 1);
+                    mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
+                    tma_load_2d(sa + s * A_BYTES, &map_a, &full[s], k * BK, m0);
+                    tma_load_2d(sb + s * B_BYTES, &map_b, &full[s], k * BK, n0);
+                }
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    float acc[128];
+    uint8_t* my_d = sd + wg * P_D_BYTES;
+    const int warp = t / 32, lane = t % 32;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+        for (int k = 0; k < nk; k++, it++) {
+            const int s = it % P_STAGES;
+            mbar_wait(&full[s], (it / P_STAGES) & 1);
+            fence_regs(acc);
+            wgmma_fence();
+            const uint8_t* a = sa + s * A_BYTES + wg * 64 * BK * 2;
+            const uint8_t* b = sb + s * B_BYTES;
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+            wgmma_commit();
+            fence_regs(acc);
+            wgmma_wait<1>();
+            fence_regs(acc);
+            if (k > 0 && t == 0) mbar_arrive(&empty[(it - 1) % P_STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (t == 0) mbar_arrive(&empty[(it - 1) % P_STAGES]);
+        // the previous tile's store must have read the buffer before it is written again
+        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        named_sync(1 + wg, 128);
+        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further.
+        // Box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
+        const int r = warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            uint8_t* box = my_d + (j / 8) * (64 * 128);
+            const int chunk = j % 8, byte = 4 * (lane % 4);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+            *(__nv_bfloat162*)(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte) = lo;
+            *(__nv_bfloat162*)(box + (r + 8) * 128 + ((chunk ^ ((r + 8) % 8)) * 16) + byte) = hi;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the writes, visible to the TMA
+        named_sync(1 + wg, 128);
+        if (t == 0) {
+            for (int bx = 0; bx < 4; bx++) tma_store_2d(&map_d, my_d + bx * 64 * 128, n0 + 64 * bx, m0 + wg * 64);
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// A tensor map over a row-major rows x cols BF16 matrix, boxes of box_rows x 64 with the 128-byte swizzle (the
+// layout wgmma's descriptors above read, and the epilogue's stores below write).
+static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000,
+                                                    cudaEnableDefault, &q));
+        fail_if(q != cudaDriverEntryPointSuccess || !encode, "cuTensorMapEncodeTiled not found");
+    }
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void*)ptr, dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    fail_if(r != CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (%d)", (int)r);
+    return map;
+}
+
+static void gemm_tn(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K,
+                    cudaStream_t stream) {
+    fail_if(M % BM || N % BN || K % BK, "gemm_tn: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
+    const CUtensorMap ma = make_map(a, M, K, BM), mb = make_map(b, N, K, BN);
+    gemm_tn_kernel<<<(M / BM) * (N / BN), THREADS, SMEM_BYTES, stream>>>(ma, mb, d, M, N, K);
+    cuda_check(cudaGetLastError());
+}
+
+static void gemm_tn_persistent(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K,
+                               int sms, cudaStream_t stream) {
+    fail_if(M % BM || N % BN || K % BK, "gemm_tn: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
+    const CUtensorMap ma = make_map(a, M, K, BM), mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
+    const int tiles = (M / BM) * (N / BN);
+    gemm_tn_persistent_kernel<<<std::min(tiles, sms), THREADS, P_SMEM_BYTES, stream>>>(ma, mb, md, M, N, K);
+    cuda_check(cudaGetLastError());
+}
+}  // namespace g90
+
+int main(int argc, char** argv) {
+    Bench bench;
+    if (!bench_init(bench, argc, argv, "bench_gemm_sm90")) return 0;
+    int cc_major = 0;
+    cuda_check(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
+    if (cc_major != 9) { printf("bench_gemm_sm90: needs an sm_90 GPU (wgmma); skipped\n"); return 0; }
+    matmul_init();
+    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, g90::SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::P_SMEM_BYTES));
+    int sms = 0;
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    struct Shape { const char* name; int M, N, K; };
+    const int BT = 65536, C = 768;
+    static const Shape shapes[] = {
+        {"qkv fprop", BT, 3 * C, C}, {"attproj fprop", BT, C, C}, {"fc fprop", BT, 4 * C, C},
+        {"fcproj fprop", BT, C, 4 * C}, {"fc dgrad", BT, C, 4 * C}, {"qkv dgrad", BT, C, 3 * C},
+    };
+    size_t maxA = 0, maxB = 0, maxD = 0;
+    for (const Shape& s : shapes) {
+        maxA = std::max(maxA, (size_t)s.M * s.K);
+        maxB = std::max(maxB, (size_t)s.N * s.K);
+        maxD = std::max(maxD, (size_t)s.M * s.N);
+    }
+    __nv_bfloat16 *a, *b, *d, *dref;
+    cuda_check(cudaMalloc(&a, maxA * 2));
+    cuda_check(cudaMalloc(&b, maxB * 2));
+    cuda_check(cudaMalloc(&d, maxD * 2));
+    cuda_check(cudaMalloc(&dref, maxD * 2));
+    bench_fill_uniform((uint16_t*)a, maxA);
+    bench_fill_uniform((uint16_t*)b, maxB);
+    // the kernels: one CTA per output tile, and the persistent form
+    const char* kname[2] = {"tile", "persistent"};
+    auto run = [&](int k, const Shape& s) {
+        if (k == 0) g90::gemm_tn(d, a, b, s.M, s.N, s.K, 0);
+        else g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0);
+    };
+    int failures = 0;
+    printf("ratios: our kernel's time over cuBLASLt's (same run); err: max |ours - cublas| / max |cublas|\n");
+    printf("%-14s %6s %6s %6s %9s | %-10s %9s %6s %7s %8s | %-10s %9s %6s %7s %8s\n", "GEMM", "M", "N", "K", "cublas us",
+           "kernel", "us", "ratio", "TFLOP/s", "err", "kernel", "us", "ratio", "TFLOP/s", "err");
+    for (const Shape& s : shapes) {
+        const size_t nd = (size_t)s.M * s.N;
+        matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
+        std::vector<uint16_t> hr(nd), hd(nd);
+        cuda_check(cudaMemcpy(hr.data(), dref, nd * 2, cudaMemcpyDeviceToHost));
+        double maxref = 0;
+        for (size_t i = 0; i < nd; i++) maxref = fmax(maxref, fabs(bf16_bits_to_float(hr[i])));
+        const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
+        printf("%-14s %6d %6d %6d %9.1f", s.name, s.M, s.N, s.K, us_ref);
+        for (int k = 0; k < 2; k++) {
+            cuda_check(cudaMemset(d, 0xFF, nd * 2));   // NaN where the kernel writes nothing
+            run(k, s);
+            cuda_check(cudaDeviceSynchronize());
+            cuda_check(cudaMemcpy(hd.data(), d, nd * 2, cudaMemcpyDeviceToHost));
+            double maxdiff = 0;
+            for (size_t i = 0; i < nd; i++) {
+                const float r = bf16_bits_to_float(hr[i]), o = bf16_bits_to_float(hd[i]);
+                maxdiff = fmax(maxdiff, std::isnan(o) ? INFINITY : fabs((double)o - r));
+            }
+            const double rel = maxdiff / maxref;
+            // sums of K products of values in [-1, 1): both round the FP32 sum to BF16 (2^-8 relative), and the
+            // FP32 sums differ by reassociation only, far below that
+            const int ok = rel <= 1.0 / 128;
+            failures += !ok;
+            const double us = bench_us(bench, [&] { run(k, s); });
+            printf(" | %-10s %9.1f %6.3f %7.0f %8.1e%s", kname[k], us, us / us_ref, 2.0 * s.M * s.N * s.K / us * 1e-6, rel,
+                   ok ? "" : " FAIL");
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    printf("bench_gemm_sm90: %d result(s) %s\n", failures, failures ? "FAILED the check" : "failed the check");
+    matmul_destroy();
+    return failures ? 1 : 0;
+}
