@@ -9,9 +9,16 @@
 // memory, FP32 accumulators in registers). "tile": one CTA per output tile, 4 stages, each thread stores its
 // BF16 results to global memory. "persistent": one CTA per SM walks the tiles, 3 stages, the results leave through
 // shared memory and TMA stores, so the next tile's loads and multiplications overlap this tile's stores.
+// "packed" (the second table): both operands as NVFP4 codes and E4M3 block scales, expanded to BF16 in shared memory
+// by a transform warpgroup in front of the same consumers; its output must equal the persistent kernel's on the
+// dequantized operands bit for bit (the same products in the same order).
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
-// additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs).
+// additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs;
+// since then its consumers moved into consume_tiles and its shared-memory stores from generic to shared-space
+// instructions, not re-timed). The packed kernel has not run on a GPU yet (2026-12-06: the session's device time
+// ran out); its SASS has ~38 instructions per 8 expanded elements, ~910 per transform warp per 64-deep stage
+// against ~1,024 clocks of MMA, so expect it to be bound by the transform until A is expanded by the consumers.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 gemm_tn_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                __nv_bfloat16* d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = (uint8_t*)(((uintptr_t)raw_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
     uint8_t* sa = smem;                                  // STAGES x A_BYTES
     uint8_t* sb = smem + STAGES * A_BYTES;               // STAGES x B_BYTES
     uint64_t* full = (uint64_t*)(sb + STAGES * B_BYTES); // loaded, for the consumers
@@ -184,11 +191,67 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 
+// The consumer warpgroup `half` (rows 64 half ... of each 128 x 256 tile) of a persistent kernel: waits for each
+// stage of the NST-stage ring (full), multiplies, releases it (empty: one arrival per consumer warpgroup), and
+// stores each tile's rows through its shared-memory buffer my_d and the TMA (named barrier 1 + half).
+template <int NST>
+__device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* sb, uint64_t* full, uint64_t* empty,
+                                              uint8_t* my_d, const CUtensorMap* map_d, int half, int t, int tiles,
+                                              int tiles_n, int nk) {
+    float acc[128];
+    const int warp = t / 32, lane = t % 32;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+        for (int k = 0; k < nk; k++, it++) {
+            const int s = it % NST;
+            mbar_wait(&full[s], (it / NST) & 1);
+            fence_regs(acc);
+            wgmma_fence();
+            const uint8_t* a = sa + s * A_BYTES + half * 64 * BK * 2;
+            const uint8_t* b = sb + s * B_BYTES;
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+            wgmma_commit();
+            fence_regs(acc);
+            wgmma_wait<1>();   // the previous stage's multiplications are done
+            fence_regs(acc);
+            if (k > 0 && t == 0) mbar_arrive(&empty[(it - 1) % NST]);
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (t == 0) mbar_arrive(&empty[(it - 1) % NST]);
+        // the previous tile's store must have read the buffer before it is written again
+        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+        named_sync(1 + half, 128);
+        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further.
+        // Box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
+        const int r = warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            uint8_t* box = my_d + (j / 8) * (64 * 128);
+            const int chunk = j % 8, byte = 4 * (lane % 4);
+            __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+            __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+            *(__nv_bfloat162*)(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte) = lo;
+            *(__nv_bfloat162*)(box + (r + 8) * 128 + ((chunk ^ ((r + 8) % 8)) * 16) + byte) = hi;
+        }
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the writes, visible to the TMA
+        named_sync(1 + half, 128);
+        if (t == 0) {
+            for (int bx = 0; bx < 4; bx++) tma_store_2d(map_d, my_d + bx * 64 * 128, n0 + 64 * bx, m0 + half * 64);
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+        }
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_tn_persistent_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                           const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = (uint8_t*)(((uintptr_t)raw_smem + 1023) & ~(uintptr_t)1023);
+    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
     uint8_t* sa = smem;
     uint8_t* sb = sa + P_STAGES * A_BYTES;
     uint8_t* sd = sb + P_STAGES * B_BYTES;                  // CONSUMERS x P_D_BYTES
@@ -219,54 +282,140 @@ gemm_tn_persistent_kernel(const __grid_constant__ CUtensorMap map_a, const __gri
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    float acc[128];
-    uint8_t* my_d = sd + wg * P_D_BYTES;
-    const int warp = t / 32, lane = t % 32;
-    int it = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
-        for (int k = 0; k < nk; k++, it++) {
-            const int s = it % P_STAGES;
-            mbar_wait(&full[s], (it / P_STAGES) & 1);
-            fence_regs(acc);
-            wgmma_fence();
-            const uint8_t* a = sa + s * A_BYTES + wg * 64 * BK * 2;
-            const uint8_t* b = sb + s * B_BYTES;
+    consume_tiles<P_STAGES>(sa, sb, full, empty, sd + wg * P_D_BYTES, &map_d, wg, t, tiles, tiles_n, nk);
+}
+
+// ---- Packed FP4 operands expanded in shared memory -----------------------------------------------------------------
+// Both operands as NVFP4 without their tensor scales (which would multiply the GEMM's alpha): E2M1 codes, two per byte
+// (element 2j in the low nibble of byte j of a row, bit 3 of a nibble the sign), rows K/2 bytes apart, and one E4M3
+// scale per 1x16 block stored K-block-major (scale of block kb of row r at kb * rows + r, so that a stage's scales
+// are one TMA box). A stage of the packed ring holds A's and B's codes and scales for 64 columns of K (13.5 KB); two
+// transform warpgroups expand them into a stage of the BF16 ring (the layout the wgmma descriptors read: 128-byte
+// rows, chunk c of row r at chunk c ^ (r % 8)), which the two consumer warpgroups multiply. Thread 0 of the
+// transform warpgroup also issues the TMA loads, PK_STAGES - 1 stages ahead. (One transform warpgroup, not two: the
+// kernel's registers per thread are capped by its thread count at compile time, and the consumers' m64n256
+// accumulators need more than 512 threads leave.)
+constexpr int PK_STAGES = 4, PB_STAGES = 2;
+constexpr int PK_A_CODES = BM * BK / 2, PK_B_CODES = BN * BK / 2, PK_A_SC = BM * BK / 16, PK_B_SC = BN * BK / 16;
+constexpr int PK_BYTES = PK_A_CODES + PK_B_CODES + PK_A_SC + PK_B_SC;   // 13,824
+constexpr int PK_THREADS = 384;   // transform, consumer x 2
+constexpr int PK_SMEM_BYTES = PK_STAGES * PK_BYTES + PB_STAGES * (A_BYTES + B_BYTES) + CONSUMERS * P_D_BYTES + 1024 +
+                              2 * (PK_STAGES + PB_STAGES) * 8;
+
+// 8 E2M1 codes (nibble k: element k) times their block's scale s (both halves) -> 8 BF16, exact (a code has 2
+// significant bits, an E4M3 scale 4). The magnitudes' high and low bytes from two 8-entry byte tables (PRMT), then
+// interleaved into BF16 pairs, then each pair's two sign bits moved to bits 15 and 31.
+__device__ __forceinline__ uint4 expand8(uint32_t w, __nv_bfloat162 s) {
+    const uint32_t m = w & 0x77777777u, sg = w & 0x88888888u, sg4 = sg << 4, m2 = m >> 16;
+    // BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0
+    const uint32_t hi0 = __byte_perm(0x3F3F3F00u, 0x40404040u, m), lo0 = __byte_perm(0xC0800000u, 0xC0804000u, m);
+    const uint32_t hi1 = __byte_perm(0x3F3F3F00u, 0x40404040u, m2), lo1 = __byte_perm(0xC0800000u, 0xC0804000u, m2);
+    uint32_t o[4] = {__byte_perm(lo0, hi0, 0x5140), __byte_perm(lo0, hi0, 0x7362), __byte_perm(lo1, hi1, 0x5140),
+                     __byte_perm(lo1, hi1, 0x7362)};
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
-            wgmma_commit();
-            fence_regs(acc);
-            wgmma_wait<1>();
-            fence_regs(acc);
-            if (k > 0 && t == 0) mbar_arrive(&empty[(it - 1) % P_STAGES]);
-        }
-        wgmma_wait<0>();
-        fence_regs(acc);
-        if (t == 0) mbar_arrive(&empty[(it - 1) % P_STAGES]);
-        // the previous tile's store must have read the buffer before it is written again
-        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        named_sync(1 + wg, 128);
-        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further.
-        // Box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
-        const int r = warp * 16 + lane / 4;
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            uint8_t* box = my_d + (j / 8) * (64 * 128);
-            const int chunk = j % 8, byte = 4 * (lane % 4);
-            __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
-            *(__nv_bfloat162*)(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte) = lo;
-            *(__nv_bfloat162*)(box + (r + 8) * 128 + ((chunk ^ ((r + 8) % 8)) * 16) + byte) = hi;
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the writes, visible to the TMA
-        named_sync(1 + wg, 128);
-        if (t == 0) {
-            for (int bx = 0; bx < 4; bx++) tma_store_2d(&map_d, my_d + bx * 64 * 128, n0 + 64 * bx, m0 + wg * 64);
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        }
+    for (int i = 0; i < 4; i++) {
+        // byte i of sg4 has element 2i's sign in bit 7, byte i of sg element 2i+1's: to bits 15 and 31
+        o[i] |= __byte_perm(sg4, sg, ((4 + i) << 12) | (i << 4)) & 0x80008000u;
+        __nv_bfloat162 v = *(__nv_bfloat162*)&o[i];
+        v = __hmul2(v, s);
+        o[i] = *(uint32_t*)&v;
     }
-    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+// An E4M3 block scale (positive) as BF16 in both halves: its bits placed in an FP32's exponent and mantissa, times
+// 2^120 (exact, subnormals included).
+__device__ __forceinline__ __nv_bfloat162 e4m3_bf16x2(uint32_t b) {
+    const float f = __uint_as_float((b & 0x7Fu) << 20) * 0x1p120f;
+    return __float2bfloat162_rn(f);
+}
+
+__global__ void __launch_bounds__(PK_THREADS, 1)
+gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
+                   const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
+                   const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
+    extern __shared__ uint8_t raw_smem[];
+    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* sa = smem;                                    // BF16 ring: PB_STAGES x A_BYTES, then x B_BYTES
+    uint8_t* sb = sa + PB_STAGES * A_BYTES;
+    uint8_t* sd = sb + PB_STAGES * B_BYTES;                // CONSUMERS x P_D_BYTES
+    uint8_t* sp = sd + CONSUMERS * P_D_BYTES;              // packed ring: PK_STAGES x PK_BYTES
+    uint64_t* pfull = (uint64_t*)(sp + PK_STAGES * PK_BYTES);
+    uint64_t* pempty = pfull + PK_STAGES;
+    uint64_t* bfull = pempty + PK_STAGES;
+    uint64_t* bempty = bfull + PB_STAGES;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < PK_STAGES; s++) { mbar_init(&pfull[s], 1); mbar_init(&pempty[s], 128); }
+        for (int s = 0; s < PB_STAGES; s++) { mbar_init(&bfull[s], 128); mbar_init(&bempty[s], CONSUMERS); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {   // the transform warpgroup (and the loads)
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;");
+        const int tt = threadIdx.x;   // 0..127
+        const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+        const int total = my_tiles * nk;   // stages this CTA runs
+        auto load = [&](int it) {          // the packed stage it: tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk
+            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
+            const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+            const int s = it % PK_STAGES;
+            uint8_t* st = sp + s * PK_BYTES;
+            if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
+            mbar_expect_tx(&pfull[s], PK_BYTES);
+            tma_load_2d(st, &map_ac, &pfull[s], k * (BK / 2), m0);
+            tma_load_2d(st + PK_A_CODES, &map_bc, &pfull[s], k * (BK / 2), n0);
+            tma_load_2d(st + PK_A_CODES + PK_B_CODES, &map_as, &pfull[s], m0, k * (BK / 16));
+            tma_load_2d(st + PK_A_CODES + PK_B_CODES + PK_A_SC, &map_bs, &pfull[s], n0, k * (BK / 16));
+        };
+        if (tt == 0)
+            for (int it = 0; it < PK_STAGES - 1 && it < total; it++) load(it);
+        for (int it = 0; it < total; it++) {
+            if (tt == 0 && it + PK_STAGES - 1 < total) load(it + PK_STAGES - 1);
+            const int ps = it % PK_STAGES, bs = it % PB_STAGES;
+            mbar_wait(&pfull[ps], (it / PK_STAGES) & 1);
+            if (it >= PB_STAGES) mbar_wait(&bempty[bs], ((it / PB_STAGES) & 1) ^ 1);
+            const uint8_t* st = sp + ps * PK_BYTES;
+#pragma unroll
+            for (int i = 0; i < 24; i++) {   // 384 rows x 8 chunks of 8 elements: chunk (tt % 8) of row tt / 8 + 16 i
+                const int row = tt / 8 + 16 * i, chunk = tt % 8;
+                const bool is_a = i < 8;       // rows 0..127: A's, 128..383: B's
+                const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
+                const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
+                const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
+                const uint32_t w = *(const uint32_t*)(codes + r * (BK / 2) + chunk * 4);
+                const __nv_bfloat162 s2 = e4m3_bf16x2(sc[(chunk / 2) * rows + r]);
+                uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128 + ((chunk ^ (r % 8)) * 16);
+                *(uint4*)dst = expand8(w, s2);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the BF16 stage, visible to wgmma
+            mbar_arrive(&pempty[ps]);
+            mbar_arrive(&bfull[bs]);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;");
+    consume_tiles<PB_STAGES>(sa, sb, bfull, bempty, sd + (wg - 1) * P_D_BYTES, &map_d, wg - 1, t, tiles, tiles_n, nk);
+}
+
+// The plain twin of the expansion: one element per thread, from the E2M1 and E4M3 definitions (a table of the
+// eight magnitudes, the scale's exponent and mantissa), into BF16.
+__global__ void dequant_packed_kernel(__nv_bfloat16* out, const uint8_t* codes, const uint8_t* scales, int rows, int K) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * K) return;
+    const int r = (int)(i / K), k = (int)(i % K);
+    const int c = (codes[(int64_t)r * (K / 2) + k / 2] >> (4 * (k & 1))) & 0xF;
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const int sb = scales[(int64_t)(k / 16) * rows + r], e = (sb >> 3) & 0xF, mt = sb & 7;
+    const float scale = e ? ldexpf(1.0f + mt / 8.0f, e - 7) : ldexpf((float)mt, -9);
+    out[i] = __float2bfloat16((c & 8 ? -mag[c & 7] : mag[c & 7]) * scale);
+}
+// Random codes (any byte) and scales (E4M3 bytes 0x20..0x4F: 2^-3 to 2^2 x 1.875, so no product is subnormal in BF16).
+__global__ void fill_packed_kernel(uint8_t* codes, uint8_t* scales, int rows, int K, uint32_t seed) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    auto hash = [](uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; return x ^ (x >> 33); };
+    if (i < (int64_t)rows * (K / 2)) codes[i] = (uint8_t)hash(i * 2 + ((uint64_t)seed << 40));
+    if (i < (int64_t)rows * (K / 16)) scales[i] = (uint8_t)(0x20 + hash(i * 2 + 1 + ((uint64_t)seed << 40)) % 0x30);
 }
 
 // A tensor map over a row-major rows x cols BF16 matrix, boxes of box_rows x 64 with the 128-byte swizzle (the
@@ -289,6 +438,36 @@ static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     fail_if(r != CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (%d)", (int)r);
     return map;
+}
+
+// A tensor map over a row-major rows x cols byte matrix, boxes of box_rows x box_cols (no swizzle).
+static CUtensorMap make_map_u8(const void* ptr, int rows, int cols, int box_rows, int box_cols) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
+    cudaDriverEntryPointQueryResult q;
+    cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
+    fail_if(q != cudaDriverEntryPointSuccess || !encode, "cuTensorMapEncodeTiled not found");
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols};
+    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void*)ptr, dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    fail_if(r != CUDA_SUCCESS, "cuTensorMapEncodeTiled (bytes) failed (%d)", (int)r);
+    return map;
+}
+
+// D = A B^T from packed operands (codes, K-block-major scales; see gemm_packed_kernel).
+static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const uint8_t* bc, const uint8_t* bs,
+                        int M, int N, int K, int sms, cudaStream_t stream) {
+    fail_if(M % BM || N % BN || K % BK, "gemm_packed: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
+    const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, K / 16, M, BK / 16, BM);
+    const CUtensorMap mbc = make_map_u8(bc, N, K / 2, BN, BK / 2), mbs = make_map_u8(bs, K / 16, N, BK / 16, BN);
+    const CUtensorMap md = make_map(d, M, N, 64);
+    const int tiles = (M / BM) * (N / BN);
+    gemm_packed_kernel<<<std::min(tiles, sms), PK_THREADS, PK_SMEM_BYTES, stream>>>(mac, mas, mbc, mbs, md, M, N, K);
+    cuda_check(cudaGetLastError());
 }
 
 static void gemm_tn(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K,
@@ -379,6 +558,55 @@ int main(int argc, char** argv) {
                    ok ? "" : " FAIL");
         }
         printf("\n");
+        fflush(stdout);
+    }
+    // packed operands: the same shapes, A and B as NVFP4 codes and block scales (random), against cuBLASLt's and the
+    // persistent kernel's GEMM of their BF16 values (dequant_packed_kernel): equal to the latter bit for bit (the same
+    // products in the same order)
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PK_SMEM_BYTES));
+    uint8_t *ac, *as, *bc, *bs;
+    cuda_check(cudaMalloc(&ac, maxA / 2));
+    cuda_check(cudaMalloc(&as, maxA / 16));
+    cuda_check(cudaMalloc(&bc, maxB / 2));
+    cuda_check(cudaMalloc(&bs, maxB / 16));
+    __nv_bfloat16* dp;
+    cuda_check(cudaMalloc(&dp, maxD * 2));
+    printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory) vs the BF16 GEMMs of their values\n");
+    printf("%-14s %9s %9s | %9s %6s %7s %10s %8s\n", "GEMM", "cublas us", "persist", "packed us", "ratio", "TFLOP/s",
+           "!= persist", "err");
+    for (const Shape& s : shapes) {
+        const size_t nd = (size_t)s.M * s.N, na = (size_t)s.M * s.K, nb = (size_t)s.N * s.K;
+        g90::fill_packed_kernel<<<(unsigned)((na / 2 + 255) / 256), 256>>>(ac, as, s.M, s.K, 1);
+        g90::fill_packed_kernel<<<(unsigned)((nb / 2 + 255) / 256), 256>>>(bc, bs, s.N, s.K, 2);
+        g90::dequant_packed_kernel<<<(unsigned)((na + 255) / 256), 256>>>(a, ac, as, s.M, s.K);
+        g90::dequant_packed_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b, bc, bs, s.N, s.K);
+        cuda_check(cudaGetLastError());
+        matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
+        g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0);
+        cuda_check(cudaMemset(dp, 0xFF, nd * 2));
+        g90::gemm_packed(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        cuda_check(cudaDeviceSynchronize());
+        std::vector<uint16_t> hr(nd), h1(nd), h2(nd);
+        cuda_check(cudaMemcpy(hr.data(), dref, nd * 2, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(h1.data(), d, nd * 2, cudaMemcpyDeviceToHost));
+        cuda_check(cudaMemcpy(h2.data(), dp, nd * 2, cudaMemcpyDeviceToHost));
+        double maxref = 0, maxdiff = 0;
+        size_t differ = 0;
+        for (size_t i = 0; i < nd; i++) {
+            const float r = bf16_bits_to_float(hr[i]), o = bf16_bits_to_float(h2[i]);
+            maxref = fmax(maxref, fabs(r));
+            maxdiff = fmax(maxdiff, std::isnan(o) ? INFINITY : fabs((double)o - r));
+            differ += h1[i] != h2[i];
+        }
+        const double rel = maxdiff / maxref;
+        const int ok = differ == 0 && rel <= 1.0 / 128;
+        failures += !ok;
+        const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
+        const double us_p = bench_us(bench, [&] { g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0); });
+        const double us = bench_us(bench, [&] { g90::gemm_packed(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0); });
+        printf("%-14s %9.1f %9.1f | %9.1f %6.3f %7.0f %10zu %8.1e%s\n", s.name, us_ref, us_p, us, us / us_ref,
+               2.0 * s.M * s.N * s.K / us * 1e-6, differ, rel, ok ? "" : " FAIL");
         fflush(stdout);
     }
     printf("bench_gemm_sm90: %d result(s) %s\n", failures, failures ? "FAILED the check" : "failed the check");
