@@ -17,7 +17,7 @@
 // additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs;
 // since then its consumers moved into consume_tiles and its shared-memory stores from generic to shared-space
 // instructions, not re-timed). The packed kernel has not run on a GPU yet (2026-12-06: the session's device time
-// ran out); its SASS has ~38 instructions per 8 expanded elements, ~910 per transform warp per 64-deep stage
+// ran out); its SASS has ~36-38 instructions per 8 expanded elements, ~860-910 per transform warp per 64-deep stage
 // against ~1,024 clocks of MMA, so expect it to be bound by the transform until A is expanded by the consumers.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -305,11 +305,15 @@ constexpr int PK_SMEM_BYTES = PK_STAGES * PK_BYTES + PB_STAGES * (A_BYTES + B_BY
 // 8 E2M1 codes (nibble k: element k) times their block's scale s (both halves) -> 8 BF16, exact (a code has 2
 // significant bits, an E4M3 scale 4). The magnitudes' high and low bytes from two 8-entry byte tables (PRMT), then
 // interleaved into BF16 pairs, then each pair's two sign bits moved to bits 15 and 31.
-__device__ __forceinline__ uint4 expand8(uint32_t w, __nv_bfloat162 s) {
+struct ExpandTables { uint32_t hi_a, hi_b, lo_a, lo_b; };   // the two 8-entry byte tables
+// BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0. (PRMT takes one table word as an
+// immediate; ptxas keeps the other in a uniform register and moves it into a vector register for every PRMT, 8 of
+// the ~71 instructions per 16 elements in SASS.)
+__device__ __forceinline__ ExpandTables expand_tables() { return {0x3F3F3F00u, 0x40404040u, 0xC0800000u, 0xC0804000u}; }
+__device__ __forceinline__ uint4 expand8(uint32_t w, __nv_bfloat162 s, const ExpandTables& t) {
     const uint32_t m = w & 0x77777777u, sg = w & 0x88888888u, sg4 = sg << 4, m2 = m >> 16;
-    // BF16 of 0, 0.5, 1, 1.5, 2, 3, 4, 6: 0000 3F00 3F80 3FC0 4000 4040 4080 40C0
-    const uint32_t hi0 = __byte_perm(0x3F3F3F00u, 0x40404040u, m), lo0 = __byte_perm(0xC0800000u, 0xC0804000u, m);
-    const uint32_t hi1 = __byte_perm(0x3F3F3F00u, 0x40404040u, m2), lo1 = __byte_perm(0xC0800000u, 0xC0804000u, m2);
+    const uint32_t hi0 = __byte_perm(t.hi_a, t.hi_b, m), lo0 = __byte_perm(t.lo_a, t.lo_b, m);
+    const uint32_t hi1 = __byte_perm(t.hi_a, t.hi_b, m2), lo1 = __byte_perm(t.lo_a, t.lo_b, m2);
     uint32_t o[4] = {__byte_perm(lo0, hi0, 0x5140), __byte_perm(lo0, hi0, 0x7362), __byte_perm(lo1, hi1, 0x5140),
                      __byte_perm(lo1, hi1, 0x7362)};
 #pragma unroll
@@ -329,6 +333,9 @@ __device__ __forceinline__ __nv_bfloat162 e4m3_bf16x2(uint32_t b) {
     return __float2bfloat162_rn(f);
 }
 
+// TASK: elements a transform thread expands at a time, 8 (a chunk: one code word, its block's scale converted for
+// each chunk) or 16 (a whole block: two code words, one scale). SASS per 16 elements: ~76 and ~71 instructions.
+template <int TASK>
 __global__ void __launch_bounds__(PK_THREADS, 1)
 gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
                    const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
@@ -376,17 +383,35 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
             mbar_wait(&pfull[ps], (it / PK_STAGES) & 1);
             if (it >= PB_STAGES) mbar_wait(&bempty[bs], ((it / PB_STAGES) & 1) ^ 1);
             const uint8_t* st = sp + ps * PK_BYTES;
+            if constexpr (TASK == 8) {
+                const ExpandTables tab = expand_tables();
 #pragma unroll
-            for (int i = 0; i < 24; i++) {   // 384 rows x 8 chunks of 8 elements: chunk (tt % 8) of row tt / 8 + 16 i
-                const int row = tt / 8 + 16 * i, chunk = tt % 8;
-                const bool is_a = i < 8;       // rows 0..127: A's, 128..383: B's
-                const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
-                const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
-                const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
-                const uint32_t w = *(const uint32_t*)(codes + r * (BK / 2) + chunk * 4);
-                const __nv_bfloat162 s2 = e4m3_bf16x2(sc[(chunk / 2) * rows + r]);
-                uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128 + ((chunk ^ (r % 8)) * 16);
-                *(uint4*)dst = expand8(w, s2);
+                for (int i = 0; i < 24; i++) {   // 384 rows x 8 chunks of 8 elements: chunk tt % 8 of row tt / 8 + 16 i
+                    const int row = tt / 8 + 16 * i, chunk = tt % 8;
+                    const bool is_a = i < 8;       // rows 0..127: A's, 128..383: B's
+                    const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
+                    const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
+                    const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
+                    const uint32_t w = *(const uint32_t*)(codes + r * (BK / 2) + chunk * 4);
+                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[(chunk / 2) * rows + r]);
+                    uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128 + ((chunk ^ (r % 8)) * 16);
+                    *(uint4*)dst = expand8(w, s2, tab);
+                }
+            } else {
+                const ExpandTables tab = expand_tables();
+#pragma unroll
+                for (int i = 0; i < 12; i++) {   // 384 rows x 4 blocks of 16 elements: block tt % 4 of row tt / 4 + 32 i
+                    const int row = tt / 4 + 32 * i, blk = tt % 4;
+                    const bool is_a = i < 4;
+                    const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
+                    const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
+                    const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
+                    const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[blk * rows + r]);
+                    uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128;
+                    *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8(w.x, s2, tab);
+                    *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8(w.y, s2, tab);
+                }
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the BF16 stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
@@ -459,6 +484,7 @@ static CUtensorMap make_map_u8(const void* ptr, int rows, int cols, int box_rows
 }
 
 // D = A B^T from packed operands (codes, K-block-major scales; see gemm_packed_kernel).
+template <int TASK>
 static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const uint8_t* bc, const uint8_t* bs,
                         int M, int N, int K, int sms, cudaStream_t stream) {
     fail_if(M % BM || N % BN || K % BK, "gemm_packed: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
@@ -466,7 +492,7 @@ static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, 
     const CUtensorMap mbc = make_map_u8(bc, N, K / 2, BN, BK / 2), mbs = make_map_u8(bs, K / 16, N, BK / 16, BN);
     const CUtensorMap md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
-    gemm_packed_kernel<<<std::min(tiles, sms), PK_THREADS, PK_SMEM_BYTES, stream>>>(mac, mas, mbc, mbs, md, M, N, K);
+    gemm_packed_kernel<TASK><<<std::min(tiles, sms), PK_THREADS, PK_SMEM_BYTES, stream>>>(mac, mas, mbc, mbs, md, M, N, K);
     cuda_check(cudaGetLastError());
 }
 
@@ -563,7 +589,9 @@ int main(int argc, char** argv) {
     // packed operands: the same shapes, A and B as NVFP4 codes and block scales (random), against cuBLASLt's and the
     // persistent kernel's GEMM of their BF16 values (dequant_packed_kernel): equal to the latter bit for bit (the same
     // products in the same order)
-    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PK_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::PK_SMEM_BYTES));
     uint8_t *ac, *as, *bc, *bs;
     cuda_check(cudaMalloc(&ac, maxA / 2));
@@ -572,9 +600,14 @@ int main(int argc, char** argv) {
     cuda_check(cudaMalloc(&bs, maxB / 16));
     __nv_bfloat16* dp;
     cuda_check(cudaMalloc(&dp, maxD * 2));
-    printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory) vs the BF16 GEMMs of their values\n");
-    printf("%-14s %9s %9s | %9s %6s %7s %10s %8s\n", "GEMM", "cublas us", "persist", "packed us", "ratio", "TFLOP/s",
-           "!= persist", "err");
+    auto packed = [&](int task, const Shape& s) {
+        if (task == 8) g90::gemm_packed<8>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else g90::gemm_packed<16>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+    };
+    printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory by 8- or 16-element tasks) vs\n"
+           "the BF16 GEMMs of their values; != persist: outputs that differ from the persistent kernel's (must be 0)\n");
+    printf("%-14s %9s %9s | %-7s %9s %6s %7s %10s %8s | %-7s %9s %6s %7s %10s %8s\n", "GEMM", "cublas us", "persist",
+           "task", "us", "ratio", "TFLOP/s", "!= persist", "err", "task", "us", "ratio", "TFLOP/s", "!= persist", "err");
     for (const Shape& s : shapes) {
         const size_t nd = (size_t)s.M * s.N, na = (size_t)s.M * s.K, nb = (size_t)s.N * s.K;
         g90::fill_packed_kernel<<<(unsigned)((na / 2 + 255) / 256), 256>>>(ac, as, s.M, s.K, 1);
@@ -584,29 +617,35 @@ int main(int argc, char** argv) {
         cuda_check(cudaGetLastError());
         matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
         g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0);
-        cuda_check(cudaMemset(dp, 0xFF, nd * 2));
-        g90::gemm_packed(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         cuda_check(cudaDeviceSynchronize());
         std::vector<uint16_t> hr(nd), h1(nd), h2(nd);
         cuda_check(cudaMemcpy(hr.data(), dref, nd * 2, cudaMemcpyDeviceToHost));
         cuda_check(cudaMemcpy(h1.data(), d, nd * 2, cudaMemcpyDeviceToHost));
-        cuda_check(cudaMemcpy(h2.data(), dp, nd * 2, cudaMemcpyDeviceToHost));
-        double maxref = 0, maxdiff = 0;
-        size_t differ = 0;
-        for (size_t i = 0; i < nd; i++) {
-            const float r = bf16_bits_to_float(hr[i]), o = bf16_bits_to_float(h2[i]);
-            maxref = fmax(maxref, fabs(r));
-            maxdiff = fmax(maxdiff, std::isnan(o) ? INFINITY : fabs((double)o - r));
-            differ += h1[i] != h2[i];
-        }
-        const double rel = maxdiff / maxref;
-        const int ok = differ == 0 && rel <= 1.0 / 128;
-        failures += !ok;
+        double maxref = 0;
+        for (size_t i = 0; i < nd; i++) maxref = fmax(maxref, fabs(bf16_bits_to_float(hr[i])));
         const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
         const double us_p = bench_us(bench, [&] { g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0); });
-        const double us = bench_us(bench, [&] { g90::gemm_packed(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0); });
-        printf("%-14s %9.1f %9.1f | %9.1f %6.3f %7.0f %10zu %8.1e%s\n", s.name, us_ref, us_p, us, us / us_ref,
-               2.0 * s.M * s.N * s.K / us * 1e-6, differ, rel, ok ? "" : " FAIL");
+        printf("%-14s %9.1f %9.1f", s.name, us_ref, us_p);
+        for (int task : {8, 16}) {
+            cuda_check(cudaMemset(dp, 0xFF, nd * 2));
+            packed(task, s);
+            cuda_check(cudaDeviceSynchronize());
+            cuda_check(cudaMemcpy(h2.data(), dp, nd * 2, cudaMemcpyDeviceToHost));
+            double maxdiff = 0;
+            size_t differ = 0;
+            for (size_t i = 0; i < nd; i++) {
+                const float r = bf16_bits_to_float(hr[i]), o = bf16_bits_to_float(h2[i]);
+                maxdiff = fmax(maxdiff, std::isnan(o) ? INFINITY : fabs((double)o - r));
+                differ += h1[i] != h2[i];
+            }
+            const double rel = maxdiff / maxref;
+            const int ok = differ == 0 && rel <= 1.0 / 128;
+            failures += !ok;
+            const double us = bench_us(bench, [&] { packed(task, s); });
+            printf(" | %-7d %9.1f %6.3f %7.0f %10zu %8.1e%s", task, us, us / us_ref, 2.0 * s.M * s.N * s.K / us * 1e-6,
+                   differ, rel, ok ? "" : " FAIL");
+        }
+        printf("\n");
         fflush(stdout);
     }
     printf("bench_gemm_sm90: %d result(s) %s\n", failures, failures ? "FAILED the check" : "failed the check");
