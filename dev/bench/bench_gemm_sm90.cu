@@ -445,7 +445,8 @@ __global__ void fill_packed_kernel(uint8_t* codes, uint8_t* scales, int rows, in
 
 // A tensor map over a row-major rows x cols BF16 matrix, boxes of box_rows x 64 with the 128-byte swizzle (the
 // layout wgmma's descriptors above read, and the epilogue's stores below write).
-static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
+// The driver's cuTensorMapEncodeTiled (through the runtime, so no -lcuda), looked up once.
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -453,6 +454,10 @@ static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
                                                     cudaEnableDefault, &q));
         fail_if(q != cudaDriverEntryPointSuccess || !encode, "cuTensorMapEncodeTiled not found");
     }
+    return encode;
+}
+static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
@@ -467,10 +472,7 @@ static CUtensorMap make_map(const void* ptr, int rows, int cols, int box_rows) {
 
 // A tensor map over a row-major rows x cols byte matrix, boxes of box_rows x box_cols (no swizzle).
 static CUtensorMap make_map_u8(const void* ptr, int rows, int cols, int box_rows, int box_cols) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = NULL;
-    cudaDriverEntryPointQueryResult q;
-    cuda_check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void**)&encode, 12000, cudaEnableDefault, &q));
-    fail_if(q != cudaDriverEntryPointSuccess || !encode, "cuTensorMapEncodeTiled not found");
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)cols};
