@@ -15,8 +15,8 @@
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
 // additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs;
-// since then its consumers moved into consume_tiles and its shared-memory stores from generic to shared-space
-// instructions, not re-timed). The packed kernel has not run on a GPU yet (2026-12-06: the session's device time
+// since then the two forms became one kernel template sharing load_tiles and consume_tiles, and the shared-memory
+// stores went from generic to shared-space instructions; not re-timed). The packed kernel has not run on a GPU yet (2026-12-06: the session's device time
 // ran out); its SASS has ~36-38 instructions per 8 expanded elements, ~860-910 per transform warp per 64-deep stage
 // against ~1,024 clocks of MMA, so expect it to be bound by the transform until A is expanded by the consumers.
 #include <cuda.h>
@@ -28,10 +28,9 @@
 #include "llmc/matmul.cuh"
 
 namespace g90 {
-constexpr int BM = 128, BN = 256, BK = 64, STAGES = 4, CONSUMERS = 2;
+constexpr int BM = 128, BN = 256, BK = 64, CONSUMERS = 2;
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2;   // one stage: 16 KB + 32 KB
-constexpr int SMEM_BYTES = STAGES * (A_BYTES + B_BYTES) + 1024 /* alignment */ + 2 * STAGES * 8;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -109,81 +108,17 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t desc_a, uint
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-__global__ void __launch_bounds__(THREADS, 1)
-gemm_tn_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-               __nv_bfloat16* d, int M, int N, int K) {
-    extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
-    uint8_t* sa = smem;                                  // STAGES x A_BYTES
-    uint8_t* sb = smem + STAGES * A_BYTES;               // STAGES x B_BYTES
-    uint64_t* full = (uint64_t*)(sb + STAGES * B_BYTES); // loaded, for the consumers
-    uint64_t* empty = full + STAGES;                     // consumed, for the producer
-    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
-    // the N-tiles of one row of tiles are neighbours in launch order (they share A's rows in L2)
-    const int tiles_n = N / BN;
-    const int m0 = (blockIdx.x / tiles_n) * BM, n0 = (blockIdx.x % tiles_n) * BN;
-    const int nk = K / BK;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], CONSUMERS); }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (wg == CONSUMERS) {   // the producer warpgroup: one thread issues the loads
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (t == 0) {
-            for (int k = 0; k < nk; k++) {
-                const int s = k % STAGES;
-                if (k >= STAGES) mbar_wait(&empty[s], ((k / STAGES) & 1) ^ 1);
-                mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
-                tma_load_2d(sa + s * A_BYTES, &map_a, &full[s], k * BK, m0);
-                tma_load_2d(sb + s * B_BYTES, &map_b, &full[s], k * BK, n0);
-            }
-        }
-        return;
-    }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-    for (int k = 0; k < nk; k++) {
-        const int s = k % STAGES;
-        mbar_wait(&full[s], (k / STAGES) & 1);
-        fence_regs(acc);
-        wgmma_fence();
-        const uint8_t* a = sa + s * A_BYTES + wg * 64 * BK * 2;   // this warpgroup's 64 rows
-        const uint8_t* b = sb + s * B_BYTES;
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; kk++)
-            wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
-        wgmma_commit();
-        fence_regs(acc);
-        // the previous stage's multiplications are done once at most this one's are in flight
-        wgmma_wait<1>();
-        fence_regs(acc);
-        if (k > 0 && t == 0) mbar_arrive(&empty[(k - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    // the m64n256 fragment: register 4j + {0,1} is row (warp*16 + lane/4), columns 8j + 2*(lane%4) + {0,1};
-    // 4j + {2,3} the same columns 8 rows further
-    const int warp = t / 32, lane = t % 32;
-    const int row = m0 + wg * 64 + warp * 16 + lane / 4;
-    __nv_bfloat16* d0 = d + (size_t)row * N + n0 + 2 * (lane % 4);
-    __nv_bfloat16* d8 = d0 + (size_t)8 * N;
-#pragma unroll
-    for (int j = 0; j < 32; j++) {
-        *(__nv_bfloat162*)(d0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
-        *(__nv_bfloat162*)(d8 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
-    }
-}
-
-// The persistent form: one CTA per SM walks the output tiles (tile += gridDim.x), the producer running ahead into
-// the next tile's stages while the consumers finish this one; each consumer warpgroup writes its 64 x 256 BF16 rows
-// into shared memory (four 64 x 64 boxes in the 128-byte swizzle: a warp's 32 stores hit 32 banks) and one thread
-// stores them with the TMA, so the tensor cores wait only for the shared-memory writes, not for global memory.
-constexpr int P_STAGES = 3;
+// Two forms of one kernel. "tile" (DIRECT): a CTA per output tile, 4 stages, each thread stores its BF16 results to
+// global memory. "persistent": one CTA per SM walks the output tiles (tile += gridDim.x), the producer running
+// ahead into the next tile's stages while the consumers finish this one; each consumer warpgroup writes its
+// 64 x 256 BF16 rows into shared memory (four 64 x 64 boxes in the 128-byte swizzle: a warp's 32 stores hit 32
+// banks) and one thread stores them with the TMA, so the tensor cores wait only for the shared-memory writes.
+constexpr int T_STAGES = 4, P_STAGES = 3;
 constexpr int P_D_BYTES = 64 * 256 * 2;   // one consumer warpgroup's rows of the tile
-constexpr int P_SMEM_BYTES = P_STAGES * (A_BYTES + B_BYTES) + CONSUMERS * P_D_BYTES + 1024 + 2 * P_STAGES * 8;
+template <int NST, bool DIRECT>
+constexpr int gemm_smem_bytes() {
+    return NST * (A_BYTES + B_BYTES) + (DIRECT ? 0 : CONSUMERS * P_D_BYTES) + 1024 /* alignment */ + 2 * NST * 8;
+}
 
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int x, int y) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
@@ -191,18 +126,45 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 
-// The consumer warpgroup `half` (rows 64 half ... of each 128 x 256 tile) of a persistent kernel: waits for each
-// stage of the NST-stage ring (full), multiplies, releases it (empty: one arrival per consumer warpgroup), and
-// stores each tile's rows through its shared-memory buffer my_d and the TMA (named barrier 1 + half).
+// The N-tiles of one row of tiles are neighbours in tile order (they share A's rows in L2).
+__device__ __forceinline__ void tile_origin(int tile, int tiles_n, int* m0, int* n0) {
+    *m0 = (tile / tiles_n) * BM;
+    *n0 = (tile % tiles_n) * BN;
+}
+
+// The producer thread: A's and B's boxes of every stage of this CTA's tiles into the NST-stage ring, each stage
+// once the consumers have released it (empty), its arrival on full carrying the bytes.
 template <int NST>
+__device__ __forceinline__ void load_tiles(uint8_t* sa, uint8_t* sb, uint64_t* full, uint64_t* empty,
+                                           const CUtensorMap* map_a, const CUtensorMap* map_b, int tiles, int tiles_n,
+                                           int nk) {
+    int it = 0;   // stage uses so far, over all tiles
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile, tiles_n, &m0, &n0);
+        for (int k = 0; k < nk; k++, it++) {
+            const int s = it % NST;
+            if (it >= NST) mbar_wait(&empty[s], ((it / NST) & 1) ^ 1);
+            mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
+            tma_load_2d(sa + s * A_BYTES, map_a, &full[s], k * BK, m0);
+            tma_load_2d(sb + s * B_BYTES, map_b, &full[s], k * BK, n0);
+        }
+    }
+}
+
+// The consumer warpgroup `half` (rows 64 half ... of each 128 x 256 tile): waits for each stage of the NST-stage ring
+// (full), multiplies, releases it (empty: one arrival per consumer warpgroup), and stores each tile's rows: DIRECT
+// into d from registers, else through its shared-memory buffer my_d and the TMA (named barrier 1 + half).
+template <int NST, bool DIRECT>
 __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* sb, uint64_t* full, uint64_t* empty,
-                                              uint8_t* my_d, const CUtensorMap* map_d, int half, int t, int tiles,
-                                              int tiles_n, int nk) {
+                                              uint8_t* my_d, const CUtensorMap* map_d, __nv_bfloat16* d, int N,
+                                              int half, int t, int tiles, int tiles_n, int nk) {
     float acc[128];
     const int warp = t / 32, lane = t % 32;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+        int m0, n0;
+        tile_origin(tile, tiles_n, &m0, &n0);
         for (int k = 0; k < nk; k++, it++) {
             const int s = it % NST;
             mbar_wait(&full[s], (it / NST) & 1);
@@ -222,12 +184,22 @@ __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* 
         wgmma_wait<0>();
         fence_regs(acc);
         if (t == 0) mbar_arrive(&empty[(it - 1) % NST]);
+        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further
+        const int r = warp * 16 + lane / 4;
+        if constexpr (DIRECT) {
+            __nv_bfloat16* d0 = d + (size_t)(m0 + half * 64 + r) * N + n0 + 2 * (lane % 4);
+            __nv_bfloat16* d8 = d0 + (size_t)8 * N;
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                *(__nv_bfloat162*)(d0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+                *(__nv_bfloat162*)(d8 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+            }
+            continue;
+        }
         // the previous tile's store must have read the buffer before it is written again
         if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         named_sync(1 + half, 128);
-        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further.
-        // Box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8).
-        const int r = warp * 16 + lane / 4;
+        // box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8)
 #pragma unroll
         for (int j = 0; j < 32; j++) {
             uint8_t* box = my_d + (j / 8) * (64 * 128);
@@ -244,53 +216,42 @@ __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* 
             asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
     }
-    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    if (!DIRECT && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+template <int NST, bool DIRECT>
 __global__ void __launch_bounds__(THREADS, 1)
-gemm_tn_persistent_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                          const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
+gemm_tn_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+               const __grid_constant__ CUtensorMap map_d, __nv_bfloat16* d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
     uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
     uint8_t* sa = smem;
-    uint8_t* sb = sa + P_STAGES * A_BYTES;
-    uint8_t* sd = sb + P_STAGES * B_BYTES;                  // CONSUMERS x P_D_BYTES
-    uint64_t* full = (uint64_t*)(sd + CONSUMERS * P_D_BYTES);
-    uint64_t* empty = full + P_STAGES;
+    uint8_t* sb = sa + NST * A_BYTES;
+    uint8_t* sd = sb + NST * B_BYTES;                       // CONSUMERS x P_D_BYTES unless DIRECT
+    uint64_t* full = (uint64_t*)(sd + (DIRECT ? 0 : CONSUMERS * P_D_BYTES));   // loaded, for the consumers
+    uint64_t* empty = full + NST;                                              // consumed, for the producer
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < P_STAGES; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], CONSUMERS); }
+        for (int s = 0; s < NST; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], CONSUMERS); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (wg == CONSUMERS) {
+    if (wg == CONSUMERS) {   // the producer warpgroup: one thread issues the loads
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (t == 0) {
-            int it = 0;   // stage uses so far, over all tiles
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
-                for (int k = 0; k < nk; k++, it++) {
-                    const int s = it % P_STAGES;
-                    if (it >= P_STAGES) mbar_wait(&empty[s], ((it / P_STAGES) & 1) ^ 1);
-                    mbar_expect_tx(&full[s], A_BYTES + B_BYTES);
-                    tma_load_2d(sa + s * A_BYTES, &map_a, &full[s], k * BK, m0);
-                    tma_load_2d(sb + s * B_BYTES, &map_b, &full[s], k * BK, n0);
-                }
-            }
-        }
+        if (t == 0) load_tiles<NST>(sa, sb, full, empty, &map_a, &map_b, tiles, tiles_n, nk);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    consume_tiles<P_STAGES>(sa, sb, full, empty, sd + wg * P_D_BYTES, &map_d, wg, t, tiles, tiles_n, nk);
+    consume_tiles<NST, DIRECT>(sa, sb, full, empty, sd + wg * P_D_BYTES, &map_d, d, N, wg, t, tiles, tiles_n, nk);
 }
 
 // ---- Packed FP4 operands expanded in shared memory -----------------------------------------------------------------
 // Both operands as NVFP4 without their tensor scales (which would multiply the GEMM's alpha): E2M1 codes, two per byte
 // (element 2j in the low nibble of byte j of a row, bit 3 of a nibble the sign), rows K/2 bytes apart, and one E4M3
 // scale per 1x16 block stored K-block-major (scale of block kb of row r at kb * rows + r, so that a stage's scales
-// are one TMA box). A stage of the packed ring holds A's and B's codes and scales for 64 columns of K (13.5 KB); two
-// transform warpgroups expand them into a stage of the BF16 ring (the layout the wgmma descriptors read: 128-byte
+// are one TMA box). A stage of the packed ring holds A's and B's codes and scales for 64 columns of K (13.5 KB); a
+// transform warpgroup expands them into a stage of the BF16 ring (the layout the wgmma descriptors read: 128-byte
 // rows, chunk c of row r at chunk c ^ (r % 8)), which the two consumer warpgroups multiply. Thread 0 of the
 // transform warpgroup also issues the TMA loads, PK_STAGES - 1 stages ahead. (One transform warpgroup, not two: the
 // kernel's registers per thread are capped by its thread count at compile time, and the consumers' m64n256
@@ -365,7 +326,8 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
         const int total = my_tiles * nk;   // stages this CTA runs
         auto load = [&](int it) {          // the packed stage it: tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk
             const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
-            const int m0 = (tile / tiles_n) * BM, n0 = (tile % tiles_n) * BN;
+            int m0, n0;
+            tile_origin(tile, tiles_n, &m0, &n0);
             const int s = it % PK_STAGES;
             uint8_t* st = sp + s * PK_BYTES;
             if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
@@ -420,7 +382,8 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 208;");
-    consume_tiles<PB_STAGES>(sa, sb, bfull, bempty, sd + (wg - 1) * P_D_BYTES, &map_d, wg - 1, t, tiles, tiles_n, nk);
+    consume_tiles<PB_STAGES, false>(sa, sb, bfull, bempty, sd + (wg - 1) * P_D_BYTES, &map_d, nullptr, N, wg - 1, t,
+                                     tiles, tiles_n, nk);
 }
 
 // The plain twin of the expansion: one element per thread, from the E2M1 and E4M3 definitions (a table of the
@@ -498,20 +461,17 @@ static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, 
     cuda_check(cudaGetLastError());
 }
 
-static void gemm_tn(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K,
-                    cudaStream_t stream) {
-    fail_if(M % BM || N % BN || K % BK, "gemm_tn: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
-    const CUtensorMap ma = make_map(a, M, K, BM), mb = make_map(b, N, K, BN);
-    gemm_tn_kernel<<<(M / BM) * (N / BN), THREADS, SMEM_BYTES, stream>>>(ma, mb, d, M, N, K);
-    cuda_check(cudaGetLastError());
-}
-
-static void gemm_tn_persistent(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K,
-                               int sms, cudaStream_t stream) {
+// D = A B^T, BF16: the "tile" form (persistent = 0, a CTA per output tile) or the persistent one (a CTA per SM).
+static void gemm_tn(__nv_bfloat16* d, const __nv_bfloat16* a, const __nv_bfloat16* b, int M, int N, int K, int persistent,
+                    int sms, cudaStream_t stream) {
     fail_if(M % BM || N % BN || K % BK, "gemm_tn: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
     const CUtensorMap ma = make_map(a, M, K, BM), mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
-    gemm_tn_persistent_kernel<<<std::min(tiles, sms), THREADS, P_SMEM_BYTES, stream>>>(ma, mb, md, M, N, K);
+    if (persistent)
+        gemm_tn_kernel<P_STAGES, false><<<std::min(tiles, sms), THREADS, gemm_smem_bytes<P_STAGES, false>(), stream>>>(
+            ma, mb, md, d, M, N, K);
+    else
+        gemm_tn_kernel<T_STAGES, true><<<tiles, THREADS, gemm_smem_bytes<T_STAGES, true>(), stream>>>(ma, mb, md, d, M, N, K);
     cuda_check(cudaGetLastError());
 }
 }  // namespace g90
@@ -523,9 +483,10 @@ int main(int argc, char** argv) {
     cuda_check(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, 0));
     if (cc_major != 9) { printf("bench_gemm_sm90: needs an sm_90 GPU (wgmma); skipped\n"); return 0; }
     matmul_init();
-    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, g90::SMEM_BYTES));
-    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    g90::P_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_kernel<g90::T_STAGES, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::gemm_smem_bytes<g90::T_STAGES, true>()));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_tn_kernel<g90::P_STAGES, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::gemm_smem_bytes<g90::P_STAGES, false>()));
     int sms = 0;
     cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     struct Shape { const char* name; int M, N, K; };
@@ -549,10 +510,6 @@ int main(int argc, char** argv) {
     bench_fill_uniform((uint16_t*)b, maxB);
     // the kernels: one CTA per output tile, and the persistent form
     const char* kname[2] = {"tile", "persistent"};
-    auto run = [&](int k, const Shape& s) {
-        if (k == 0) g90::gemm_tn(d, a, b, s.M, s.N, s.K, 0);
-        else g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0);
-    };
     int failures = 0;
     printf("ratios: our kernel's time over cuBLASLt's (same run); err: max |ours - cublas| / max |cublas|\n");
     printf("%-14s %6s %6s %6s %9s | %-10s %9s %6s %7s %8s | %-10s %9s %6s %7s %8s\n", "GEMM", "M", "N", "K", "cublas us",
@@ -568,7 +525,7 @@ int main(int argc, char** argv) {
         printf("%-14s %6d %6d %6d %9.1f", s.name, s.M, s.N, s.K, us_ref);
         for (int k = 0; k < 2; k++) {
             cuda_check(cudaMemset(d, 0xFF, nd * 2));   // NaN where the kernel writes nothing
-            run(k, s);
+            g90::gemm_tn(d, a, b, s.M, s.N, s.K, k, sms, 0);
             cuda_check(cudaDeviceSynchronize());
             cuda_check(cudaMemcpy(hd.data(), d, nd * 2, cudaMemcpyDeviceToHost));
             double maxdiff = 0;
@@ -581,7 +538,7 @@ int main(int argc, char** argv) {
             // FP32 sums differ by reassociation only, far below that
             const int ok = rel <= 1.0 / 128;
             failures += !ok;
-            const double us = bench_us(bench, [&] { run(k, s); });
+            const double us = bench_us(bench, [&] { g90::gemm_tn(d, a, b, s.M, s.N, s.K, k, sms, 0); });
             printf(" | %-10s %9.1f %6.3f %7.0f %8.1e%s", kname[k], us, us / us_ref, 2.0 * s.M * s.N * s.K / us * 1e-6, rel,
                    ok ? "" : " FAIL");
         }
@@ -618,7 +575,7 @@ int main(int argc, char** argv) {
         g90::dequant_packed_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b, bc, bs, s.N, s.K);
         cuda_check(cudaGetLastError());
         matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
-        g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0);
+        g90::gemm_tn(d, a, b, s.M, s.N, s.K, 1, sms, 0);
         cuda_check(cudaDeviceSynchronize());
         std::vector<uint16_t> hr(nd), h1(nd), h2(nd);
         cuda_check(cudaMemcpy(hr.data(), dref, nd * 2, cudaMemcpyDeviceToHost));
@@ -626,7 +583,7 @@ int main(int argc, char** argv) {
         double maxref = 0;
         for (size_t i = 0; i < nd; i++) maxref = fmax(maxref, fabs(bf16_bits_to_float(hr[i])));
         const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
-        const double us_p = bench_us(bench, [&] { g90::gemm_tn_persistent(d, a, b, s.M, s.N, s.K, sms, 0); });
+        const double us_p = bench_us(bench, [&] { g90::gemm_tn(d, a, b, s.M, s.N, s.K, 1, sms, 0); });
         printf("%-14s %9.1f %9.1f", s.name, us_ref, us_p);
         for (int task : {8, 16}) {
             cuda_check(cudaMemset(dp, 0xFF, nd * 2));
