@@ -9,16 +9,26 @@
 // memory, FP32 accumulators in registers). "tile": one CTA per output tile, 4 stages, each thread stores its
 // BF16 results to global memory. "persistent": one CTA per SM walks the tiles, 3 stages, the results leave through
 // shared memory and TMA stores, so the next tile's loads and multiplications overlap this tile's stores.
-// "packed" (the second table): both operands as NVFP4 codes and E4M3 block scales, expanded to BF16 in shared memory
-// by a transform warpgroup in front of the same consumers; its output must equal the persistent kernel's on the
-// dequantized operands bit for bit (the same products in the same order).
+// "packed" (the second table): A and B as NVFP4 codes and E4M3 block scales (no tensor scales: those go to alpha),
+// expanded in the kernel, its output checked against the persistent kernel's on the dequantized operands bit for bit
+// (the same products in the same order). Forms: a transform warpgroup expands both operands into the shared-memory
+// stage, as BF16 from two byte tables in tasks of 8 or 16 elements (bf16/8, bf16/16), or as FP16 through E4M3 and
+// cvt (f16/16, expand8_f16: the values are exact in FP16 too); the consumers expand A in registers for wgmma's
+// register-A form and the transform warpgroup only B (regA/*); only A packed, B read as FP16 values (A-only: in the
+// trainer's forward and data-gradient GEMMs B is a weight, small and reused by every row tile). diag-* rows are timing
+// only (a part of the expansion left out, results wrong by design).
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
-// additions). Measured: results/dual_split_gemm90/ (H100: persistent 1.00-1.04x cuBLASLt's time, equal outputs;
-// since then the two forms became one kernel template sharing load_tiles and consume_tiles, and the shared-memory
-// stores went from generic to shared-space instructions; not re-timed). The packed kernel has not run on a GPU yet (2026-12-06: the session's device time
-// ran out); its SASS has ~36-38 instructions per 8 expanded elements, ~860-910 per transform warp per 64-deep stage
-// against ~1,024 clocks of MMA, so expect it to be bound by the transform until A is expanded by the consumers.
+// additions). -f SUBSTR runs only the kernels whose name contains it.
+// Measured (results/packed_gemm90/, results/README.md): persistent 0.98-1.01x cuBLASLt's time on the H200, outputs
+// equal; every packed form equal to the persistent kernel bit for bit, and 2.0-3.2x cuBLASLt's time on the H100
+// (f16/16 the fastest, 2.0-2.2x). The diagnostics place the cost in the expansion, not the pipeline: without any
+// expansion the packed pipeline runs at 1.01-1.07x; one warpgroup expanding both operands (~590 instructions a thread
+// per 64-deep stage) takes about twice the MMA time: it issues far below one instruction per clock, latency-bound.
+// A-only has not run yet (2026-12-06: written after the session's device time ran out).
+// setmaxnreg: the registers a kernel's warpgroups ask for must add up to no more than its launch allocation (168 a
+// thread x 384 threads): 40 + 2 x 232 and 104 + 2 x 200 warpgroups' worth; asking for more waits forever (the
+// first packed runs hung with 96 + 2 x 208).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -75,37 +85,53 @@ __device__ __forceinline__ void fence_regs(float* d) {
     for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i]) :: "memory");
 }
 
-// d (64 x 256 FP32, the m64n256 fragment: 128 registers a thread) [+]= A (64 x 16, smem) B (256 x 16, smem)^T
+// d (64 x 256 FP32, the m64n256 fragment: 128 registers a thread) [+]= A (64 x 16, smem) B (256 x 16, smem)^T, the
+// operands BF16 or (F16) FP16
+#define WGMMA_D_REGS                                                                                                   \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                          \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                 \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                 \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "                                 \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                                 \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                                 \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "                     \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+#define WGMMA_D_OPERANDS(d) \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),\
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),\
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),\
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),\
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),\
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),\
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),\
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),\
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),\
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),\
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),\
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),\
+    "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),\
+    "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),\
+    "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),\
+    "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+template <bool F16>
 __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    if constexpr (F16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WGMMA_D_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     : WGMMA_D_OPERANDS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " WGMMA_D_REGS ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+                     : WGMMA_D_OPERANDS(d) : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// The same with A (64 x 16, FP16) from registers: the fragment of mma.m16n8k16 for each warp's 16 rows, a[0] row
+// lane/4 columns 2(lane%4) + {0,1}, a[1] 8 rows further, a[2] and a[3] the same 8 columns further.
+__device__ __forceinline__ void wgmma_m64n256k16_ra(float* d, const uint32_t* a, uint64_t desc_b, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " WGMMA_D_REGS ", {%128, %129, %130, %131}, %132, p, "
+                 "1, 1, 0;\n}\n"
+                 : WGMMA_D_OPERANDS(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 
 // Two forms of one kernel. "tile" (DIRECT): a CTA per output tile, 4 stages, each thread stores its BF16 results to
@@ -152,15 +178,53 @@ __device__ __forceinline__ void load_tiles(uint8_t* sa, uint8_t* sb, uint64_t* f
     }
 }
 
+// A consumer warpgroup's 64 x 256 results (the m64n256 accumulators: register 4j + {0,1} is row warp*16 + lane/4,
+// columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3} 8 rows further) as BF16: DIRECT into d from registers, else into its
+// shared-memory buffer my_d and out by the TMA (named barrier 1 + half), the store left in flight.
+template <bool DIRECT>
+__device__ __forceinline__ void store_tile(const float* acc, uint8_t* my_d, const CUtensorMap* map_d, __nv_bfloat16* d,
+                                           int N, int m0, int n0, int half, int t) {
+    const int warp = t / 32, lane = t % 32;
+    const int r = warp * 16 + lane / 4;
+    if constexpr (DIRECT) {
+        __nv_bfloat16* d0 = d + (size_t)(m0 + half * 64 + r) * N + n0 + 2 * (lane % 4);
+        __nv_bfloat16* d8 = d0 + (size_t)8 * N;
+#pragma unroll
+        for (int j = 0; j < 32; j++) {
+            *(__nv_bfloat162*)(d0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+            *(__nv_bfloat162*)(d8 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+        }
+        return;
+    }
+    // the previous tile's store must have read the buffer before it is written again
+    if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    named_sync(1 + half, 128);
+    // box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8)
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        uint8_t* box = my_d + (j / 8) * (64 * 128);
+        const int chunk = j % 8, byte = 4 * (lane % 4);
+        __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
+        __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+        *(__nv_bfloat162*)(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte) = lo;
+        *(__nv_bfloat162*)(box + (r + 8) * 128 + ((chunk ^ ((r + 8) % 8)) * 16) + byte) = hi;
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the writes, visible to the TMA
+    named_sync(1 + half, 128);
+    if (t == 0) {
+        for (int bx = 0; bx < 4; bx++) tma_store_2d(map_d, my_d + bx * 64 * 128, n0 + 64 * bx, m0 + half * 64);
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+}
+
 // The consumer warpgroup `half` (rows 64 half ... of each 128 x 256 tile): waits for each stage of the NST-stage ring
-// (full), multiplies, releases it (empty: one arrival per consumer warpgroup), and stores each tile's rows: DIRECT
-// into d from registers, else through its shared-memory buffer my_d and the TMA (named barrier 1 + half).
-template <int NST, bool DIRECT>
+// (full), multiplies, releases it (empty: one arrival per consumer warpgroup), and stores each tile's rows
+// (store_tile).
+template <int NST, bool DIRECT, bool F16 = false>
 __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* sb, uint64_t* full, uint64_t* empty,
                                               uint8_t* my_d, const CUtensorMap* map_d, __nv_bfloat16* d, int N,
                                               int half, int t, int tiles, int tiles_n, int nk) {
     float acc[128];
-    const int warp = t / 32, lane = t % 32;
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int m0, n0;
@@ -174,7 +238,7 @@ __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* 
             const uint8_t* b = sb + s * B_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+                wgmma_m64n256k16<F16>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
             wgmma_commit();
             fence_regs(acc);
             wgmma_wait<1>();   // the previous stage's multiplications are done
@@ -184,37 +248,7 @@ __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* 
         wgmma_wait<0>();
         fence_regs(acc);
         if (t == 0) mbar_arrive(&empty[(it - 1) % NST]);
-        // register 4j + {0,1}: row warp*16 + lane/4, columns 8j + 2*(lane%4) + {0,1}; 4j + {2,3}: 8 rows further
-        const int r = warp * 16 + lane / 4;
-        if constexpr (DIRECT) {
-            __nv_bfloat16* d0 = d + (size_t)(m0 + half * 64 + r) * N + n0 + 2 * (lane % 4);
-            __nv_bfloat16* d8 = d0 + (size_t)8 * N;
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                *(__nv_bfloat162*)(d0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
-                *(__nv_bfloat162*)(d8 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
-            }
-            continue;
-        }
-        // the previous tile's store must have read the buffer before it is written again
-        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-        named_sync(1 + half, 128);
-        // box j/8 (64 columns) holds columns 64(j/8) ...; in it, row r's 16-byte chunk c sits at chunk c ^ (r % 8)
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            uint8_t* box = my_d + (j / 8) * (64 * 128);
-            const int chunk = j % 8, byte = 4 * (lane % 4);
-            __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * j], acc[4 * j + 1]);
-            __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
-            *(__nv_bfloat162*)(box + r * 128 + ((chunk ^ (r % 8)) * 16) + byte) = lo;
-            *(__nv_bfloat162*)(box + (r + 8) * 128 + ((chunk ^ ((r + 8) % 8)) * 16) + byte) = hi;
-        }
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the writes, visible to the TMA
-        named_sync(1 + half, 128);
-        if (t == 0) {
-            for (int bx = 0; bx < 4; bx++) tma_store_2d(map_d, my_d + bx * 64 * 128, n0 + 64 * bx, m0 + half * 64);
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-        }
+        store_tile<DIRECT>(acc, my_d, map_d, d, N, m0, n0, half, t);
     }
     if (!DIRECT && t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
@@ -294,9 +328,43 @@ __device__ __forceinline__ __nv_bfloat162 e4m3_bf16x2(uint32_t b) {
     return __float2bfloat162_rn(f);
 }
 
+// The FP16 form: 8 E2M1 codes -> 8 FP16 values x 2^-6, exact, through E4M3: a code's bits s e1 e0 m placed as the E4M3
+// byte s 000 e1e0m 00 is the code's value times 2^-6 (E2M1's bias is 1, E4M3's 7; e = 0 lands on E4M3's subnormals,
+// 0.5 x 2^-6 = 2^-7 included), so the bytes come from shifts and masks, no table, and cvt.f16x2.e4m3x2 turns two of
+// them into an FP16 pair. s64 holds the block scale times 2^6 in both halves (from 2^-3 to 28,672: FP16 normals), and
+// the products (at most 2 + 4 significant bits, 2^-10 to 2,688) are exact in FP16 as in BF16, so a GEMM of these FP16
+// operands multiplies the same values as one of the BF16 expansion's. Per 8 elements: 7 bit operations, 2 PRMT,
+// 4 cvt, 4 HMUL2 (against ~36 instructions for expand8's two byte tables).
+__device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint32_t two) {   // the low 16 bits: E4M3 bytes (lo, hi)
+    uint32_t h;
+    asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}" : "=r"(h) : "r"(two));
+    return h;
+}
+// s64 scales elements 0-3, t64 elements 4-7 (one block: the same; the register-A fragment: two blocks).
+__device__ __forceinline__ uint4 expand8_f16(uint32_t w, __half2 s64, __half2 t64) {
+    const uint32_t e = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);   // elements 0, 2, 4, 6 as E4M3 bytes
+    const uint32_t o = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);          // elements 1, 3, 5, 7
+    const uint32_t p0 = __byte_perm(e, o, 0x5140), p1 = __byte_perm(e, o, 0x7362);   // elements 0-3, 4-7
+    const uint32_t h[4] = {cvt_e4m3x2_f16x2(p0), cvt_e4m3x2_f16x2(p0 >> 16), cvt_e4m3x2_f16x2(p1),
+                           cvt_e4m3x2_f16x2(p1 >> 16)};
+    uint32_t out[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        __half2 v = __hmul2(*(const __half2*)&h[i], i < 2 ? s64 : t64);
+        out[i] = *(uint32_t*)&v;
+    }
+    return make_uint4(out[0], out[1], out[2], out[3]);
+}
+// An E4M3 block scale times 2^6 as FP16 in both halves (exact: the conversion, then a power of two).
+__device__ __forceinline__ __half2 e4m3_f16x2_x64(uint32_t b) {
+    const uint32_t h = cvt_e4m3x2_f16x2(b * 0x101u);
+    return __hmul2(*(const __half2*)&h, __half2half2(__float2half(64.0f)));
+}
+
 // TASK: elements a transform thread expands at a time, 8 (a chunk: one code word, its block's scale converted for
 // each chunk) or 16 (a whole block: two code words, one scale). SASS per 16 elements: ~76 and ~71 instructions.
-template <int TASK>
+// F16 (TASK 16 only): the expansion to FP16 through E4M3 (expand8_f16) and FP16 wgmma.
+template <int TASK, bool F16>
 __global__ void __launch_bounds__(PK_THREADS, 1)
 gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
                    const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
@@ -320,7 +388,7 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
     }
     __syncthreads();
     if (wg == 0) {   // the transform warpgroup (and the loads)
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
         const int tt = threadIdx.x;   // 0..127
         const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
         const int total = my_tiles * nk;   // stages this CTA runs
@@ -345,7 +413,10 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
             mbar_wait(&pfull[ps], (it / PK_STAGES) & 1);
             if (it >= PB_STAGES) mbar_wait(&bempty[bs], ((it / PB_STAGES) & 1) ^ 1);
             const uint8_t* st = sp + ps * PK_BYTES;
-            if constexpr (TASK == 8) {
+            static_assert(TASK != 8 || !F16, "the FP16 expansion runs in tasks of 16");
+            if constexpr (TASK == 0) {
+                // diagnostic: no expansion (the consumers multiply stale stages), the pipeline's own bound
+            } else if constexpr (TASK == 8) {
                 const ExpandTables tab = expand_tables();
 #pragma unroll
                 for (int i = 0; i < 24; i++) {   // 384 rows x 8 chunks of 8 elements: chunk tt % 8 of row tt / 8 + 16 i
@@ -369,10 +440,19 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
                     const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
                     const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
                     const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[blk * rows + r]);
                     uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128;
-                    *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8(w.x, s2, tab);
-                    *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8(w.y, s2, tab);
+                    uint4 lo, hi;
+                    if constexpr (F16) {
+                        const __half2 s64 = e4m3_f16x2_x64(sc[blk * rows + r]);
+                        lo = expand8_f16(w.x, s64, s64);
+                        hi = expand8_f16(w.y, s64, s64);
+                    } else {
+                        const __nv_bfloat162 s2 = e4m3_bf16x2(sc[blk * rows + r]);
+                        lo = expand8(w.x, s2, tab);
+                        hi = expand8(w.y, s2, tab);
+                    }
+                    *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
+                    *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
                 }
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the BF16 stage, visible to wgmma
@@ -381,9 +461,294 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
         }
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 208;");
-    consume_tiles<PB_STAGES, false>(sa, sb, bfull, bempty, sd + (wg - 1) * P_D_BYTES, &map_d, nullptr, N, wg - 1, t,
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
+    consume_tiles<PB_STAGES, false, F16>(sa, sb, bfull, bempty, sd + (wg - 1) * P_D_BYTES, &map_d, nullptr, N, wg - 1, t,
                                      tiles, tiles_n, nk);
+}
+
+// ---- The register-A form: A expanded by the consumers, B by the transform warpgroup -------------------------------
+// The consumers expand their own A fragments into registers (wgmma's register-A form), so A never passes through the
+// BF16/FP16 ring: the transform warpgroup expands only B (16 of its 24 tasks), and shared memory carries B's FP16 stage
+// once written and twice read instead of A's and B's. A's codes are stored in fragment order for this: in each row's
+// 32-byte group (64 elements, one stage), byte q * 8 + j holds the standard layout's byte 4 j + q (elements
+// 8 j + 2 q + {0, 1}), so lane q of a fragment reads its 8 bytes with one 8-byte load (fragment_order_kernel
+// rewrites standard codes so); byte j = 2 kk + {0, 1} is the 16-column slice kk's a[0|1] and a[2|3] (FP16 pairs).
+// A's scales stay K-block-major. nk must be even: the consumers alternate between two fragment sets, the one being
+// written never the one an in-flight wgmma reads.
+// Standard codes read in fragment order: byte q of each of the row group's 8 words (two 16-byte loads, 6 PRMT).
+__device__ __forceinline__ uint2 gather_fragment(const uint8_t* row, int q) {
+    const uint4 u = *(const uint4*)row, v = *(const uint4*)(row + 16);
+    const uint32_t sel = q | ((q + 4) << 4);
+    return make_uint2(__byte_perm(__byte_perm(u.x, u.y, sel), __byte_perm(u.z, u.w, sel), 0x5410),
+                      __byte_perm(__byte_perm(v.x, v.y, sel), __byte_perm(v.z, v.w, sel), 0x5410));
+}
+template <int NB>   // FP16 stages of B
+constexpr int ra_smem_bytes() {
+    return PK_STAGES * PK_BYTES + NB * B_BYTES + CONSUMERS * P_D_BYTES + 1024 + 2 * (PK_STAGES + NB) * 8;
+}
+// FRAG_ORDER: A's codes in fragment order (one 8-byte load per row), else standard (gather_fragment). NB: FP16
+// stages of B (how far the transform warpgroup may run ahead of the consumers).
+// DIAG (timing only, wrong results): 1 = B not expanded, 2 = A not expanded (its fragments constant).
+template <bool FRAG_ORDER, int NB, int DIAG = 0>
+__global__ void __launch_bounds__(PK_THREADS, 1)
+gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
+                      const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
+                      const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
+    extern __shared__ uint8_t raw_smem[];
+    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* sb = smem;                                    // FP16 ring: NB x B_BYTES
+    uint8_t* sd = sb + NB * B_BYTES;                // CONSUMERS x P_D_BYTES
+    uint8_t* sp = sd + CONSUMERS * P_D_BYTES;              // packed ring: PK_STAGES x PK_BYTES
+    uint64_t* pfull = (uint64_t*)(sp + PK_STAGES * PK_BYTES);
+    uint64_t* pempty = pfull + PK_STAGES;
+    uint64_t* bfull = pempty + PK_STAGES;
+    uint64_t* bempty = bfull + NB;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
+    if (threadIdx.x == 0) {
+        // a packed stage is released by the transform warpgroup's threads and each consumer warp
+        for (int s = 0; s < PK_STAGES; s++) { mbar_init(&pfull[s], 1); mbar_init(&pempty[s], 128 + 4 * CONSUMERS); }
+        for (int s = 0; s < NB; s++) { mbar_init(&bfull[s], 128); mbar_init(&bempty[s], CONSUMERS); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int total = my_tiles * nk;   // stages this CTA runs
+    if (wg == 0) {   // the transform warpgroup: B's expansion, and the loads
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
+        auto load = [&](int it) {          // the packed stage it: tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk
+            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
+            int m0, n0;
+            tile_origin(tile, tiles_n, &m0, &n0);
+            const int s = it % PK_STAGES;
+            uint8_t* st = sp + s * PK_BYTES;
+            if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
+            mbar_expect_tx(&pfull[s], PK_BYTES);
+            tma_load_2d(st, &map_ac, &pfull[s], k * (BK / 2), m0);
+            tma_load_2d(st + PK_A_CODES, &map_bc, &pfull[s], k * (BK / 2), n0);
+            tma_load_2d(st + PK_A_CODES + PK_B_CODES, &map_as, &pfull[s], m0, k * (BK / 16));
+            tma_load_2d(st + PK_A_CODES + PK_B_CODES + PK_A_SC, &map_bs, &pfull[s], n0, k * (BK / 16));
+        };
+        if (t == 0)
+            for (int it = 0; it < PK_STAGES - 1 && it < total; it++) load(it);
+        for (int it = 0; it < total; it++) {
+            if (t == 0 && it + PK_STAGES - 1 < total) load(it + PK_STAGES - 1);
+            const int ps = it % PK_STAGES, bs = it % NB;
+            mbar_wait(&pfull[ps], (it / PK_STAGES) & 1);
+            if (it >= NB) mbar_wait(&bempty[bs], ((it / NB) & 1) ^ 1);
+            const uint8_t* codes = sp + ps * PK_BYTES + PK_A_CODES;
+            const uint8_t* sc = sp + ps * PK_BYTES + PK_A_CODES + PK_B_CODES + PK_A_SC;
+#pragma unroll
+            for (int i = 0; i < (DIAG == 1 ? 0 : 8); i++) {   // 256 rows x 4 blocks of 16: block t % 4 of row t / 4 + 32 i
+                const int r = t / 4 + 32 * i, blk = t % 4;
+                const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                const __half2 s64 = e4m3_f16x2_x64(sc[blk * BN + r]);
+                uint8_t* dst = sb + bs * B_BYTES + r * 128;
+                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8_f16(w.x, s64, s64);
+                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8_f16(w.y, s64, s64);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
+            mbar_arrive(&pempty[ps]);
+            mbar_arrive(&bfull[bs]);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
+    const int half = wg - 1, lane = t % 32, q = lane % 4;
+    const int ra = half * 64 + (t / 32) * 16 + lane / 4;   // this thread's A rows in the tile: ra and ra + 8
+    float acc[128];
+    uint32_t af0[16], af1[16];   // the fragments of even and odd stages
+    int it = 0;
+    // one stage: A's fragment from the packed stage (released once read), then B's FP16 stage, 4 wgmmas
+    auto stage = [&](uint32_t* a, int k) {
+        const int ps = it % PK_STAGES, bs = it % NB;
+        mbar_wait(&pfull[ps], (it / PK_STAGES) & 1);
+        const uint8_t* st = sp + ps * PK_BYTES;
+        uint2 c0, c1;
+        if constexpr (DIAG == 2) {
+            c0 = make_uint2(0x12345678u, 0x9abcdef0u);
+            c1 = c0;
+        } else if constexpr (FRAG_ORDER) {
+            c0 = *(const uint2*)(st + ra * (BK / 2) + q * 8);
+            c1 = *(const uint2*)(st + (ra + 8) * (BK / 2) + q * 8);
+        } else {
+            c0 = gather_fragment(st + ra * (BK / 2), q);
+            c1 = gather_fragment(st + (ra + 8) * (BK / 2), q);
+        }
+        const uint8_t* sc = st + PK_A_CODES + PK_B_CODES;
+        __half2 s0[4], s1[4];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            s0[kk] = DIAG == 2 ? __half2half2(__float2half(1.0f)) : e4m3_f16x2_x64(sc[kk * BM + ra]);
+            s1[kk] = DIAG == 2 ? s0[kk] : e4m3_f16x2_x64(sc[kk * BM + ra + 8]);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&pempty[ps]);
+        uint32_t frag[16];
+        if constexpr (DIAG == 2) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) frag[i] = c0.x;
+        } else {
+            const uint4 x0 = expand8_f16(c0.x, s0[0], s0[1]), x1 = expand8_f16(c0.y, s0[2], s0[3]);   // row ra
+            const uint4 y0 = expand8_f16(c1.x, s1[0], s1[1]), y1 = expand8_f16(c1.y, s1[2], s1[3]);   // row ra + 8
+            const uint32_t f[16] = {x0.x, y0.x, x0.y, y0.y, x0.z, y0.z, x0.w, y0.w,
+                                    x1.x, y1.x, x1.y, y1.y, x1.z, y1.z, x1.w, y1.w};
+#pragma unroll
+            for (int i = 0; i < 16; i++) frag[i] = f[i];
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) a[i] = frag[i];
+        mbar_wait(&bfull[bs], (it / NB) & 1);
+        fence_regs(acc);
+        wgmma_fence();
+        const uint8_t* b = sb + bs * B_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) wgmma_m64n256k16_ra(acc, a + 4 * kk, smem_desc(b + kk * 32), k > 0 || kk > 0);
+        wgmma_commit();
+        fence_regs(acc);
+        wgmma_wait<1>();   // the previous stage's multiplications are done
+        fence_regs(acc);
+        if (k > 0 && t == 0) mbar_arrive(&bempty[(it - 1) % NB]);
+        it++;
+    };
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile, tiles_n, &m0, &n0);
+        for (int k = 0; k < nk; k += 2) {
+            stage(af0, k);
+            stage(af1, k + 1);
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (t == 0) mbar_arrive(&bempty[(it - 1) % NB]);
+        store_tile<false>(acc, sd + half * P_D_BYTES, &map_d, nullptr, N, m0, n0, half, t);
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+// Standard codes (byte j of a row: elements 2j, 2j + 1) -> fragment order (above), one byte per thread.
+__global__ void fragment_order_kernel(uint8_t* out, const uint8_t* codes, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t base = i & ~(int64_t)31;
+    const int p = (int)(i & 31), q = p / 8, j = p % 8;
+    out[i] = codes[base + 4 * j + q];
+}
+
+// ---- Only A packed: B as FP16 values from global memory ------------------------------------------------------------
+// In the trainer's forward and data-gradient GEMMs one operand is a weight (OC x C: small, and read again by every one
+// of the 512 row tiles of the tokens), so expanding it inside every tile repeats work that one plain pass does once.
+// Here B arrives by TMA already as FP16 values (a weight's dequantized copy: exact in FP16, see expand8_f16), and the
+// transform warpgroup expands only A (4 of its 12 tasks). Rings: load stages (A's codes and scales + B's FP16 tile,
+// one transaction barrier), released by the transform warpgroup (A read) and the consumers (B multiplied); expanded A
+// stages, released by the consumers.
+constexpr int PA_LOAD = 3, PA_EXP = 2;
+constexpr int PA_LOAD_BYTES = B_BYTES + 5 * 1024;   // 32,768 + A's 4,608 padded so that every stage's B is 1024-aligned
+constexpr int PA_SMEM_BYTES = PA_LOAD * PA_LOAD_BYTES + PA_EXP * A_BYTES + CONSUMERS * P_D_BYTES + 1024 +
+                              2 * (PA_LOAD + PA_EXP) * 8;
+__global__ void __launch_bounds__(PK_THREADS, 1)
+gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
+                     const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_d, int M, int N,
+                     int K) {
+    extern __shared__ uint8_t raw_smem[];
+    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* sl = smem;                                    // load ring: PA_LOAD x (B's FP16 tile, A's codes, A's scales)
+    uint8_t* sa = sl + PA_LOAD * PA_LOAD_BYTES;            // expanded A: PA_EXP x A_BYTES
+    uint8_t* sd = sa + PA_EXP * A_BYTES;                   // CONSUMERS x P_D_BYTES
+    uint64_t* lfull = (uint64_t*)(sd + CONSUMERS * P_D_BYTES);
+    uint64_t* lempty = lfull + PA_LOAD;
+    uint64_t* afull = lempty + PA_LOAD;
+    uint64_t* aempty = afull + PA_EXP;
+    const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+    const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < PA_LOAD; s++) { mbar_init(&lfull[s], 1); mbar_init(&lempty[s], 128 + CONSUMERS); }
+        for (int s = 0; s < PA_EXP; s++) { mbar_init(&afull[s], 128); mbar_init(&aempty[s], CONSUMERS); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int total = my_tiles * nk;   // stages this CTA runs
+    // a load stage: B's tile first (1024-aligned for the swizzle), then A's codes and scales
+    auto stage_b = [&](int s) { return sl + s * PA_LOAD_BYTES; };
+    auto stage_ac = [&](int s) { return sl + s * PA_LOAD_BYTES + B_BYTES; };
+    if (wg == 0) {   // the transform warpgroup: A's expansion, and the loads
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
+        auto load = [&](int it) {
+            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
+            int m0, n0;
+            tile_origin(tile, tiles_n, &m0, &n0);
+            const int s = it % PA_LOAD;
+            if (it >= PA_LOAD) mbar_wait(&lempty[s], ((it / PA_LOAD) & 1) ^ 1);
+            mbar_expect_tx(&lfull[s], B_BYTES + PK_A_CODES + PK_A_SC);
+            tma_load_2d(stage_b(s), &map_b, &lfull[s], k * BK, n0);
+            tma_load_2d(stage_ac(s), &map_ac, &lfull[s], k * (BK / 2), m0);
+            tma_load_2d(stage_ac(s) + PK_A_CODES, &map_as, &lfull[s], m0, k * (BK / 16));
+        };
+        if (t == 0)
+            for (int it = 0; it < PA_LOAD - 1 && it < total; it++) load(it);
+        for (int it = 0; it < total; it++) {
+            if (t == 0 && it + PA_LOAD - 1 < total) load(it + PA_LOAD - 1);
+            const int ls = it % PA_LOAD, as = it % PA_EXP;
+            mbar_wait(&lfull[ls], (it / PA_LOAD) & 1);
+            if (it >= PA_EXP) mbar_wait(&aempty[as], ((it / PA_EXP) & 1) ^ 1);
+            const uint8_t* codes = stage_ac(ls);
+            const uint8_t* sc = codes + PK_A_CODES;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {   // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i
+                const int r = t / 4 + 32 * i, blk = t % 4;
+                const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                const __half2 s64 = e4m3_f16x2_x64(sc[blk * BM + r]);
+                uint8_t* dst = sa + as * A_BYTES + r * 128;
+                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8_f16(w.x, s64, s64);
+                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8_f16(w.y, s64, s64);
+            }
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
+            mbar_arrive(&lempty[ls]);   // A's codes read (B's part is released by the consumers)
+            mbar_arrive(&afull[as]);
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
+    const int half = wg - 1;
+    float acc[128];
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile, tiles_n, &m0, &n0);
+        for (int k = 0; k < nk; k++, it++) {
+            const int ls = it % PA_LOAD, as = it % PA_EXP;
+            mbar_wait(&lfull[ls], (it / PA_LOAD) & 1);   // B's tile (the TMA's writes, seen by this thread's wgmma)
+            mbar_wait(&afull[as], (it / PA_EXP) & 1);
+            fence_regs(acc);
+            wgmma_fence();
+            const uint8_t* a = sa + as * A_BYTES + half * 64 * BK * 2;
+            const uint8_t* b = stage_b(ls);
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; kk++)
+                wgmma_m64n256k16<true>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+            wgmma_commit();
+            fence_regs(acc);
+            wgmma_wait<1>();   // the previous stage's multiplications are done
+            fence_regs(acc);
+            if (k > 0 && t == 0) {
+                mbar_arrive(&lempty[(it - 1) % PA_LOAD]);
+                mbar_arrive(&aempty[(it - 1) % PA_EXP]);
+            }
+        }
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (t == 0) {
+            mbar_arrive(&lempty[(it - 1) % PA_LOAD]);
+            mbar_arrive(&aempty[(it - 1) % PA_EXP]);
+        }
+        store_tile<false>(acc, sd + half * P_D_BYTES, &map_d, nullptr, N, m0, n0, half, t);
+    }
+    if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+// BF16 -> FP16 (the dequantized weights' values are exact in both)
+__global__ void bf16_to_f16_kernel(__half* out, const __nv_bfloat16* in, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2half(__bfloat162float(in[i]));
 }
 
 // The plain twin of the expansion: one element per thread, from the E2M1 and E4M3 definitions (a table of the
@@ -449,7 +814,7 @@ static CUtensorMap make_map_u8(const void* ptr, int rows, int cols, int box_rows
 }
 
 // D = A B^T from packed operands (codes, K-block-major scales; see gemm_packed_kernel).
-template <int TASK>
+template <int TASK, bool F16>
 static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const uint8_t* bc, const uint8_t* bs,
                         int M, int N, int K, int sms, cudaStream_t stream) {
     fail_if(M % BM || N % BN || K % BK, "gemm_packed: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
@@ -457,7 +822,31 @@ static void gemm_packed(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, 
     const CUtensorMap mbc = make_map_u8(bc, N, K / 2, BN, BK / 2), mbs = make_map_u8(bs, K / 16, N, BK / 16, BN);
     const CUtensorMap md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
-    gemm_packed_kernel<TASK><<<std::min(tiles, sms), PK_THREADS, PK_SMEM_BYTES, stream>>>(mac, mas, mbc, mbs, md, M, N, K);
+    gemm_packed_kernel<TASK, F16><<<std::min(tiles, sms), PK_THREADS, PK_SMEM_BYTES, stream>>>(mac, mas, mbc, mbs, md, M, N, K);
+    cuda_check(cudaGetLastError());
+}
+
+// D = A B^T from packed operands, A's codes in fragment order or standard (gemm_packed_ra_kernel).
+template <bool FRAG_ORDER, int NB, int DIAG = 0>
+static void gemm_packed_ra(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const uint8_t* bc, const uint8_t* bs,
+                           int M, int N, int K, int sms, cudaStream_t stream) {
+    fail_if(M % BM || N % BN || K % (2 * BK), "gemm_packed_ra: M, N, K must be multiples of %d, %d, %d", BM, BN, 2 * BK);
+    const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, K / 16, M, BK / 16, BM);
+    const CUtensorMap mbc = make_map_u8(bc, N, K / 2, BN, BK / 2), mbs = make_map_u8(bs, K / 16, N, BK / 16, BN);
+    const CUtensorMap md = make_map(d, M, N, 64);
+    const int tiles = (M / BM) * (N / BN);
+    gemm_packed_ra_kernel<FRAG_ORDER, NB, DIAG><<<std::min(tiles, sms), PK_THREADS, ra_smem_bytes<NB>(), stream>>>(mac, mas, mbc, mbs, md, M, N, K);
+    cuda_check(cudaGetLastError());
+}
+
+// D = A B^T, A packed (codes, K-block-major scales), B FP16 values (gemm_packed_a_kernel).
+static void gemm_packed_a(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const __half* b, int M, int N, int K,
+                          int sms, cudaStream_t stream) {
+    fail_if(M % BM || N % BN || K % BK, "gemm_packed_a: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
+    const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, K / 16, M, BK / 16, BM);
+    const CUtensorMap mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
+    const int tiles = (M / BM) * (N / BN);
+    gemm_packed_a_kernel<<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
     cuda_check(cudaGetLastError());
 }
 
@@ -524,6 +913,7 @@ int main(int argc, char** argv) {
         const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
         printf("%-14s %6d %6d %6d %9.1f", s.name, s.M, s.N, s.K, us_ref);
         for (int k = 0; k < 2; k++) {
+            if (!bench_wants(bench, kname[k])) continue;
             cuda_check(cudaMemset(d, 0xFF, nd * 2));   // NaN where the kernel writes nothing
             g90::gemm_tn(d, a, b, s.M, s.N, s.K, k, sms, 0);
             cuda_check(cudaDeviceSynchronize());
@@ -548,31 +938,70 @@ int main(int argc, char** argv) {
     // packed operands: the same shapes, A and B as NVFP4 codes and block scales (random), against cuBLASLt's and the
     // persistent kernel's GEMM of their BF16 values (dequant_packed_kernel): equal to the latter bit for bit (the same
     // products in the same order)
-    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<8, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::PK_SMEM_BYTES));
-    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<16, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::PK_SMEM_BYTES));
-    uint8_t *ac, *as, *bc, *bs;
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<16, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PK_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<true, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::ra_smem_bytes<2>()));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<false, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::ra_smem_bytes<2>()));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<false, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::ra_smem_bytes<3>()));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_a_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PA_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PK_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<true, 2, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::ra_smem_bytes<2>()));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<true, 2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::ra_smem_bytes<2>()));
+    uint8_t *ac, *acf, *as, *bc, *bs;
     cuda_check(cudaMalloc(&ac, maxA / 2));
+    cuda_check(cudaMalloc(&acf, maxA / 2));
     cuda_check(cudaMalloc(&as, maxA / 16));
     cuda_check(cudaMalloc(&bc, maxB / 2));
     cuda_check(cudaMalloc(&bs, maxB / 16));
     __nv_bfloat16* dp;
     cuda_check(cudaMalloc(&dp, maxD * 2));
-    auto packed = [&](int task, const Shape& s) {
-        if (task == 8) g90::gemm_packed<8>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
-        else g90::gemm_packed<16>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+    __half* b16;   // B's values in FP16 (the A-only form's B)
+    cuda_check(cudaMalloc(&b16, maxB * 2));
+    // the expansions: BF16 from byte tables in tasks of 8 or 16 elements, FP16 through E4M3 in tasks of 16, and FP16
+    // with A expanded by the consumers in registers (its codes in fragment order, or standard gathered so; 2 or 3
+    // FP16 stages of B)
+    // diag-*: timing only (results wrong by design, not checked): no expansion at all in the shared-memory form; regA/frag
+    // with B or A not expanded
+    // A-only: A packed and expanded by the transform warpgroup, B read as FP16 values (a weight's dequantized copy)
+    const int NX = 10, NCHECKED = 7;
+    const char* xname[NX] = {"bf16/8", "bf16/16", "f16/16", "regA/frag", "regA/std", "regA/std3", "A-only",
+                             "diag-none", "diag-noB", "diag-noA"};
+    auto packed = [&](int x, const Shape& s) {
+        if (x == 0) g90::gemm_packed<8, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 1) g90::gemm_packed<16, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 2) g90::gemm_packed<16, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 3) g90::gemm_packed_ra<true, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 4) g90::gemm_packed_ra<false, 2>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 5) g90::gemm_packed_ra<false, 3>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 6) g90::gemm_packed_a(dp, ac, as, b16, s.M, s.N, s.K, sms, 0);
+        else if (x == 7) g90::gemm_packed<0, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 8) g90::gemm_packed_ra<true, 2, 1>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else g90::gemm_packed_ra<true, 2, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
     };
-    printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory by 8- or 16-element tasks) vs\n"
-           "the BF16 GEMMs of their values; != persist: outputs that differ from the persistent kernel's (must be 0)\n");
-    printf("%-14s %9s %9s | %-7s %9s %6s %7s %10s %8s | %-7s %9s %6s %7s %10s %8s\n", "GEMM", "cublas us", "persist",
-           "task", "us", "ratio", "TFLOP/s", "!= persist", "err", "task", "us", "ratio", "TFLOP/s", "!= persist", "err");
+    printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory) vs the BF16 GEMMs of their\n"
+           "values; != persist: outputs that differ from the persistent kernel's (must be 0)\n");
+    printf("%-14s %9s %9s", "GEMM", "cublas us", "persist");
+    for (int x = 0; x < NX; x++) printf(" | %-8s %9s %6s %7s %10s %8s", "expand", "us", "ratio", "TFLOP/s", "!= persist", "err");
+    printf("\n");
     for (const Shape& s : shapes) {
         const size_t nd = (size_t)s.M * s.N, na = (size_t)s.M * s.K, nb = (size_t)s.N * s.K;
         g90::fill_packed_kernel<<<(unsigned)((na / 2 + 255) / 256), 256>>>(ac, as, s.M, s.K, 1);
         g90::fill_packed_kernel<<<(unsigned)((nb / 2 + 255) / 256), 256>>>(bc, bs, s.N, s.K, 2);
+        g90::fragment_order_kernel<<<(unsigned)((na / 2 + 255) / 256), 256>>>(acf, ac, (int64_t)(na / 2));
         g90::dequant_packed_kernel<<<(unsigned)((na + 255) / 256), 256>>>(a, ac, as, s.M, s.K);
         g90::dequant_packed_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b, bc, bs, s.N, s.K);
+        g90::bf16_to_f16_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b16, b, (int64_t)nb);
         cuda_check(cudaGetLastError());
         matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
         g90::gemm_tn(d, a, b, s.M, s.N, s.K, 1, sms, 0);
@@ -585,23 +1014,29 @@ int main(int argc, char** argv) {
         const double us_ref = bench_us(bench, [&] { matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0); });
         const double us_p = bench_us(bench, [&] { g90::gemm_tn(d, a, b, s.M, s.N, s.K, 1, sms, 0); });
         printf("%-14s %9.1f %9.1f", s.name, us_ref, us_p);
-        for (int task : {8, 16}) {
+        fflush(stdout);
+        for (int x = 0; x < NX; x++) {
+            if (!bench_wants(bench, xname[x])) continue;
             cuda_check(cudaMemset(dp, 0xFF, nd * 2));
-            packed(task, s);
+            packed(x, s);
             cuda_check(cudaDeviceSynchronize());
             cuda_check(cudaMemcpy(h2.data(), dp, nd * 2, cudaMemcpyDeviceToHost));
             double maxdiff = 0;
-            size_t differ = 0;
+            size_t differ = 0, first = nd;
             for (size_t i = 0; i < nd; i++) {
                 const float r = bf16_bits_to_float(hr[i]), o = bf16_bits_to_float(h2[i]);
                 maxdiff = fmax(maxdiff, std::isnan(o) ? INFINITY : fabs((double)o - r));
                 differ += h1[i] != h2[i];
+                if (h1[i] != h2[i] && first == nd) first = i;
             }
+            if (first < nd && x < NCHECKED)
+                fprintf(stderr, "%s %s: first difference at row %zu column %zu: %g, persistent %g\n", s.name, xname[x],
+                        first / s.N, first % s.N, bf16_bits_to_float(h2[first]), bf16_bits_to_float(h1[first]));
             const double rel = maxdiff / maxref;
-            const int ok = differ == 0 && rel <= 1.0 / 128;
+            const int ok = x >= NCHECKED || (differ == 0 && rel <= 1.0 / 128);
             failures += !ok;
-            const double us = bench_us(bench, [&] { packed(task, s); });
-            printf(" | %-7d %9.1f %6.3f %7.0f %10zu %8.1e%s", task, us, us / us_ref, 2.0 * s.M * s.N * s.K / us * 1e-6,
+            const double us = bench_us(bench, [&] { packed(x, s); });
+            printf(" | %-8s %9.1f %6.3f %7.0f %10zu %8.1e%s", xname[x], us, us / us_ref, 2.0 * s.M * s.N * s.K / us * 1e-6,
                    differ, rel, ok ? "" : " FAIL");
         }
         printf("\n");
