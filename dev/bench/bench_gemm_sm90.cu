@@ -638,76 +638,94 @@ __global__ void fragment_order_kernel(uint8_t* out, const uint8_t* codes, int64_
 // In the trainer's forward and data-gradient GEMMs one operand is a weight (OC x C: small, and read again by every one
 // of the 512 row tiles of the tokens), so expanding it inside every tile repeats work that one plain pass does once.
 // Here B arrives by TMA already as FP16 values (a weight's dequantized copy: exact in FP16, see expand8_f16), and the
-// transform warpgroup expands only A (4 of its 12 tasks). Rings: load stages (A's codes and scales + B's FP16 tile,
-// one transaction barrier), released by the transform warpgroup (A read) and the consumers (B multiplied); expanded A
-// stages, released by the consumers.
-constexpr int PA_LOAD = 3, PA_EXP = 2;
-constexpr int PA_LOAD_BYTES = B_BYTES + 5 * 1024;   // 32,768 + A's 4,608 padded so that every stage's B is 1024-aligned
-constexpr int PA_SMEM_BYTES = PA_LOAD * PA_LOAD_BYTES + PA_EXP * A_BYTES + CONSUMERS * P_D_BYTES + 1024 +
-                              2 * (PA_LOAD + PA_EXP) * 8;
+// transform warpgroup expands only A (4 of its 12 tasks). A is exactly what the trainer's quantizer writes for a
+// packed copy (quant_fast.cuh, QF_OUT_PACKED): standard codes and row-major scales (M x K/16), so K % 256 == 0 (a
+// TMA box row of scales is at least 16 bytes: 4 stages' worth, reloaded with each stage).
+// Loads: A's packed stages by the transform warpgroup's thread 0, ahead (their slots wait only on the transform); B's by
+// the first consumer's thread 0, each into the slot its consumers have just multiplied, PA_B - 1 stages ahead. (From
+// a transform thread, a B load would wait for the consumers to multiply that slot, which needs the transform's next
+// A stage: the transform would wait on itself. A fourth, producer warpgroup would leave the consumers under 154
+// registers, fewer than wgmma m64n256's 128 accumulators need with the rest.) Rings: A's packed stages (released by
+// the transform), B's FP16 stages and A's expanded stages (released by the consumers).
+constexpr int PA_P = 4, PA_B = 3, PA_EXP = 2;
+constexpr int PA_P_BYTES = PK_A_CODES + BM * 16;      // A's codes, and a scale box of 128 rows x 16 blocks (4 stages)
+constexpr int PA_SMEM_BYTES = PA_B * B_BYTES + PA_EXP * A_BYTES + CONSUMERS * P_D_BYTES + PA_P * PA_P_BYTES + 1024 +
+                              2 * (PA_P + PA_B + PA_EXP) * 8;
 __global__ void __launch_bounds__(PK_THREADS, 1)
 gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
                      const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_d, int M, int N,
                      int K) {
     extern __shared__ uint8_t raw_smem[];
     uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
-    uint8_t* sl = smem;                                    // load ring: PA_LOAD x (B's FP16 tile, A's codes, A's scales)
-    uint8_t* sa = sl + PA_LOAD * PA_LOAD_BYTES;            // expanded A: PA_EXP x A_BYTES
+    uint8_t* sb = smem;                                    // B: PA_B x B_BYTES
+    uint8_t* sa = sb + PA_B * B_BYTES;                     // expanded A: PA_EXP x A_BYTES
     uint8_t* sd = sa + PA_EXP * A_BYTES;                   // CONSUMERS x P_D_BYTES
-    uint64_t* lfull = (uint64_t*)(sd + CONSUMERS * P_D_BYTES);
-    uint64_t* lempty = lfull + PA_LOAD;
-    uint64_t* afull = lempty + PA_LOAD;
+    uint8_t* sp = sd + CONSUMERS * P_D_BYTES;              // packed A: PA_P x PA_P_BYTES
+    uint64_t* pfull = (uint64_t*)(sp + PA_P * PA_P_BYTES);
+    uint64_t* pempty = pfull + PA_P;
+    uint64_t* bfull = pempty + PA_P;
+    uint64_t* bempty = bfull + PA_B;
+    uint64_t* afull = bempty + PA_B;
     uint64_t* aempty = afull + PA_EXP;
     const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
     const int tiles_n = N / BN, tiles = (M / BM) * tiles_n, nk = K / BK;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < PA_LOAD; s++) { mbar_init(&lfull[s], 1); mbar_init(&lempty[s], 128 + CONSUMERS); }
+        for (int s = 0; s < PA_P; s++) { mbar_init(&pfull[s], 1); mbar_init(&pempty[s], 128); }
+        for (int s = 0; s < PA_B; s++) { mbar_init(&bfull[s], 1); mbar_init(&bempty[s], CONSUMERS); }
         for (int s = 0; s < PA_EXP; s++) { mbar_init(&afull[s], 128); mbar_init(&aempty[s], CONSUMERS); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
     const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
     const int total = my_tiles * nk;   // stages this CTA runs
-    // a load stage: B's tile first (1024-aligned for the swizzle), then A's codes and scales
-    auto stage_b = [&](int s) { return sl + s * PA_LOAD_BYTES; };
-    auto stage_ac = [&](int s) { return sl + s * PA_LOAD_BYTES + B_BYTES; };
-    if (wg == 0) {   // the transform warpgroup: A's expansion, and the loads
+    auto origin = [&](int it, int* m0, int* n0) { tile_origin(blockIdx.x + (it / nk) * gridDim.x, tiles_n, m0, n0); };
+    if (wg == 0) {   // the transform warpgroup: A's expansion, and A's loads
         asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
         auto load = [&](int it) {
-            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
             int m0, n0;
-            tile_origin(tile, tiles_n, &m0, &n0);
-            const int s = it % PA_LOAD;
-            if (it >= PA_LOAD) mbar_wait(&lempty[s], ((it / PA_LOAD) & 1) ^ 1);
-            mbar_expect_tx(&lfull[s], B_BYTES + PK_A_CODES + PK_A_SC);
-            tma_load_2d(stage_b(s), &map_b, &lfull[s], k * BK, n0);
-            tma_load_2d(stage_ac(s), &map_ac, &lfull[s], k * (BK / 2), m0);
-            tma_load_2d(stage_ac(s) + PK_A_CODES, &map_as, &lfull[s], m0, k * (BK / 16));
+            origin(it, &m0, &n0);
+            const int ps = it % PA_P, k = it % nk;
+            if (it >= PA_P) mbar_wait(&pempty[ps], ((it / PA_P) & 1) ^ 1);
+            mbar_expect_tx(&pfull[ps], PA_P_BYTES);
+            tma_load_2d(sp + ps * PA_P_BYTES, &map_ac, &pfull[ps], k * (BK / 2), m0);
+            tma_load_2d(sp + ps * PA_P_BYTES + PK_A_CODES, &map_as, &pfull[ps], (k / 4) * 16, m0);
         };
         if (t == 0)
-            for (int it = 0; it < PA_LOAD - 1 && it < total; it++) load(it);
+            for (int it = 0; it < PA_P - 1 && it < total; it++) load(it);
         for (int it = 0; it < total; it++) {
-            if (t == 0 && it + PA_LOAD - 1 < total) load(it + PA_LOAD - 1);
-            const int ls = it % PA_LOAD, as = it % PA_EXP;
-            mbar_wait(&lfull[ls], (it / PA_LOAD) & 1);
+            if (t == 0 && it + PA_P - 1 < total) load(it + PA_P - 1);
+            const int ps = it % PA_P, as = it % PA_EXP;
+            mbar_wait(&pfull[ps], (it / PA_P) & 1);
             if (it >= PA_EXP) mbar_wait(&aempty[as], ((it / PA_EXP) & 1) ^ 1);
-            const uint8_t* codes = stage_ac(ls);
-            const uint8_t* sc = codes + PK_A_CODES;
+            const uint8_t* codes = sp + ps * PA_P_BYTES;
+            const uint8_t* sc = codes + PK_A_CODES + ((it % nk) % 4) * 4;   // this stage's 4 blocks in each 16-byte row
 #pragma unroll
             for (int i = 0; i < 4; i++) {   // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i
                 const int r = t / 4 + 32 * i, blk = t % 4;
                 const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                const __half2 s64 = e4m3_f16x2_x64(sc[blk * BM + r]);
+                const __half2 s64 = e4m3_f16x2_x64(sc[r * 16 + blk]);
                 uint8_t* dst = sa + as * A_BYTES + r * 128;
                 *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8_f16(w.x, s64, s64);
                 *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8_f16(w.y, s64, s64);
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
-            mbar_arrive(&lempty[ls]);   // A's codes read (B's part is released by the consumers)
+            mbar_arrive(&pempty[ps]);
             mbar_arrive(&afull[as]);
         }
         return;
     }
+    // B's stage it, by the first consumer's thread 0 (its slot's previous use released)
+    const bool loads_b = wg == 1 && t == 0;
+    auto load_b = [&](int it) {
+        int m0, n0;
+        origin(it, &m0, &n0);
+        const int bs = it % PA_B;
+        if (it >= PA_B) mbar_wait(&bempty[bs], ((it / PA_B) & 1) ^ 1);
+        mbar_expect_tx(&bfull[bs], B_BYTES);
+        tma_load_2d(sb + bs * B_BYTES, &map_b, &bfull[bs], (it % nk) * BK, n0);
+    };
+    if (loads_b)
+        for (int it = 0; it < PA_B - 1 && it < total; it++) load_b(it);
     asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
     const int half = wg - 1;
     float acc[128];
@@ -716,13 +734,13 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
         int m0, n0;
         tile_origin(tile, tiles_n, &m0, &n0);
         for (int k = 0; k < nk; k++, it++) {
-            const int ls = it % PA_LOAD, as = it % PA_EXP;
-            mbar_wait(&lfull[ls], (it / PA_LOAD) & 1);   // B's tile (the TMA's writes, seen by this thread's wgmma)
+            const int bs = it % PA_B, as = it % PA_EXP;
+            mbar_wait(&bfull[bs], (it / PA_B) & 1);
             mbar_wait(&afull[as], (it / PA_EXP) & 1);
             fence_regs(acc);
             wgmma_fence();
             const uint8_t* a = sa + as * A_BYTES + half * 64 * BK * 2;
-            const uint8_t* b = stage_b(ls);
+            const uint8_t* b = sb + bs * B_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++)
                 wgmma_m64n256k16<true>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
@@ -731,19 +749,28 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             wgmma_wait<1>();   // the previous stage's multiplications are done
             fence_regs(acc);
             if (k > 0 && t == 0) {
-                mbar_arrive(&lempty[(it - 1) % PA_LOAD]);
+                mbar_arrive(&bempty[(it - 1) % PA_B]);
                 mbar_arrive(&aempty[(it - 1) % PA_EXP]);
             }
+            // B's stage it + PA_B - 1 into the slot of stage it - 1 (released just above, or at the previous tile's end)
+            if (loads_b && it + PA_B - 1 < total) load_b(it + PA_B - 1);
         }
         wgmma_wait<0>();
         fence_regs(acc);
         if (t == 0) {
-            mbar_arrive(&lempty[(it - 1) % PA_LOAD]);
+            mbar_arrive(&bempty[(it - 1) % PA_B]);
             mbar_arrive(&aempty[(it - 1) % PA_EXP]);
         }
         store_tile<false>(acc, sd + half * P_D_BYTES, &map_d, nullptr, N, m0, n0, half, t);
     }
     if (t == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+// K-block-major scales (kb * rows + r) -> row-major (r * nkb + kb), one byte per thread.
+__global__ void scales_row_major_kernel(uint8_t* out, const uint8_t* in, int rows, int nkb) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)rows * nkb) return;
+    const int r = (int)(i / nkb), kb = (int)(i % nkb);
+    out[i] = in[(int64_t)kb * rows + r];
 }
 // BF16 -> FP16 (the dequantized weights' values are exact in both)
 __global__ void bf16_to_f16_kernel(__half* out, const __nv_bfloat16* in, int64_t n) {
@@ -839,11 +866,11 @@ static void gemm_packed_ra(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* a
     cuda_check(cudaGetLastError());
 }
 
-// D = A B^T, A packed (codes, K-block-major scales), B FP16 values (gemm_packed_a_kernel).
+// D = A B^T, A packed (codes, row-major scales: the quantizer's), B FP16 values (gemm_packed_a_kernel).
 static void gemm_packed_a(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const __half* b, int M, int N, int K,
                           int sms, cudaStream_t stream) {
-    fail_if(M % BM || N % BN || K % BK, "gemm_packed_a: M, N, K must be multiples of %d, %d, %d", BM, BN, BK);
-    const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, K / 16, M, BK / 16, BM);
+    fail_if(M % BM || N % BN || K % 256, "gemm_packed_a: M, N, K must be multiples of %d, %d, %d", BM, BN, 256);
+    const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, M, K / 16, BM, 16);
     const CUtensorMap mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
     gemm_packed_a_kernel<<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
@@ -968,6 +995,8 @@ int main(int argc, char** argv) {
     cuda_check(cudaMalloc(&dp, maxD * 2));
     __half* b16;   // B's values in FP16 (the A-only form's B)
     cuda_check(cudaMalloc(&b16, maxB * 2));
+    uint8_t* asr;  // A's scales row-major (the A-only form's)
+    cuda_check(cudaMalloc(&asr, maxA / 16));
     // the expansions: BF16 from byte tables in tasks of 8 or 16 elements, FP16 through E4M3 in tasks of 16, and FP16
     // with A expanded by the consumers in registers (its codes in fragment order, or standard gathered so; 2 or 3
     // FP16 stages of B)
@@ -984,7 +1013,7 @@ int main(int argc, char** argv) {
         else if (x == 3) g90::gemm_packed_ra<true, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 4) g90::gemm_packed_ra<false, 2>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 5) g90::gemm_packed_ra<false, 3>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
-        else if (x == 6) g90::gemm_packed_a(dp, ac, as, b16, s.M, s.N, s.K, sms, 0);
+        else if (x == 6) g90::gemm_packed_a(dp, ac, asr, b16, s.M, s.N, s.K, sms, 0);
         else if (x == 7) g90::gemm_packed<0, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 8) g90::gemm_packed_ra<true, 2, 1>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else g90::gemm_packed_ra<true, 2, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
@@ -1002,6 +1031,7 @@ int main(int argc, char** argv) {
         g90::dequant_packed_kernel<<<(unsigned)((na + 255) / 256), 256>>>(a, ac, as, s.M, s.K);
         g90::dequant_packed_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b, bc, bs, s.N, s.K);
         g90::bf16_to_f16_kernel<<<(unsigned)((nb + 255) / 256), 256>>>(b16, b, (int64_t)nb);
+        g90::scales_row_major_kernel<<<(unsigned)((na / 16 + 255) / 256), 256>>>(asr, as, s.M, s.K / 16);
         cuda_check(cudaGetLastError());
         matmul_forward(dref, a, b, NULL, s.M, s.K, s.N, NULL, 0);
         g90::gemm_tn(d, a, b, s.M, s.N, s.K, 1, sms, 0);
