@@ -14,9 +14,10 @@
 // (the same products in the same order). Forms: a transform warpgroup expands both operands into the shared-memory
 // stage, as BF16 from two byte tables in tasks of 8 or 16 elements (bf16/8, bf16/16), or as FP16 through E4M3 and
 // cvt (f16/16, expand8_f16: the values are exact in FP16 too); the consumers expand A in registers for wgmma's
-// register-A form and the transform warpgroup only B (regA/*); only A packed, B read as FP16 values (A-only: in the
-// trainer's forward and data-gradient GEMMs B is a weight, small and reused by every row tile). diag-* rows are timing
-// only (a part of the expansion left out, results wrong by design).
+// register-A form and the transform warpgroup only B (regA/*); only A packed, B read as FP16 or BF16 values (A-only,
+// A-only/bf16: in the trainer's forward and data-gradient GEMMs B is a weight, small and reused by every row tile;
+// SASS: 187 and 284 instructions a transform thread per stage, against f16/16's 587). diag-* rows are timing only (a
+// part of the expansion left out, results wrong by design).
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
 // additions). -f SUBSTR runs only the kernels whose name contains it.
@@ -25,7 +26,7 @@
 // (f16/16 the fastest, 2.0-2.2x). The diagnostics place the cost in the expansion, not the pipeline: without any
 // expansion the packed pipeline runs at 1.01-1.07x; one warpgroup expanding both operands (~590 instructions a thread
 // per 64-deep stage) takes about twice the MMA time: it issues far below one instruction per clock, latency-bound.
-// A-only has not run yet (2026-12-06: written after the session's device time ran out).
+// The A-only forms have not run yet (2026-12-06: written after the session's device time ran out).
 // setmaxnreg: the registers a kernel's warpgroups ask for must add up to no more than its launch allocation (168 a
 // thread x 384 threads): 40 + 2 x 232 and 104 + 2 x 200 warpgroups' worth; asking for more waits forever (the
 // first packed runs hung with 96 + 2 x 208).
@@ -651,6 +652,9 @@ constexpr int PA_P = 4, PA_B = 3, PA_EXP = 2;
 constexpr int PA_P_BYTES = PK_A_CODES + BM * 16;      // A's codes, and a scale box of 128 rows x 16 blocks (4 stages)
 constexpr int PA_SMEM_BYTES = PA_B * B_BYTES + PA_EXP * A_BYTES + CONSUMERS * P_D_BYTES + PA_P * PA_P_BYTES + 1024 +
                               2 * (PA_P + PA_B + PA_EXP) * 8;
+// F16: A expanded to FP16 through E4M3 and B FP16 values; else A to BF16 from the byte tables and B BF16 (the trainer's
+// weight copies as they are).
+template <bool F16>
 __global__ void __launch_bounds__(PK_THREADS, 1)
 gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
                      const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_d, int M, int N,
@@ -703,12 +707,22 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             for (int i = 0; i < 4; i++) {   // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i
                 const int r = t / 4 + 32 * i, blk = t % 4;
                 const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                const __half2 s64 = e4m3_f16x2_x64(sc[r * 16 + blk]);
                 uint8_t* dst = sa + as * A_BYTES + r * 128;
-                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8_f16(w.x, s64, s64);
-                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8_f16(w.y, s64, s64);
+                uint4 lo, hi;
+                if constexpr (F16) {
+                    const __half2 s64 = e4m3_f16x2_x64(sc[r * 16 + blk]);
+                    lo = expand8_f16(w.x, s64, s64);
+                    hi = expand8_f16(w.y, s64, s64);
+                } else {
+                    const ExpandTables tab = expand_tables();
+                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[r * 16 + blk]);
+                    lo = expand8(w.x, s2, tab);
+                    hi = expand8(w.y, s2, tab);
+                }
+                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
+                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
             }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the expanded stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
             mbar_arrive(&afull[as]);
         }
@@ -743,7 +757,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             const uint8_t* b = sb + bs * B_BYTES;
 #pragma unroll
             for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16<true>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
+                wgmma_m64n256k16<F16>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
             wgmma_commit();
             fence_regs(acc);
             wgmma_wait<1>();   // the previous stage's multiplications are done
@@ -866,14 +880,15 @@ static void gemm_packed_ra(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* a
     cuda_check(cudaGetLastError());
 }
 
-// D = A B^T, A packed (codes, row-major scales: the quantizer's), B FP16 values (gemm_packed_a_kernel).
-static void gemm_packed_a(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const __half* b, int M, int N, int K,
+// D = A B^T, A packed (codes, row-major scales: the quantizer's), B FP16 (F16) or BF16 values (gemm_packed_a_kernel).
+template <bool F16>
+static void gemm_packed_a(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const void* b, int M, int N, int K,
                           int sms, cudaStream_t stream) {
     fail_if(M % BM || N % BN || K % 256, "gemm_packed_a: M, N, K must be multiples of %d, %d, %d", BM, BN, 256);
     const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, M, K / 16, BM, 16);
     const CUtensorMap mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
-    gemm_packed_a_kernel<<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
+    gemm_packed_a_kernel<F16><<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
     cuda_check(cudaGetLastError());
 }
 
@@ -977,7 +992,9 @@ int main(int argc, char** argv) {
                                     g90::ra_smem_bytes<2>()));
     cuda_check(cudaFuncSetAttribute(g90::gemm_packed_ra_kernel<false, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::ra_smem_bytes<3>()));
-    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_a_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_a_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    g90::PA_SMEM_BYTES));
+    cuda_check(cudaFuncSetAttribute(g90::gemm_packed_a_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::PA_SMEM_BYTES));
     cuda_check(cudaFuncSetAttribute(g90::gemm_packed_kernel<0, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     g90::PK_SMEM_BYTES));
@@ -1002,10 +1019,11 @@ int main(int argc, char** argv) {
     // FP16 stages of B)
     // diag-*: timing only (results wrong by design, not checked): no expansion at all in the shared-memory form; regA/frag
     // with B or A not expanded
-    // A-only: A packed and expanded by the transform warpgroup, B read as FP16 values (a weight's dequantized copy)
-    const int NX = 10, NCHECKED = 7;
+    // A-only: A packed and expanded by the transform warpgroup, B read as FP16 (A-only) or BF16 (A-only/bf16) values
+    // (a weight's dequantized copy)
+    const int NX = 11, NCHECKED = 8;
     const char* xname[NX] = {"bf16/8", "bf16/16", "f16/16", "regA/frag", "regA/std", "regA/std3", "A-only",
-                             "diag-none", "diag-noB", "diag-noA"};
+                             "A-only/bf16", "diag-none", "diag-noB", "diag-noA"};
     auto packed = [&](int x, const Shape& s) {
         if (x == 0) g90::gemm_packed<8, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 1) g90::gemm_packed<16, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
@@ -1013,9 +1031,10 @@ int main(int argc, char** argv) {
         else if (x == 3) g90::gemm_packed_ra<true, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 4) g90::gemm_packed_ra<false, 2>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 5) g90::gemm_packed_ra<false, 3>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
-        else if (x == 6) g90::gemm_packed_a(dp, ac, asr, b16, s.M, s.N, s.K, sms, 0);
-        else if (x == 7) g90::gemm_packed<0, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
-        else if (x == 8) g90::gemm_packed_ra<true, 2, 1>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 6) g90::gemm_packed_a<true>(dp, ac, asr, b16, s.M, s.N, s.K, sms, 0);
+        else if (x == 7) g90::gemm_packed_a<false>(dp, ac, asr, b, s.M, s.N, s.K, sms, 0);
+        else if (x == 8) g90::gemm_packed<0, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 9) g90::gemm_packed_ra<true, 2, 1>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else g90::gemm_packed_ra<true, 2, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
     };
     printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in shared memory) vs the BF16 GEMMs of their\n"
