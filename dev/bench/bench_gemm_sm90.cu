@@ -740,6 +740,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
     };
     if (loads_b)
         for (int it = 0; it < PA_B - 1 && it < total; it++) load_b(it);
+    __syncwarp();   // the warp whole again before its .aligned wgmma instructions
     asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
     const int half = wg - 1;
     float acc[128];
@@ -768,6 +769,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             }
             // B's stage it + PA_B - 1 into the slot of stage it - 1 (released just above, or at the previous tile's end)
             if (loads_b && it + PA_B - 1 < total) load_b(it + PA_B - 1);
+            __syncwarp();
         }
         wgmma_wait<0>();
         fence_regs(acc);
