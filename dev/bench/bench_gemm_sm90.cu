@@ -26,7 +26,9 @@
 // (f16/16 the fastest, 2.0-2.2x). The diagnostics place the cost in the expansion, not the pipeline: without any
 // expansion the packed pipeline runs at 1.01-1.07x; one warpgroup expanding both operands (~590 instructions a thread
 // per 64-deep stage) takes about twice the MMA time: it issues far below one instruction per clock, latency-bound.
-// The A-only forms have not run yet (2026-12-06: written after the session's device time ran out).
+// Those numbers are of c961290; since then every transform loop loads all its tasks' words and scales before expanding
+// any (expand16: the compiler had run the tasks one after another, each a load's latency plus a dependent chain), not
+// re-timed. The A-only forms have not run yet (2026-12-06: written after the session's device time ran out).
 // setmaxnreg: the registers a kernel's warpgroups ask for must add up to no more than its launch allocation (168 a
 // thread x 384 threads): 40 + 2 x 232 and 104 + 2 x 200 warpgroups' worth; asking for more waits forever (the
 // first packed runs hung with 96 + 2 x 208).
@@ -362,6 +364,24 @@ __device__ __forceinline__ __half2 e4m3_f16x2_x64(uint32_t b) {
     return __hmul2(*(const __half2*)&h, __half2half2(__float2half(64.0f)));
 }
 
+// A 16-element block (two code words, one scale byte) expanded to two 8-element chunks: FP16 (expand8_f16) or BF16
+// (expand8). The transform loops load every task's words and scales before expanding any
+// ("expand_loads_first"): shared-memory stores and loads may alias as far as the compiler knows, so a loop that
+// loads, expands and stores task by task runs each task's load latency and dependent chain one after another, and a
+// transform warp (one per scheduler) stalls on them.
+template <bool F16>
+__device__ __forceinline__ void expand16(uint2 w, uint32_t scale_byte, const ExpandTables& tab, uint4* lo, uint4* hi) {
+    if constexpr (F16) {
+        const __half2 s64 = e4m3_f16x2_x64(scale_byte);
+        *lo = expand8_f16(w.x, s64, s64);
+        *hi = expand8_f16(w.y, s64, s64);
+    } else {
+        const __nv_bfloat162 s2 = e4m3_bf16x2(scale_byte);
+        *lo = expand8(w.x, s2, tab);
+        *hi = expand8(w.y, s2, tab);
+    }
+}
+
 // TASK: elements a transform thread expands at a time, 8 (a chunk: one code word, its block's scale converted for
 // each chunk) or 16 (a whole block: two code words, one scale). SASS per 16 elements: ~76 and ~71 instructions.
 // F16 (TASK 16 only): the expansion to FP16 through E4M3 (expand8_f16) and FP16 wgmma.
@@ -419,39 +439,51 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
                 // diagnostic: no expansion (the consumers multiply stale stages), the pipeline's own bound
             } else if constexpr (TASK == 8) {
                 const ExpandTables tab = expand_tables();
+                // 384 rows x 8 chunks of 8 elements: chunk tt % 8 of row tt / 8 + 16 i (rows 0..127 A's, then B's);
+                // every task's loads first (expand_loads_first)
+                uint32_t w[24], sb8[24];
 #pragma unroll
-                for (int i = 0; i < 24; i++) {   // 384 rows x 8 chunks of 8 elements: chunk tt % 8 of row tt / 8 + 16 i
+                for (int i = 0; i < 24; i++) {
                     const int row = tt / 8 + 16 * i, chunk = tt % 8;
-                    const bool is_a = i < 8;       // rows 0..127: A's, 128..383: B's
+                    const bool is_a = i < 8;
                     const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
                     const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
                     const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
-                    const uint32_t w = *(const uint32_t*)(codes + r * (BK / 2) + chunk * 4);
-                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[(chunk / 2) * rows + r]);
+                    w[i] = *(const uint32_t*)(codes + r * (BK / 2) + chunk * 4);
+                    sb8[i] = sc[(chunk / 2) * rows + r];
+                }
+#pragma unroll
+                for (int i = 0; i < 24; i++) {
+                    const int row = tt / 8 + 16 * i, chunk = tt % 8;
+                    const bool is_a = i < 8;
+                    const int r = is_a ? row : row - BM;
                     uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128 + ((chunk ^ (r % 8)) * 16);
-                    *(uint4*)dst = expand8(w, s2, tab);
+                    *(uint4*)dst = expand8(w[i], e4m3_bf16x2(sb8[i]), tab);
                 }
             } else {
                 const ExpandTables tab = expand_tables();
+                // 384 rows x 4 blocks of 16 elements: block tt % 4 of row tt / 4 + 32 i (rows 0..127 A's, then B's);
+                // every task's loads first (expand_loads_first)
+                uint2 w[12];
+                uint32_t sb8[12];
 #pragma unroll
-                for (int i = 0; i < 12; i++) {   // 384 rows x 4 blocks of 16 elements: block tt % 4 of row tt / 4 + 32 i
+                for (int i = 0; i < 12; i++) {
                     const int row = tt / 4 + 32 * i, blk = tt % 4;
                     const bool is_a = i < 4;
                     const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
                     const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
                     const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
-                    const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                    w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                    sb8[i] = sc[blk * rows + r];
+                }
+#pragma unroll
+                for (int i = 0; i < 12; i++) {
+                    const int row = tt / 4 + 32 * i, blk = tt % 4;
+                    const bool is_a = i < 4;
+                    const int r = is_a ? row : row - BM;
                     uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128;
                     uint4 lo, hi;
-                    if constexpr (F16) {
-                        const __half2 s64 = e4m3_f16x2_x64(sc[blk * rows + r]);
-                        lo = expand8_f16(w.x, s64, s64);
-                        hi = expand8_f16(w.y, s64, s64);
-                    } else {
-                        const __nv_bfloat162 s2 = e4m3_bf16x2(sc[blk * rows + r]);
-                        lo = expand8(w.x, s2, tab);
-                        hi = expand8(w.y, s2, tab);
-                    }
+                    expand16<F16>(w[i], sb8[i], tab, &lo, &hi);
                     *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
                     *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
                 }
@@ -539,14 +571,24 @@ gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_c
             if (it >= NB) mbar_wait(&bempty[bs], ((it / NB) & 1) ^ 1);
             const uint8_t* codes = sp + ps * PK_BYTES + PK_A_CODES;
             const uint8_t* sc = sp + ps * PK_BYTES + PK_A_CODES + PK_B_CODES + PK_A_SC;
+            // 256 rows x 4 blocks of 16: block t % 4 of row t / 4 + 32 i, every task's loads first
+            constexpr int NT = DIAG == 1 ? 0 : 8;
+            uint2 w[NT > 0 ? NT : 1];
+            uint32_t sb8[NT > 0 ? NT : 1];
 #pragma unroll
-            for (int i = 0; i < (DIAG == 1 ? 0 : 8); i++) {   // 256 rows x 4 blocks of 16: block t % 4 of row t / 4 + 32 i
+            for (int i = 0; i < NT; i++) {
                 const int r = t / 4 + 32 * i, blk = t % 4;
-                const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                const __half2 s64 = e4m3_f16x2_x64(sc[blk * BN + r]);
+                w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                sb8[i] = sc[blk * BN + r];
+            }
+#pragma unroll
+            for (int i = 0; i < NT; i++) {
+                const int r = t / 4 + 32 * i, blk = t % 4;
                 uint8_t* dst = sb + bs * B_BYTES + r * 128;
-                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = expand8_f16(w.x, s64, s64);
-                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = expand8_f16(w.y, s64, s64);
+                uint4 lo, hi;
+                expand16<true>(w[i], sb8[i], expand_tables(), &lo, &hi);
+                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
+                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
@@ -703,22 +745,21 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             if (it >= PA_EXP) mbar_wait(&aempty[as], ((it / PA_EXP) & 1) ^ 1);
             const uint8_t* codes = sp + ps * PA_P_BYTES;
             const uint8_t* sc = codes + PK_A_CODES + ((it % nk) % 4) * 4;   // this stage's 4 blocks in each 16-byte row
+            // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i, every task's loads first
+            uint2 w[4];
+            uint32_t sb8[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {   // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i
+            for (int i = 0; i < 4; i++) {
                 const int r = t / 4 + 32 * i, blk = t % 4;
-                const uint2 w = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+                sb8[i] = sc[r * 16 + blk];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = t / 4 + 32 * i, blk = t % 4;
                 uint8_t* dst = sa + as * A_BYTES + r * 128;
                 uint4 lo, hi;
-                if constexpr (F16) {
-                    const __half2 s64 = e4m3_f16x2_x64(sc[r * 16 + blk]);
-                    lo = expand8_f16(w.x, s64, s64);
-                    hi = expand8_f16(w.y, s64, s64);
-                } else {
-                    const ExpandTables tab = expand_tables();
-                    const __nv_bfloat162 s2 = e4m3_bf16x2(sc[r * 16 + blk]);
-                    lo = expand8(w.x, s2, tab);
-                    hi = expand8(w.y, s2, tab);
-                }
+                expand16<F16>(w[i], sb8[i], expand_tables(), &lo, &hi);
                 *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
                 *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
             }
