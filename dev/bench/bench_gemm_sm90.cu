@@ -16,7 +16,7 @@
 // cvt (f16/16, expand8_f16: the values are exact in FP16 too); the consumers expand A in registers for wgmma's
 // register-A form and the transform warpgroup only B (regA/*); only A packed, B read as FP16 or BF16 values (A-only,
 // A-only/bf16: in the trainer's forward and data-gradient GEMMs B is a weight, small and reused by every row tile;
-// SASS: 187 and 284 instructions a transform thread per stage, against f16/16's 587). diag-* rows are timing only (a
+// SASS: 196 and 274 instructions a transform thread per stage, against f16/16's 539). diag-* rows are timing only (a
 // part of the expansion left out, results wrong by design).
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
@@ -337,19 +337,26 @@ __device__ __forceinline__ __nv_bfloat162 e4m3_bf16x2(uint32_t b) {
 // them into an FP16 pair. s64 holds the block scale times 2^6 in both halves (from 2^-3 to 28,672: FP16 normals), and
 // the products (at most 2 + 4 significant bits, 2^-10 to 2,688) are exact in FP16 as in BF16, so a GEMM of these FP16
 // operands multiplies the same values as one of the BF16 expansion's. Per 8 elements: 7 bit operations, 2 PRMT,
-// 4 cvt, 4 HMUL2 (against ~36 instructions for expand8's two byte tables).
+// 4 cvt (F2FP, reading the high halves in place), 4 HMUL2 (against ~36 instructions for expand8's two byte tables).
 __device__ __forceinline__ uint32_t cvt_e4m3x2_f16x2(uint32_t two) {   // the low 16 bits: E4M3 bytes (lo, hi)
     uint32_t h;
     asm("{\n.reg .b16 t;\ncvt.u16.u32 t, %1;\ncvt.rn.f16x2.e4m3x2 %0, t;\n}" : "=r"(h) : "r"(two));
     return h;
+}
+// Four E4M3 bytes -> two FP16 pairs (bytes 0-1, bytes 2-3). The halves split with mov.b32, so ptxas reads the high
+// half in place (F2FP ... R.H1) instead of shifting it down first.
+__device__ __forceinline__ void cvt_e4m3x4_f16x2(uint32_t four, uint32_t* lo, uint32_t* hi) {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(*lo), "=r"(*hi) : "r"(four));
 }
 // s64 scales elements 0-3, t64 elements 4-7 (one block: the same; the register-A fragment: two blocks).
 __device__ __forceinline__ uint4 expand8_f16(uint32_t w, __half2 s64, __half2 t64) {
     const uint32_t e = ((w << 4) & 0x80808080u) | ((w << 2) & 0x1C1C1C1Cu);   // elements 0, 2, 4, 6 as E4M3 bytes
     const uint32_t o = (w & 0x80808080u) | ((w >> 2) & 0x1C1C1C1Cu);          // elements 1, 3, 5, 7
     const uint32_t p0 = __byte_perm(e, o, 0x5140), p1 = __byte_perm(e, o, 0x7362);   // elements 0-3, 4-7
-    const uint32_t h[4] = {cvt_e4m3x2_f16x2(p0), cvt_e4m3x2_f16x2(p0 >> 16), cvt_e4m3x2_f16x2(p1),
-                           cvt_e4m3x2_f16x2(p1 >> 16)};
+    uint32_t h[4];
+    cvt_e4m3x4_f16x2(p0, &h[0], &h[1]);
+    cvt_e4m3x4_f16x2(p1, &h[2], &h[3]);
     uint32_t out[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
