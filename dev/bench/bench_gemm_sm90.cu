@@ -16,7 +16,7 @@
 // cvt (f16/16, expand8_f16: the values are exact in FP16 too); the consumers expand A in registers for wgmma's
 // register-A form and the transform warpgroup only B (regA/*); only A packed, B read as FP16 or BF16 values (A-only,
 // A-only/bf16: in the trainer's forward and data-gradient GEMMs B is a weight, small and reused by every row tile;
-// SASS: 196 and 274 instructions a transform thread per stage, against f16/16's 539). diag-* rows are timing only (a
+// SASS: 196 and 274 instructions a transform thread per stage, against f16/16's 536). diag-* rows are timing only (a
 // part of the expansion left out, results wrong by design).
 // Needs sm_90a (wgmma, setmaxnreg). Prints, per shape: cuBLASLt's time, each kernel's, the ratio, and
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
@@ -389,6 +389,51 @@ __device__ __forceinline__ void expand16(uint2 w, uint32_t scale_byte, const Exp
     }
 }
 
+// A transform warpgroup's share of one stage: ROWS rows x 64 elements of packed codes (K/2 = 32 bytes a row) into the
+// swizzled 16-bit stage dst (128-byte rows, chunk c of row r at chunk c ^ (r % 8)); thread t takes block t % 4 of rows
+// t / 4 + 32 i, its loads all first (expand16). The scale of row r, block b sits at sc[r * sc_row + b * sc_blk]
+// (K-block-major: 1 and the rows; row-major boxes: 16 and 1).
+template <bool F16, int ROWS>
+__device__ __forceinline__ void expand_tile(const uint8_t* codes, const uint8_t* sc, int sc_row, int sc_blk, uint8_t* dst,
+                                            int t) {
+    constexpr int NT = ROWS / 32;
+    const int blk = t % 4;
+    uint2 w[NT];
+    uint32_t sb8[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int r = t / 4 + 32 * i;
+        w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
+        sb8[i] = sc[r * sc_row + blk * sc_blk];
+    }
+    const ExpandTables tab = expand_tables();
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const int r = t / 4 + 32 * i;
+        uint4 lo, hi;
+        expand16<F16>(w[i], sb8[i], tab, &lo, &hi);
+        *(uint4*)(dst + r * 128 + (((2 * blk) ^ (r % 8)) * 16)) = lo;
+        *(uint4*)(dst + r * 128 + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
+    }
+}
+
+// The packed stage `it` of a persistent CTA (tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk): A's and B's codes
+// and K-block-major scales into slot it % PK_STAGES of the ring sp, once that slot's previous use is released.
+__device__ __forceinline__ void load_packed_stage(uint8_t* sp, uint64_t* pfull, uint64_t* pempty, const CUtensorMap* ac,
+                                                  const CUtensorMap* as, const CUtensorMap* bc, const CUtensorMap* bs,
+                                                  int it, int nk, int tiles_n) {
+    const int k = it % nk, s = it % PK_STAGES;
+    int m0, n0;
+    tile_origin(blockIdx.x + (it / nk) * gridDim.x, tiles_n, &m0, &n0);
+    uint8_t* st = sp + s * PK_BYTES;
+    if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
+    mbar_expect_tx(&pfull[s], PK_BYTES);
+    tma_load_2d(st, ac, &pfull[s], k * (BK / 2), m0);
+    tma_load_2d(st + PK_A_CODES, bc, &pfull[s], k * (BK / 2), n0);
+    tma_load_2d(st + PK_A_CODES + PK_B_CODES, as, &pfull[s], m0, k * (BK / 16));
+    tma_load_2d(st + PK_A_CODES + PK_B_CODES + PK_A_SC, bs, &pfull[s], n0, k * (BK / 16));
+}
+
 // TASK: elements a transform thread expands at a time, 8 (a chunk: one code word, its block's scale converted for
 // each chunk) or 16 (a whole block: two code words, one scale). SASS per 16 elements: ~76 and ~71 instructions.
 // F16 (TASK 16 only): the expansion to FP16 through E4M3 (expand8_f16) and FP16 wgmma.
@@ -420,18 +465,8 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
         const int tt = threadIdx.x;   // 0..127
         const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
         const int total = my_tiles * nk;   // stages this CTA runs
-        auto load = [&](int it) {          // the packed stage it: tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk
-            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
-            int m0, n0;
-            tile_origin(tile, tiles_n, &m0, &n0);
-            const int s = it % PK_STAGES;
-            uint8_t* st = sp + s * PK_BYTES;
-            if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
-            mbar_expect_tx(&pfull[s], PK_BYTES);
-            tma_load_2d(st, &map_ac, &pfull[s], k * (BK / 2), m0);
-            tma_load_2d(st + PK_A_CODES, &map_bc, &pfull[s], k * (BK / 2), n0);
-            tma_load_2d(st + PK_A_CODES + PK_B_CODES, &map_as, &pfull[s], m0, k * (BK / 16));
-            tma_load_2d(st + PK_A_CODES + PK_B_CODES + PK_A_SC, &map_bs, &pfull[s], n0, k * (BK / 16));
+        auto load = [&](int it) {
+            load_packed_stage(sp, pfull, pempty, &map_ac, &map_as, &map_bc, &map_bs, it, nk, tiles_n);
         };
         if (tt == 0)
             for (int it = 0; it < PK_STAGES - 1 && it < total; it++) load(it);
@@ -467,33 +502,10 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
                     uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128 + ((chunk ^ (r % 8)) * 16);
                     *(uint4*)dst = expand8(w[i], e4m3_bf16x2(sb8[i]), tab);
                 }
-            } else {
-                const ExpandTables tab = expand_tables();
-                // 384 rows x 4 blocks of 16 elements: block tt % 4 of row tt / 4 + 32 i (rows 0..127 A's, then B's);
-                // every task's loads first (expand_loads_first)
-                uint2 w[12];
-                uint32_t sb8[12];
-#pragma unroll
-                for (int i = 0; i < 12; i++) {
-                    const int row = tt / 4 + 32 * i, blk = tt % 4;
-                    const bool is_a = i < 4;
-                    const int r = is_a ? row : row - BM, rows = is_a ? BM : BN;
-                    const uint8_t* codes = st + (is_a ? 0 : PK_A_CODES);
-                    const uint8_t* sc = st + PK_A_CODES + PK_B_CODES + (is_a ? 0 : PK_A_SC);
-                    w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                    sb8[i] = sc[blk * rows + r];
-                }
-#pragma unroll
-                for (int i = 0; i < 12; i++) {
-                    const int row = tt / 4 + 32 * i, blk = tt % 4;
-                    const bool is_a = i < 4;
-                    const int r = is_a ? row : row - BM;
-                    uint8_t* dst = (is_a ? sa + bs * A_BYTES : sb + bs * B_BYTES) + r * 128;
-                    uint4 lo, hi;
-                    expand16<F16>(w[i], sb8[i], tab, &lo, &hi);
-                    *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
-                    *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
-                }
+            } else {   // A's 128 rows, then B's 256
+                const uint8_t* sc = st + PK_A_CODES + PK_B_CODES;
+                expand_tile<F16, BM>(st, sc, 1, BM, sa + bs * A_BYTES, tt);
+                expand_tile<F16, BN>(st + PK_A_CODES, sc + PK_A_SC, 1, BN, sb + bs * B_BYTES, tt);
             }
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the BF16 stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
@@ -556,18 +568,8 @@ gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_c
     const int total = my_tiles * nk;   // stages this CTA runs
     if (wg == 0) {   // the transform warpgroup: B's expansion, and the loads
         asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
-        auto load = [&](int it) {          // the packed stage it: tile blockIdx.x + (it / nk) gridDim.x, k-step it % nk
-            const int tile = blockIdx.x + (it / nk) * gridDim.x, k = it % nk;
-            int m0, n0;
-            tile_origin(tile, tiles_n, &m0, &n0);
-            const int s = it % PK_STAGES;
-            uint8_t* st = sp + s * PK_BYTES;
-            if (it >= PK_STAGES) mbar_wait(&pempty[s], ((it / PK_STAGES) & 1) ^ 1);
-            mbar_expect_tx(&pfull[s], PK_BYTES);
-            tma_load_2d(st, &map_ac, &pfull[s], k * (BK / 2), m0);
-            tma_load_2d(st + PK_A_CODES, &map_bc, &pfull[s], k * (BK / 2), n0);
-            tma_load_2d(st + PK_A_CODES + PK_B_CODES, &map_as, &pfull[s], m0, k * (BK / 16));
-            tma_load_2d(st + PK_A_CODES + PK_B_CODES + PK_A_SC, &map_bs, &pfull[s], n0, k * (BK / 16));
+        auto load = [&](int it) {
+            load_packed_stage(sp, pfull, pempty, &map_ac, &map_as, &map_bc, &map_bs, it, nk, tiles_n);
         };
         if (t == 0)
             for (int it = 0; it < PK_STAGES - 1 && it < total; it++) load(it);
@@ -578,25 +580,7 @@ gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_c
             if (it >= NB) mbar_wait(&bempty[bs], ((it / NB) & 1) ^ 1);
             const uint8_t* codes = sp + ps * PK_BYTES + PK_A_CODES;
             const uint8_t* sc = sp + ps * PK_BYTES + PK_A_CODES + PK_B_CODES + PK_A_SC;
-            // 256 rows x 4 blocks of 16: block t % 4 of row t / 4 + 32 i, every task's loads first
-            constexpr int NT = DIAG == 1 ? 0 : 8;
-            uint2 w[NT > 0 ? NT : 1];
-            uint32_t sb8[NT > 0 ? NT : 1];
-#pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const int r = t / 4 + 32 * i, blk = t % 4;
-                w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                sb8[i] = sc[blk * BN + r];
-            }
-#pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const int r = t / 4 + 32 * i, blk = t % 4;
-                uint8_t* dst = sb + bs * B_BYTES + r * 128;
-                uint4 lo, hi;
-                expand16<true>(w[i], sb8[i], expand_tables(), &lo, &hi);
-                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
-                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
-            }
+            if constexpr (DIAG != 1) expand_tile<true, BN>(codes, sc, 1, BN, sb + bs * B_BYTES, t);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the FP16 stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
             mbar_arrive(&bfull[bs]);
@@ -752,24 +736,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             if (it >= PA_EXP) mbar_wait(&aempty[as], ((it / PA_EXP) & 1) ^ 1);
             const uint8_t* codes = sp + ps * PA_P_BYTES;
             const uint8_t* sc = codes + PK_A_CODES + ((it % nk) % 4) * 4;   // this stage's 4 blocks in each 16-byte row
-            // 128 rows x 4 blocks of 16 elements: block t % 4 of row t / 4 + 32 i, every task's loads first
-            uint2 w[4];
-            uint32_t sb8[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int r = t / 4 + 32 * i, blk = t % 4;
-                w[i] = *(const uint2*)(codes + r * (BK / 2) + blk * 8);
-                sb8[i] = sc[r * 16 + blk];
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int r = t / 4 + 32 * i, blk = t % 4;
-                uint8_t* dst = sa + as * A_BYTES + r * 128;
-                uint4 lo, hi;
-                expand16<F16>(w[i], sb8[i], expand_tables(), &lo, &hi);
-                *(uint4*)(dst + (((2 * blk) ^ (r % 8)) * 16)) = lo;
-                *(uint4*)(dst + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
-            }
+            expand_tile<F16, BM>(codes, sc, 16, 1, sa + as * A_BYTES, t);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the expanded stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
             mbar_arrive(&afull[as]);
