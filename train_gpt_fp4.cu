@@ -150,7 +150,15 @@ typedef struct {
     const uint8_t* b_fp8; const float* b_rs;        // contiguous, and their per-row scales (a, b unused)
 } GemmProbe;
 
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_LINEARS };   // a block's linear layers
+static const char* const LINEAR_NAMES[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
+
 enum { PHASE_QUANT, PHASE_GEMM, NUM_PHASES };   // what the phase timer measures (see phase_begin)
+// The phase timer's finer split (the run's "phase_breakdown" log line): a quantization call of one linear kind's
+// source (X, W, dY: SOURCE_NAMES) in the forward or the backward, a diagnostic copy, or one GEMM of a linear kind.
+enum { BUCKET_DIAG = NUM_LINEARS * NUM_SOURCES * 2, BUCKET_GEMM, NUM_BUCKETS = BUCKET_GEMM + NUM_LINEARS * NUM_GEMMS };
+static int quant_bucket(int kind, int src, int backward) { return (kind * NUM_SOURCES + src) * 2 + backward; }
+static int gemm_bucket(int kind, int g) { return BUCKET_GEMM + kind * NUM_GEMMS + g; }
 
 typedef struct {
     GPTConfig config;
@@ -209,12 +217,13 @@ typedef struct {
     int diag_active;
     QuantStats* diag_stats;         // device, L * NUM_LINEARS * NUM_SLOTS
     QuantCompare* diag_compare;     // device, L * NUM_LINEARS
-    // time spent quantizing: event pairs around each quantization, summed once per step
     // phase timer: CUDA event pairs around each quantization pass and each linear layer's GEMM
     cudaEvent_t* qt_events;
-    uint8_t* qt_phase;              // per pair: PHASE_QUANT or PHASE_GEMM
+    uint8_t* qt_bucket;             // per pair: its bucket (BUCKET_*, quant_bucket, gemm_bucket)
     int qt_count, qt_capacity;
+    int qt_label;                   // the bucket of the quantization calls being made now
     float phase_ms[NUM_PHASES];     // harvested so far this step
+    float bucket_ms[NUM_BUCKETS];   // the same per bucket
     void (*probe)(void* ctx, const GemmProbe* p);   // test hook, NULL in training
     void* probe_ctx;
 } GPT;
@@ -349,7 +358,7 @@ static void gpt_free(GPT* m) {
     cudaFree(m->diag_compare);
     for (int i = 0; i < m->qt_capacity; i++) cudaEventDestroy(m->qt_events[i]);
     free(m->qt_events);
-    free(m->qt_phase);
+    free(m->qt_bucket);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
@@ -428,9 +437,6 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 // memory kept from the forward). The copies live in the logits buffer, which holds nothing
 // between the classifier's forward and backward uses, so an FP4 run needs no more activation memory
 // than a BF16 run.
-
-enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, NUM_LINEARS };
-static const char* const LINEAR_NAMES[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj"};
 
 // Input width K and output width OC of each linear, for channels C.
 static void linear_shape(int kind, int C, int* K, int* OC) {
@@ -618,7 +624,7 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
         // on average covers every layer
         m->qt_capacity = 2 * 18 * NUM_LINEARS * L;
         m->qt_events = (cudaEvent_t*)xmalloc(m->qt_capacity * sizeof(cudaEvent_t));
-        m->qt_phase = (uint8_t*)xmalloc(m->qt_capacity / 2);
+        m->qt_bucket = (uint8_t*)xmalloc(m->qt_capacity / 2);
         for (int i = 0; i < m->qt_capacity; i++) cuda_check(cudaEventCreate(&m->qt_events[i]));
     }
     if (!m->fp4_any) return;
@@ -656,7 +662,8 @@ static void gpt_set_bf16_forward(GPT* m, const Recipe* r, int bf16_forward, uint
 // The phase timer: event pairs around each quantization pass (PHASE_QUANT) and each linear layer's GEMM
 // (PHASE_GEMM, the matmul call alone), for every recipe, so that a recipe's extra step time over BF16's splits
 // into its quantization, the difference of its GEMMs' time and the difference of everything else
-// (dev/bench/bench_train.sh). The pool holds one micro-step's worth; gpt_forward harvests it after its
+// (dev/bench/bench_train.sh), and each pair's time also into its bucket (which linear kind, which source or GEMM:
+// the phase_breakdown log line). The pool holds one micro-step's worth; gpt_forward harvests it after its
 // synchronisation (when every recorded event has completed), the step's end once more.
 static int phase_begin(GPT* m) {
     if (!m->qt_events || m->qt_count + 2 > m->qt_capacity) return 0;
@@ -664,10 +671,11 @@ static int phase_begin(GPT* m) {
     return 1;
 }
 
-static void phase_end(GPT* m, int timed, int phase) {
+// bucket: a quantization's (quant_bucket, BUCKET_DIAG) or a GEMM's (gemm_bucket)
+static void phase_end(GPT* m, int timed, int bucket) {
     if (!timed) return;
     cuda_check(cudaEventRecord(m->qt_events[m->qt_count + 1], m->stream));
-    m->qt_phase[m->qt_count / 2] = (uint8_t)phase;
+    m->qt_bucket[m->qt_count / 2] = (uint8_t)bucket;
     m->qt_count += 2;
 }
 
@@ -675,19 +683,54 @@ static void phase_harvest(GPT* m) {
     for (int i = 0; i + 1 < m->qt_count; i += 2) {
         float ms = 0.0f;
         cuda_check(cudaEventElapsedTime(&ms, m->qt_events[i], m->qt_events[i + 1]));
-        m->phase_ms[m->qt_phase[i / 2]] += ms;
+        const int b = m->qt_bucket[i / 2];
+        m->phase_ms[b >= BUCKET_GEMM ? PHASE_GEMM : PHASE_QUANT] += ms;
+        m->bucket_ms[b] += ms;
     }
     m->qt_count = 0;
 }
 
-// Milliseconds spent in each phase since the last call (out may be NULL: drop them). Call after the stream
-// is synchronized.
-static void phase_take_ms(GPT* m, float out[NUM_PHASES]) {
+// Milliseconds spent in each phase and bucket since the last call (out, buckets may be NULL: drop them). Call
+// after the stream is synchronized.
+static void phase_take_ms(GPT* m, float out[NUM_PHASES], float buckets[NUM_BUCKETS]) {
     phase_harvest(m);
     for (int i = 0; i < NUM_PHASES; i++) {
         if (out) out[i] = m->phase_ms[i];
         m->phase_ms[i] = 0.0f;
     }
+    for (int i = 0; i < NUM_BUCKETS; i++) {
+        if (buckets) buckets[i] = m->bucket_ms[i];
+        m->bucket_ms[i] = 0.0f;
+    }
+}
+
+// A bucket's name in the phase_breakdown line: LINEAR.SOURCE.fwd|bwd for a quantization, "diag", LINEAR.GEMM.
+static void bucket_name(int b, char* out, size_t cap) {
+    if (b < BUCKET_DIAG)
+        snprintf(out, cap, "%s.%s.%s", LINEAR_NAMES[b / (2 * NUM_SOURCES)], SOURCE_NAMES[(b / 2) % NUM_SOURCES],
+                 b % 2 ? "bwd" : "fwd");
+    else if (b == BUCKET_DIAG) snprintf(out, cap, "diag");
+    else snprintf(out, cap, "%s.%s", LINEAR_NAMES[(b - BUCKET_GEMM) / NUM_GEMMS], GEMM_NAMES[(b - BUCKET_GEMM) % NUM_GEMMS]);
+}
+
+// The run's time per step in each bucket, over `steps` steps (those after the first, which builds the plans), as
+// one log line: {"type":"phase_breakdown","steps":N,"quant_ms":{"qkv.X.fwd":...},"gemm_ms":{"qkv.fprop":...}};
+// buckets that took no time are left out. dev/bench/bench_train.sh prints it per recipe.
+static void log_phase_breakdown(Logger* lg, const double sum[NUM_BUCKETS], int steps) {
+    if (steps <= 0) return;
+    char q[2048] = "", g[1024] = "";
+    int nq = 0, ng = 0;
+    for (int b = 0; b < NUM_BUCKETS; b++) {
+        if (sum[b] <= 0.0) continue;
+        char name[64];
+        bucket_name(b, name, sizeof(name));
+        const int gemm = b >= BUCKET_GEMM;
+        char* buf = gemm ? g : q;
+        int* n = gemm ? &ng : &nq;
+        *n += snprintf(buf + *n, (gemm ? sizeof(g) : sizeof(q)) - (size_t)*n, "%s\"%s\":%.4f", *n ? "," : "", name,
+                       sum[b] / steps);
+    }
+    logger_line(lg, "{\"type\":\"phase_breakdown\",\"steps\":%d,\"quant_ms\":{%s},\"gemm_ms\":{%s}}", steps, q, g);
 }
 
 static QuantStats* diag_stats_at(GPT* m, int l, int kind, Slot slot) {
@@ -795,7 +838,7 @@ static int quantize_view(GPT* m, const TensorView* v, const QuantTarget* t, int 
     }
     if (have_amax) quant_fast_apply_gpu(v->ptr, R, Cc, ld, t, n, m->stream);
     else quantize_fast_gpu(v->ptr, R, Cc, ld, all, n, m->stream, 1, took_ahead);   // both passes, or one (qf_rowfold_ok)
-    phase_end(m, timed, PHASE_QUANT);
+    phase_end(m, timed, m->qt_label);
     return took_ahead;
 }
 
@@ -833,6 +876,7 @@ static int delayed_amax(GPT* m, const LinearRun* r, Slot s, const TensorView* v,
 // diagnostics' statistics of each.
 static void quantize_pass(GPT* m, LinearRun* r, const QuantPass* pass, int backward) {
     const TensorView* v = &r->src[pass->src];
+    m->qt_label = quant_bucket(r->kind, pass->src, backward);
     QuantTarget t[2], ahead;
     unsigned* ahead_bits = &m->amax_ahead[fp4_site(r->l, r->kind, r->part)];
     const int have_amax = backward && pass->ntargets == 1 && (*ahead_bits & (1u << pass->target[0]));
@@ -950,7 +994,7 @@ static void gemm_run(GPT* m, LinearRun* r, int g, const GemmOut* out) {
         default:         matmul_wgrad_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, alpha, s);
         }
     }
-    phase_end(m, timed, PHASE_GEMM);
+    phase_end(m, timed, gemm_bucket(r->kind, g));
     probe_gemm(m, r, g);
 }
 
@@ -963,6 +1007,7 @@ static void diag_compare_weights(GPT* m, LinearRun* r) {
     OperandScalars* sc = &r->sc->diag_fprop_w;
     QuantTarget t = quant_target_fake(&o->q, o->axis, fp4_key(m, r->l, r->kind, SLOT_FPROP_W), copy, w->cols, &sc->amax,
                                       &sc->scale_dec);
+    m->qt_label = BUCKET_DIAG;
     quantize_view(m, w, &t, 1, NULL, 0);
     const GemmOperand* dw = &r->op[SLOT_DGRAD_W];
     quant_compare_gpu(dw->ptr, dw->dec, copy, &sc->scale_dec, w->rows * w->cols,
@@ -2334,6 +2379,8 @@ int main(int argc, char** argv) {
     ckpt_trail_init(&trail, resume_path[0] ? resume_path : NULL);
     char what[256];
     double ema_ms = 0.0;
+    double bucket_sum[NUM_BUCKETS] = {0};   // the phase timer's buckets over the steps after the first
+    int bucket_steps = 0;
     char ckpt_path[4200];
     char sample[4096], sample_esc[8192];
     for (int step = rs.step; step < tc.steps; step++) {
@@ -2376,7 +2423,7 @@ int main(int argc, char** argv) {
                         json_escape(sample, sample_esc, sizeof(sample_esc)));
         }
 
-        phase_take_ms(&model, NULL);                     // drop what validation and samples quantized and multiplied
+        phase_take_ms(&model, NULL, NULL);               // drop what validation and samples quantized and multiplied
         dist_take_comm_ms(&dist);                        // and what validation and checkpoints communicated
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -2412,8 +2459,12 @@ int main(int argc, char** argv) {
         cuda_check(cudaStreamSynchronize(model.stream));
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
-        float phase[NUM_PHASES];
-        phase_take_ms(&model, phase);
+        float phase[NUM_PHASES], buckets[NUM_BUCKETS];
+        phase_take_ms(&model, phase, buckets);
+        if (step > rs.step) {
+            for (int b = 0; b < NUM_BUCKETS; b++) bucket_sum[b] += buckets[b];
+            bucket_steps++;
+        }
         const double quant_ms = phase[PHASE_QUANT], gemm_ms = phase[PHASE_GEMM];
         double comm_ms = dist_take_comm_ms(&dist);
         if (diag) diag_end(&model, &logger, step + 1);
@@ -2449,6 +2500,7 @@ int main(int argc, char** argv) {
             ckpt_trail_written(&trail, ckpt_path);
         }
     }
+    log_phase_breakdown(&logger, bucket_sum, bucket_steps);
     if (have_tasks) {   // the final weights, the ones the last checkpoint holds
         HeldOutScores sc = held_out_evaluate(&model, &held, tc.steps);
         held_out_report(&dist, &logger, &held, &sc, tc.steps, (long long)tc.steps * total_batch, "");

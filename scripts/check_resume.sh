@@ -108,6 +108,31 @@ for name, path, run in (("resume after a checkpoint", split, True), ("resume aft
               f"(resumed at step {resumes[-1]['step']}, {resumes[-1]['dropped_lines']} repeated lines dropped)")
     passed += len(a) - len(bad)
     failed += len(bad) + problems
+# The uninterrupted run's phase_breakdown line: one, over the steps after the first, its buckets adding up to the
+# mean of those steps' quant_ms and gemm_ms (the same events; both logged rounded), with GEMM time in it.
+rows = [json.loads(l) for l in open(full)]
+split_lines = [d for d in rows if d.get("type") == "phase_breakdown"]
+train = [d for d in rows if d.get("type") == "train"][1:]
+problems = []
+if len(split_lines) != 1:
+    problems.append(f"{len(split_lines)} phase_breakdown lines, not 1")
+else:
+    b = split_lines[0]
+    if b["steps"] != len(train):
+        problems.append(f"phase_breakdown over {b['steps']} steps, not {len(train)}")
+    for key in ("quant_ms", "gemm_ms"):
+        want = sum(d[key] for d in train) / max(len(train), 1)
+        got = sum(b[key].values())
+        if abs(got - want) > 0.01 + 1e-3 * want:
+            problems.append(f"its {key} add up to {got:.4f} ms, the steps' mean is {want:.4f}")
+    if not b["gemm_ms"]:
+        problems.append("no GEMM time in it")
+for p in problems:
+    print(f"FAIL check_resume: phase breakdown: {p}")
+if not problems:
+    print(f"check_resume: OK: the phase breakdown adds up to the steps' quant_ms and gemm_ms")
+passed += not problems
+failed += len(problems)
 print(f"TESTS check_resume: passed={passed} failed={failed} skipped={skipped}")
 sys.exit(1 if failed else 0)
 PY

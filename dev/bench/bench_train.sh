@@ -46,7 +46,7 @@ if failed:
 recipes = [r for r in recipes if r not in failed]
 if not recipes:
     sys.exit(0)
-rows, same = [], {}
+rows, same, split = [], {}, {}
 for r in recipes:
     best = None
     losses = []
@@ -64,6 +64,7 @@ for r in recipes:
         row = (r, ms, tok, mfu, quant, gemm, mem[0]["gpu_memory_used_gib"] if mem else float("nan"), steps[-1]["loss"])
         if best is None or ms < best[1]:
             best = row
+            split[r] = next((d for d in log if d.get("type") == "phase_breakdown"), None)
     rows.append(best)
     diff = [k for k in range(1, rounds) if losses[k] != losses[0]]
     if rounds > 1:
@@ -88,5 +89,24 @@ for r, ms, tok, mfu, quant, gemm, mem, loss in rows:
           f"{mem:>9.1f}{loss:>11.4f}")
 if same:
     print(f"same losses in all {rounds} rounds (to the log's 6 decimals): " + "; ".join(f"{r} {v}" for r, v in same.items()))
+# Where the quantization and GEMM time goes: the trainer's phase_breakdown line (the mean per step over the steps
+# after the first, so it also holds the diagnostics' steps, whose extra weight copies are the "diag" column), summed
+# over the linear kinds by source and direction (X.fwd: the forward's passes over X, X.bwd: copies of X the backward
+# makes, dY.bwd, W), and over the sources by linear kind; GEMMs by kind of GEMM.
+srcs, kinds, gemms = ["X.fwd", "X.bwd", "W.fwd", "W.bwd", "dY.bwd"], ["qkv", "attproj", "fc", "fcproj"], ["fprop", "dgrad", "wgrad"]
+if any(split.values()):
+    print(f"\nper step, ms (mean over steps 2..N): quantization by source | by linear | GEMMs")
+    print(f"{'recipe':<14}" + "".join(f"{c:>8}" for c in srcs + ["diag"]) + " |" + "".join(f"{c:>8}" for c in kinds)
+          + " |" + "".join(f"{c:>8}" for c in gemms))
+    for r in [row[0] for row in rows]:
+        b = split.get(r)
+        if not b:
+            continue
+        q, g = b["quant_ms"], b["gemm_ms"]
+        by_src = [sum(v for k, v in q.items() if k.split(".", 1)[-1] == c) for c in srcs] + [q.get("diag", 0.0)]
+        by_kind = [sum(v for k, v in q.items() if k.split(".")[0] == c) for c in kinds]
+        by_gemm = [sum(v for k, v in g.items() if k.split(".")[1] == c) for c in gemms]
+        print(f"{r:<14}" + "".join(f"{v:>8.2f}" for v in by_src) + " |" + "".join(f"{v:>8.2f}" for v in by_kind)
+              + " |" + "".join(f"{v:>8.2f}" for v in by_gemm))
 PY
 [ ${#failed[@]} -eq 0 ]
