@@ -22,13 +22,13 @@
 // max |ours - cuBLASLt| / max |cuBLASLt| (both round FP32 sums to BF16; they differ at most in the order of the
 // additions). -f SUBSTR runs only the kernels whose name contains it.
 // Measured (results/packed_gemm90/, results/README.md): persistent 0.98-1.01x cuBLASLt's time on the H200, outputs
-// equal; every packed form equal to the persistent kernel bit for bit, and 2.0-3.2x cuBLASLt's time on the H100
-// (f16/16 the fastest, 2.0-2.2x). The diagnostics place the cost in the expansion, not the pipeline: without any
-// expansion the packed pipeline runs at 1.01-1.07x; one warpgroup expanding both operands (~590 instructions a thread
-// per 64-deep stage) takes about twice the MMA time: it issues far below one instruction per clock, latency-bound.
-// Those numbers are of c961290; since then every transform loop loads all its tasks' words and scales before expanding
-// any (expand16: the compiler had run the tasks one after another, each a load's latency plus a dependent chain), not
-// re-timed. The A-only forms have not run yet (2026-12-06: written after the session's device time ran out).
+// equal; every packed form equal to the persistent kernel bit for bit, on the H100: f16/16 1.67-1.83x (loads first),
+// A-only 1.39-1.50x, A-only/bf16 1.55-1.73x. The diagnostics place the cost: without any expansion the f16/16
+// pipeline runs at 1.03-1.08x and the A-only one at 1.13-1.17x (diag-none, diag-A-none); A-only with its arithmetic
+// but without the expanded stage's shared-memory stores runs at 1.12-1.18x (diag-A-nostore). So the expansion's
+// arithmetic hides under the MMA, and what costs is writing the expanded stage into shared memory (16 KB a stage,
+// bank-conflict free by construction); the likeliest reason, not profiled: the wgmma operand reads (about 80 KB a
+// stage for two m64n256 consumers) and the TMA writes already keep shared memory busy for most of the MMA's time.
 // setmaxnreg: the registers a kernel's warpgroups ask for must add up to no more than its launch allocation (168 a
 // thread x 384 threads): 40 + 2 x 232 and 104 + 2 x 200 warpgroups' worth; asking for more waits forever (the
 // first packed runs hung with 96 + 2 x 208).
@@ -395,7 +395,7 @@ __device__ __forceinline__ void expand16(uint2 w, uint32_t scale_byte, const Exp
 // (K-block-major: 1 and the rows; row-major boxes: 16 and 1).
 template <bool F16, int ROWS>
 __device__ __forceinline__ void expand_tile(const uint8_t* codes, const uint8_t* sc, int sc_row, int sc_blk, uint8_t* dst,
-                                            int t) {
+                                            int t, bool store = true) {
     constexpr int NT = ROWS / 32;
     const int blk = t % 4;
     uint2 w[NT];
@@ -412,6 +412,7 @@ __device__ __forceinline__ void expand_tile(const uint8_t* codes, const uint8_t*
         const int r = t / 4 + 32 * i;
         uint4 lo, hi;
         expand16<F16>(w[i], sb8[i], tab, &lo, &hi);
+        if (!store) continue;   // (diag-A-nostore)
         *(uint4*)(dst + r * 128 + (((2 * blk) ^ (r % 8)) * 16)) = lo;
         *(uint4*)(dst + r * 128 + (((2 * blk + 1) ^ (r % 8)) * 16)) = hi;
     }
@@ -687,7 +688,10 @@ constexpr int PA_SMEM_BYTES = PA_B * B_BYTES + PA_EXP * A_BYTES + CONSUMERS * P_
                               2 * (PA_P + PA_B + PA_EXP) * 8;
 // F16: A expanded to FP16 through E4M3 and B FP16 values; else A to BF16 from the byte tables and B BF16 (the trainer's
 // weight copies as they are).
-template <bool F16>
+// DIAG (timing only): 1 leaves the expansion out (the consumers multiply stale stages: the pipeline's own bound); 2
+// expands but stores nothing (a store the compiler cannot drop, never taken: the expansion's arithmetic without its
+// shared-memory writes).
+template <bool F16, int DIAG = 0>
 __global__ void __launch_bounds__(PK_THREADS, 1)
 gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_constant__ CUtensorMap map_as,
                      const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_d, int M, int N,
@@ -736,7 +740,8 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             if (it >= PA_EXP) mbar_wait(&aempty[as], ((it / PA_EXP) & 1) ^ 1);
             const uint8_t* codes = sp + ps * PA_P_BYTES;
             const uint8_t* sc = codes + PK_A_CODES + ((it % nk) % 4) * 4;   // this stage's 4 blocks in each 16-byte row
-            expand_tile<F16, BM>(codes, sc, 16, 1, sa + as * A_BYTES, t);
+            if constexpr (DIAG == 0) expand_tile<F16, BM>(codes, sc, 16, 1, sa + as * A_BYTES, t);
+            if constexpr (DIAG == 2) expand_tile<F16, BM>(codes, sc, 16, 1, sa + as * A_BYTES, t, M < 0);
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // the expanded stage, visible to wgmma
             mbar_arrive(&pempty[ps]);
             mbar_arrive(&afull[as]);
@@ -898,14 +903,14 @@ static void gemm_packed_ra(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* a
 }
 
 // D = A B^T, A packed (codes, row-major scales: the quantizer's), B FP16 (F16) or BF16 values (gemm_packed_a_kernel).
-template <bool F16>
+template <bool F16, int DIAG = 0>
 static void gemm_packed_a(__nv_bfloat16* d, const uint8_t* ac, const uint8_t* as, const void* b, int M, int N, int K,
                           int sms, cudaStream_t stream) {
     fail_if(M % BM || N % BN || K % 256, "gemm_packed_a: M, N, K must be multiples of %d, %d, %d", BM, BN, 256);
     const CUtensorMap mac = make_map_u8(ac, M, K / 2, BM, BK / 2), mas = make_map_u8(as, M, K / 16, BM, 16);
     const CUtensorMap mb = make_map(b, N, K, BN), md = make_map(d, M, N, 64);
     const int tiles = (M / BM) * (N / BN);
-    gemm_packed_a_kernel<F16><<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
+    gemm_packed_a_kernel<F16, DIAG><<<std::min(tiles, sms), PK_THREADS, PA_SMEM_BYTES, stream>>>(mac, mas, mb, md, M, N, K);
     cuda_check(cudaGetLastError());
 }
 
@@ -1011,6 +1016,8 @@ int main(int argc, char** argv) {
     allow_smem(g90::gemm_packed_ra_kernel<true, 2, 2>, g90::ra_smem_bytes<2>());
     allow_smem(g90::gemm_packed_a_kernel<true>, g90::PA_SMEM_BYTES);
     allow_smem(g90::gemm_packed_a_kernel<false>, g90::PA_SMEM_BYTES);
+    allow_smem(g90::gemm_packed_a_kernel<true, 1>, g90::PA_SMEM_BYTES);
+    allow_smem(g90::gemm_packed_a_kernel<true, 2>, g90::PA_SMEM_BYTES);
     uint8_t *ac, *acf, *as, *bc, *bs;
     cuda_check(cudaMalloc(&ac, maxA / 2));
     cuda_check(cudaMalloc(&acf, maxA / 2));
@@ -1027,12 +1034,13 @@ int main(int argc, char** argv) {
     // with A expanded by the consumers in registers (its codes in fragment order, or standard gathered so; 2 or 3
     // FP16 stages of B)
     // diag-*: timing only (results wrong by design, not checked): no expansion at all in the shared-memory form; regA/frag
-    // with B or A not expanded
+    // with B or A not expanded; the A-only form with A not expanded (diag-A-none) or expanded but not stored
+    // (diag-A-nostore)
     // A-only: A packed and expanded by the transform warpgroup, B read as FP16 (A-only) or BF16 (A-only/bf16) values
     // (a weight's dequantized copy)
-    const int NX = 11, NCHECKED = 8;
+    const int NX = 13, NCHECKED = 8;
     const char* xname[NX] = {"bf16/8", "bf16/16", "f16/16", "regA/frag", "regA/std", "regA/std3", "A-only",
-                             "A-only/bf16", "diag-none", "diag-noB", "diag-noA"};
+                             "A-only/bf16", "diag-none", "diag-noB", "diag-noA", "diag-A-none", "diag-A-nostore"};
     auto packed = [&](int x, const Shape& s) {
         if (x == 0) g90::gemm_packed<8, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 1) g90::gemm_packed<16, false>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
@@ -1044,7 +1052,9 @@ int main(int argc, char** argv) {
         else if (x == 7) g90::gemm_packed_a<false>(dp, ac, asr, b, s.M, s.N, s.K, sms, 0);
         else if (x == 8) g90::gemm_packed<0, true>(dp, ac, as, bc, bs, s.M, s.N, s.K, sms, 0);
         else if (x == 9) g90::gemm_packed_ra<true, 2, 1>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
-        else g90::gemm_packed_ra<true, 2, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 10) g90::gemm_packed_ra<true, 2, 2>(dp, acf, as, bc, bs, s.M, s.N, s.K, sms, 0);
+        else if (x == 11) g90::gemm_packed_a<true, 1>(dp, ac, asr, b16, s.M, s.N, s.K, sms, 0);
+        else g90::gemm_packed_a<true, 2>(dp, ac, asr, b16, s.M, s.N, s.K, sms, 0);
     };
     printf("\npacked NVFP4 operands (codes + E4M3 block scales, expanded in the kernel) vs the BF16 GEMMs of their values;\n"
            "!= persist: outputs that differ from the persistent kernel's (must be 0 except in diag-* rows)\n");
