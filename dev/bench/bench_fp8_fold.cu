@@ -1,5 +1,6 @@
 // bench_fp8_fold.cu: the FP8 fold (quant_fast.cuh with FP8 targets, fp8_fold.h) against the fake-quant copy of
-// the same spec, at GPT-2 d12 training shapes, both passes and each alone, and the fold's extra memset.
+// the same spec, at GPT-2 training shapes (d12's and d36's activations and weights), both passes and each alone,
+// and the fold's extra memset.
 // "fold" is quantize_fast_gpu as the trainer calls it (for the row-wise RNE copies one pass,
 // qf_rowfold_kernel); "o.amax" + "o.apply" are the amax and apply passes called apart (always two), so
 // fold against their sum is the one-pass kernel's gain, measured in the same run. "ahead": the second
@@ -32,8 +33,11 @@ int main(int argc, char** argv) {
         {"DUAL mxfp4 dY SR", {"mxfp4,sr", "mxfp4,sr"}, {1, 0}, 2},
         {"DUAL mxfp4-2d dY SR", {"mxfp4-2d,sr", "mxfp4-2d,sr"}, {1, 0}, 2},
         {"mxfp4 col H16", {"mxfp4,h16", NULL}, {0, 0}, 1},
+        {"W pair mxfp4-2d", {"mxfp4-2d", "mxfp4-2d"}, {1, 0}, 2},   // (mxfp4's W pair: the DUAL mxfp4 dY row)
     };
-    const int64_t shapes[][2] = {{65536, 3072}, {65536, 2304}, {65536, 768}, {16384, 5120}};   // (the last: d36, B=16)
+    // activations (the last: d36, B=16), then weights (OC x IC: qkv, attproj, fc, fcproj at d12 and d36)
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 2304}, {65536, 768}, {16384, 5120}, {2304, 768}, {768, 768},
+                                 {3072, 768}, {768, 3072}, {3840, 1280}, {1280, 1280}, {5120, 1280}, {1280, 5120}};
     printf("%-22s %-12s %8s %8s %8s %8s %8s %8s %8s\n", "config", "shape", "fake", "f.amax", "f.apply", "fold", "o.amax",
            "o.apply", "memset");
     for (auto& sh : shapes) {

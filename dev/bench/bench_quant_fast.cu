@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     };
     const float one = 1.0f;
     const int ncfg = (int)(sizeof(cfgs) / sizeof(cfgs[0]));
-    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {3072, 768}};
+    const int64_t shapes[][2] = {{65536, 3072}, {65536, 768}, {3072, 768}, {3840, 1280}, {1280, 5120}};   // (W: d12, d36)
     printf("%-26s %7s %7s %6s %6s %6s %5s %5s %6s %5s %4s\n", "config", "ref us", "fast us", "x", "amax", "apply", "eff%",
            "traf%", "apply%", "amax%", "same");
     for (auto& sh : shapes) {
