@@ -710,7 +710,8 @@ static void bucket_name(int b, char* out, size_t cap) {
         snprintf(out, cap, "%s.%s.%s", LINEAR_NAMES[b / (2 * NUM_SOURCES)], SOURCE_NAMES[(b / 2) % NUM_SOURCES],
                  b % 2 ? "bwd" : "fwd");
     else if (b == BUCKET_DIAG) snprintf(out, cap, "diag");
-    else snprintf(out, cap, "%s.%s", LINEAR_NAMES[(b - BUCKET_GEMM) / NUM_GEMMS], GEMM_NAMES[(b - BUCKET_GEMM) % NUM_GEMMS]);
+    else snprintf(out, cap, "%s.%s", LINEAR_NAMES[(b - BUCKET_GEMM) / NUM_GEMMS],
+                  GEMM_NAMES[(b - BUCKET_GEMM) % NUM_GEMMS]);
 }
 
 // The run's time per step in each bucket, over `steps` steps (those after the first, which builds the plans), as
