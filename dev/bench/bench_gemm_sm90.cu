@@ -155,6 +155,29 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void*
 }
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 
+// Dynamic shared memory from its first 1024-aligned byte (the 128-byte swizzle's atom).
+__device__ __forceinline__ uint8_t* align_1024(uint8_t* raw) { return raw + ((1024 - (smem_u32(raw) & 1023)) & 1023); }
+
+// The stages a persistent CTA runs: nk per tile, its tiles blockIdx.x, blockIdx.x + gridDim.x, ...
+__device__ __forceinline__ int cta_stages(int tiles, int nk) {
+    return (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * nk;
+}
+
+// A consumer warpgroup's multiplications of one stage (its 64 rows of A at a, B at b, both in the swizzled layout),
+// added to acc unless this is a tile's first stage; returns once the previous stage's are done (its slots free).
+template <bool F16>
+__device__ __forceinline__ void mma_stage(float* acc, const uint8_t* a, const uint8_t* b, bool accumulate) {
+    fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; kk++)
+        wgmma_m64n256k16<F16>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), accumulate || kk > 0);
+    wgmma_commit();
+    fence_regs(acc);
+    wgmma_wait<1>();
+    fence_regs(acc);
+}
+
 // The N-tiles of one row of tiles are neighbours in tile order (they share A's rows in L2).
 __device__ __forceinline__ void tile_origin(int tile, int tiles_n, int* m0, int* n0) {
     *m0 = (tile / tiles_n) * BM;
@@ -235,17 +258,7 @@ __device__ __forceinline__ void consume_tiles(const uint8_t* sa, const uint8_t* 
         for (int k = 0; k < nk; k++, it++) {
             const int s = it % NST;
             mbar_wait(&full[s], (it / NST) & 1);
-            fence_regs(acc);
-            wgmma_fence();
-            const uint8_t* a = sa + s * A_BYTES + half * 64 * BK * 2;
-            const uint8_t* b = sb + s * B_BYTES;
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16<F16>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
-            wgmma_commit();
-            fence_regs(acc);
-            wgmma_wait<1>();   // the previous stage's multiplications are done
-            fence_regs(acc);
+            mma_stage<F16>(acc, sa + s * A_BYTES + half * 64 * BK * 2, sb + s * B_BYTES, k > 0);
             if (k > 0 && t == 0) mbar_arrive(&empty[(it - 1) % NST]);
         }
         wgmma_wait<0>();
@@ -261,7 +274,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 gemm_tn_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                const __grid_constant__ CUtensorMap map_d, __nv_bfloat16* d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* smem = align_1024(raw_smem);
     uint8_t* sa = smem;
     uint8_t* sb = sa + NST * A_BYTES;
     uint8_t* sd = sb + NST * B_BYTES;                       // CONSUMERS x P_D_BYTES unless DIRECT
@@ -444,7 +457,7 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
                    const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
                    const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* smem = align_1024(raw_smem);
     uint8_t* sa = smem;                                    // BF16 ring: PB_STAGES x A_BYTES, then x B_BYTES
     uint8_t* sb = sa + PB_STAGES * A_BYTES;
     uint8_t* sd = sb + PB_STAGES * B_BYTES;                // CONSUMERS x P_D_BYTES
@@ -464,8 +477,7 @@ gemm_packed_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_cons
     if (wg == 0) {   // the transform warpgroup (and the loads)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
         const int tt = threadIdx.x;   // 0..127
-        const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-        const int total = my_tiles * nk;   // stages this CTA runs
+        const int total = cta_stages(tiles, nk);
         auto load = [&](int it) {
             load_packed_stage(sp, pfull, pempty, &map_ac, &map_as, &map_bc, &map_bs, it, nk, tiles_n);
         };
@@ -548,7 +560,7 @@ gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_c
                       const __grid_constant__ CUtensorMap map_bc, const __grid_constant__ CUtensorMap map_bs,
                       const __grid_constant__ CUtensorMap map_d, int M, int N, int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* smem = align_1024(raw_smem);
     uint8_t* sb = smem;                                    // FP16 ring: NB x B_BYTES
     uint8_t* sd = sb + NB * B_BYTES;                // CONSUMERS x P_D_BYTES
     uint8_t* sp = sd + CONSUMERS * P_D_BYTES;              // packed ring: PK_STAGES x PK_BYTES
@@ -565,8 +577,7 @@ gemm_packed_ra_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_c
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    const int total = my_tiles * nk;   // stages this CTA runs
+    const int total = cta_stages(tiles, nk);
     if (wg == 0) {   // the transform warpgroup: B's expansion, and the loads
         asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
         auto load = [&](int it) {
@@ -697,7 +708,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
                      const __grid_constant__ CUtensorMap map_b, const __grid_constant__ CUtensorMap map_d, int M, int N,
                      int K) {
     extern __shared__ uint8_t raw_smem[];
-    uint8_t* smem = raw_smem + ((1024 - (smem_u32(raw_smem) & 1023)) & 1023);   // 1024-aligned (the swizzle atom)
+    uint8_t* smem = align_1024(raw_smem);
     uint8_t* sb = smem;                                    // B: PA_B x B_BYTES
     uint8_t* sa = sb + PA_B * B_BYTES;                     // expanded A: PA_EXP x A_BYTES
     uint8_t* sd = sa + PA_EXP * A_BYTES;                   // CONSUMERS x P_D_BYTES
@@ -717,8 +728,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    const int my_tiles = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    const int total = my_tiles * nk;   // stages this CTA runs
+    const int total = cta_stages(tiles, nk);
     auto origin = [&](int it, int* m0, int* n0) { tile_origin(blockIdx.x + (it / nk) * gridDim.x, tiles_n, m0, n0); };
     if (wg == 0) {   // the transform warpgroup: A's expansion, and A's loads
         asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
@@ -772,17 +782,7 @@ gemm_packed_a_kernel(const __grid_constant__ CUtensorMap map_ac, const __grid_co
             const int bs = it % PA_B, as = it % PA_EXP;
             mbar_wait(&bfull[bs], (it / PA_B) & 1);
             mbar_wait(&afull[as], (it / PA_EXP) & 1);
-            fence_regs(acc);
-            wgmma_fence();
-            const uint8_t* a = sa + as * A_BYTES + half * 64 * BK * 2;
-            const uint8_t* b = sb + bs * B_BYTES;
-#pragma unroll
-            for (int kk = 0; kk < BK / 16; kk++)
-                wgmma_m64n256k16<F16>(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), k > 0 || kk > 0);
-            wgmma_commit();
-            fence_regs(acc);
-            wgmma_wait<1>();   // the previous stage's multiplications are done
-            fence_regs(acc);
+            mma_stage<F16>(acc, sa + as * A_BYTES + half * 64 * BK * 2, sb + bs * B_BYTES, k > 0);
             if (k > 0 && t == 0) {
                 mbar_arrive(&bempty[(it - 1) % PA_B]);
                 mbar_arrive(&aempty[(it - 1) % PA_EXP]);
