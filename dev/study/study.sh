@@ -255,7 +255,7 @@ for seed in $SEEDS; do
         if [ "$st" = done ]; then
             say "$r seed $seed: done in $((SECONDS - t0)) s, final val loss $arg"
             if [ "$KEEP_CKPT" = 1 ]; then
-                ls "$d"/ckpt_*.bin 2>/dev/null | sort | head -n -1 | xargs -r rm -f
+                ls "$d"/ckpt_*.bin 2>/dev/null | LC_ALL=C sort | head -n -1 | xargs -r rm -f
             else
                 rm -f "$d"/ckpt_*
             fi

@@ -126,7 +126,7 @@ out=$(OUT=$tmp/out STUDY_DIR=$tmp/study2 PREV=$S RECIPES="bf16 nvfp4" SEEDS="1 2
 check "study.sh: with OUT set, OUT holds study_logs.tgz and the table, and nothing below OUT/a/b/" \
     test -s "$tmp/out/study_logs.tgz" -a -s "$tmp/out/study_table.txt" -a -z "$(find "$tmp/out" -mindepth 3 | head -n 1)"
 check "study.sh: study_logs.tgz holds the 4 runs' logs, plan.txt and plans.txt" \
-    test "$(tar tzf "$tmp/out/study_logs.tgz" | sort | tr '\n' ' ')" = \
+    test "$(tar tzf "$tmp/out/study_logs.tgz" | LC_ALL=C sort | tr '\n' ' ')" = \
     "bf16/seed1/log.jsonl bf16/seed2/log.jsonl nvfp4/seed1/log.jsonl nvfp4/seed2/log.jsonl plan.txt plans.txt "
 mkdir -p "$tmp/prev5" && tar xzf "$tmp/out/study_logs.tgz" -C "$tmp/prev5"
 out=$(STUDY_DIR=$tmp/study5 PREV=$tmp/prev5 RECIPES="bf16 nvfp4" SEEDS="1 2" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
