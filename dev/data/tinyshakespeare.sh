@@ -7,5 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 INPUT=${1:-${TINYSHAKESPEARE:-/work/shared/data/tinyshakespeare/input.txt}}
+[ -f "$INPUT" ] || { echo "tinyshakespeare.sh: no text at $INPUT; give the path to tinyshakespeare's input.txt" \
+    "(char-rnn's data/tinyshakespeare/input.txt, 1,115,394 bytes) as the first argument" >&2; exit 1; }
 python3 dev/data/prepro.py --input "$INPUT" --name tiny_shakespeare --out_dir data/tinyshakespeare \
     --val_fraction 0.1 --plain_names --tokenizer_out data/gpt2_tokenizer.bin
