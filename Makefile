@@ -92,13 +92,16 @@ LDFLAGS := $(foreach d,$(sort $(LIB_DIRS)),-L$(d) -Xlinker -rpath=$(d))
 CXX_FLAGS := -O2 -std=c++17 -Wall -Wno-unused-function -I. -I$(CUDA_HOME)/include
 
 HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+# The FP4 numerics' headers, which several concerns' rules name (here, so that each mk/ file sees them)
+FP4_HEADERS := llmc/fp4_formats.h llmc/fp4_quant_cpu.h llmc/hadamard.cuh llmc/stochastic_round.cuh \
+               dev/test/fp4_golden.h
 
 # Each concern adds its tests here: CPU_TESTS build with g++ and run everywhere; GPU_TESTS build with
 # nvcc and skip themselves (with a message) when no GPU is present.
 CPU_TESTS :=
 GPU_TESTS :=
 .DEFAULT_GOAL := train_gpt_fp4
-include $(wildcard mk/*.mk)
+include $(sort $(wildcard mk/*.mk))   # (sorted: make before 4.3 does not sort wildcard)
 
 # What `make test` runs, in this order, one per line: test binaries and scripts that end with the line
 # "TESTS name: passed=P failed=F skipped=S". `make all` builds every binary named here.

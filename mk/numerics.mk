@@ -5,9 +5,6 @@
 #   make fp4-golden      regenerate the golden vectors with the numpy reference (dev/fp4_ref.py)
 CPU_TESTS += build/test_fp4_cpu build/test_eden
 
-FP4_HEADERS := llmc/fp4_formats.h llmc/fp4_quant_cpu.h llmc/hadamard.cuh llmc/stochastic_round.cuh \
-               dev/test/fp4_golden.h
-
 build/test_fp4_cpu: $(FP4_HEADERS) dev/golden/fp4_golden.bin
 build/test_eden: $(FP4_HEADERS)
 

@@ -8,7 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
 for frac in 0.25 0.75; do
-    out=$(OUT_DIR=/tmp/check_bf16_forward_$frac scripts/check_resume.sh --recipe nvfp4 --bf16-forward-from "$frac" 2>&1)
+    out=$(CHECK_DIR=/tmp/check_bf16_forward_$frac scripts/check_resume.sh --recipe nvfp4 --bf16-forward-from "$frac" 2>&1)
     rc=$?
     printf '%s\n' "$out" | sed "s/^/[$frac] /"
     line=$(printf '%s\n' "$out" | grep -E '^TESTS [^:]+: passed=[0-9]+ failed=[0-9]+ skipped=[0-9]+$' | tail -n 1)

@@ -7,14 +7,12 @@
 # holds train step G+1), and leave no later ckpt_XXXXXXXX.bin behind (the one written from the wrecked
 # weights is renamed to .diverged, or never written), so that --resume latest finds ckpt_G.
 # usage: scripts/check_diverge.sh   (needs a GPU and ./train_gpt_fp4; skips, exit 0, without a GPU)
+# env: CHECK_DIR [/tmp/check_diverge] (the runs' logs and checkpoints)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-    echo "SKIP check_diverge: no CUDA GPU on this machine"
-    echo "TESTS check_diverge: passed=0 failed=0 skipped=1"
-    exit 0
-fi
-OUT=${OUT_DIR:-/tmp/check_diverge}
+source scripts/gpu_or_skip.sh
+gpu_or_skip check_diverge
+OUT=${CHECK_DIR:-/tmp/check_diverge}   # the runs' logs and checkpoints stay there until the next run
 rm -rf "$OUT"; mkdir -p "$OUT"
 common=(--model d6 --batch-size 4 --seq-len 256 --val-every 0 --sample-every 0 --seed 7 --ckpt-every 1 --out-dir "$OUT")
 passed=0; failed=0

@@ -6,34 +6,16 @@
 # exactly once (the trainer drops the interrupted run's lines after its checkpoint), a resume line, and
 # the uninterrupted run's events (such as --bf16-forward-from's switch) at the same steps, once each.
 # usage: scripts/check_resume.sh [extra trainer flags...]   (needs a GPU and ./train_gpt_fp4)
+# env: STEPS [12], CHECK_DIR [/tmp/check_resume] (the runs' logs and checkpoints)
 # Ends with the test summary line scripts/run_tests.sh reads; skips (exit 0) without a GPU, as the GPU
 # test binaries do: an installed but unusable driver, or REQUIRE_GPU=1 without a GPU, is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# build/test_gpu_presence --count applies the binaries' rule (llmc/cuda_common.cuh); without it
-# (the script run by hand before `make test`), nvidia-smi decides.
-if [ -x build/test_gpu_presence ]; then
-    if ! ngpu=$(build/test_gpu_presence --count); then
-        echo "FAIL check_resume: no usable GPU, and skipping is not allowed here (see the error above)"
-        echo "TESTS check_resume: passed=0 failed=1 skipped=0"
-        exit 1
-    fi
-else
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-fi
-if [ "$ngpu" -eq 0 ]; then
-    if [ -n "${REQUIRE_GPU:-}" ] && [ "${REQUIRE_GPU}" != 0 ]; then
-        echo "FAIL check_resume: REQUIRE_GPU=$REQUIRE_GPU is set, but this machine has no CUDA GPU"
-        echo "TESTS check_resume: passed=0 failed=1 skipped=0"
-        exit 1
-    fi
-    echo "SKIP check_resume: no CUDA GPU on this machine"
-    echo "TESTS check_resume: passed=0 failed=0 skipped=1"
-    exit 0
-fi
+source scripts/gpu_or_skip.sh
+gpu_or_skip check_resume
 STEPS=${STEPS:-12}
 HALF=$((STEPS / 2))
-OUT=${OUT_DIR:-/tmp/check_resume}
+OUT=${CHECK_DIR:-/tmp/check_resume}   # the runs' logs and checkpoints stay there until the next run
 rm -rf "$OUT"; mkdir -p "$OUT"
 common=(--model d6 --batch-size 4 --seq-len 256 --steps "$STEPS" --val-every 0 --sample-every 0 --seed 7 "$@")
 ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/full" > "$OUT/full.txt"

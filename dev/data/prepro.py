@@ -50,10 +50,27 @@ def die(msg):
     sys.exit(1)
 
 
+def gpt2_ranks(encoder_json):
+    """The BPE ranks tiktoken takes (token bytes -> id), from GPT-2's encoder.json, whose keys spell each token's
+    bytes with GPT-2's byte-to-character map: the printable bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for
+    themselves, every other byte b for chr(256 + n), n its place among those others in byte order. The merges
+    in vocab.bpe give the same ranks (each merge's id is its rank; its sha256 is checked above). Built here
+    rather than with tiktoken.load, which before tiktoken 0.12 reads local files only with blobfile installed."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    char_to_byte = {chr(b): b for b in printable}
+    others = [b for b in range(256) if b not in char_to_byte.values()]
+    char_to_byte.update({chr(256 + n): b for n, b in enumerate(others)})
+    with open(encoder_json, encoding="utf-8") as f:
+        encoder = json.load(f)
+    ranks = {bytes(char_to_byte[c] for c in tok): i for tok, i in encoder.items() if tok != "<|endoftext|>"}
+    if sorted(ranks.values()) != list(range(len(ranks))):
+        die(f"{encoder_json}: the token ids are not 0..{len(ranks) - 1}")
+    return ranks
+
+
 def gpt2_encoding(bpe_dir):
     """tiktoken's GPT-2 encoding, from local BPE files (no download)."""
     import tiktoken
-    import tiktoken.load
     vocab_bpe = os.path.join(bpe_dir, "vocab.bpe")
     encoder_json = os.path.join(bpe_dir, "encoder.json")
     for path in (vocab_bpe, encoder_json):
@@ -64,8 +81,7 @@ def gpt2_encoding(bpe_dir):
             digest = hashlib.sha256(f.read()).hexdigest()
         if digest != GPT2_SHA256[os.path.basename(path)]:
             die(f"{path} is not GPT-2's file (sha256 {digest})")
-    os.environ["TIKTOKEN_CACHE_DIR"] = ""   # read the local paths directly, cache nothing
-    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=vocab_bpe, encoder_json_file=encoder_json)
+    ranks = gpt2_ranks(encoder_json)
     enc = tiktoken.Encoding(name="gpt2_local", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                             special_tokens={"<|endoftext|>": EOT}, explicit_n_vocab=50257)
     assert enc.n_vocab == 50257 and enc.eot_token == EOT

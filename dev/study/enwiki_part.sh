@@ -39,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PART=${1:-}
 DIR=${2:-}
-[[ "$PART" =~ ^[a-z]$ ]] || { echo "usage: bash dev/study/enwiki_part.sh PART(a..z) DIR" >&2; exit 2; }
+[[ "$PART" =~ ^[abcdefghijklmnopqrstuvwxyz]$ ]] || { echo "usage: bash dev/study/enwiki_part.sh PART(a..z) DIR" >&2; exit 2; }
 [ -n "$DIR" ] && [ -d "$DIR" ] || { echo "enwiki_part: no folder '$DIR'" >&2; exit 2; }
 VAL_TOKENS=${VAL_TOKENS:-2097153}
 SHARD_SIZE=${SHARD_SIZE:-10000000}

@@ -14,6 +14,10 @@
 #                           of scripts/study_table.py --at-step
 # Needs python3 (standard library only); prints "TESTS study: passed=P failed=F skipped=S".
 cd "$(dirname "$0")/../.."
+# the scripts' knobs come from the environment: the checks below expect their defaults unless they set them
+unset B CKPT_EVERY DATA DEADLINE DIAG_EVERY ENWIKI_OUT EXTRA_ARGS FINAL_LR_FRAC FORCE GPU_ARCHS JOBS KEEP_CKPT LR \
+      MIN_LEFT MODEL OUT PARTS PREPRO PREV PROBE_DIR PYTHON RECIPES RETRY_FAILED SEEDS SHARD_SIZE STEPS STOP_AT \
+      STOP_MARGIN STUDY_DIR T TOKENS TRAINER VAL VAL_BATCHES VAL_EVALS VAL_EVERY VAL_TOKENS VARY_SIGNS WARMUP WARMUP_FRAC
 passed=0; failed=0; skipped=0
 ok()   { passed=$((passed + 1)); echo "ok   $*"; }
 bad()  { failed=$((failed + 1)); echo "FAIL study: $*"; }
