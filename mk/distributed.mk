@@ -1,12 +1,15 @@
 # distributed.mk: data parallelism (llmc/distributed.cuh, llmc/dist_host.h).
 #   build/test_dist_host     shard layout and NCCL id file handoff (CPU)
 #   build/test_distributed   collectives under whatever launch started it (skips without a GPU)
+#   dev/test/test_distributed.sh  what `make test` runs: test_distributed without NCCL, with NCCL in one process,
+#                            and under mpirun over every GPU where there are 2 or more
 #   make check-distributed   runs test_distributed in every launch mode this machine can do:
 #                            plain, env vars + id file, env vars + NCCL_COMM_ID, and mpirun over
 #                            all visible GPUs (mpirun -np 1 on a one-GPU machine)
 
 CPU_TESTS += build/test_dist_host
-GPU_TESTS += build/test_distributed
+GPU_TESTS += dev/test/test_distributed.sh
+all: build/test_distributed
 
 DIST_NGPU := $(shell nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 MPIRUN    := $(shell command -v mpirun 2>/dev/null)

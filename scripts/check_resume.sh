@@ -38,16 +38,24 @@ for _ in $(seq 1 30000); do
     kill -0 "$pid" 2> /dev/null || break
     sleep 0.005
 done
-wait "$pid" 2> /dev/null || true
+rc_kill=0
+wait "$pid" 2> /dev/null || rc_kill=$?
+# not caught mid-write: a SKIP only if that run itself trained to the end and left its checkpoints
+bg_fault=""
+if [ "$killed" = 0 ]; then
+    if [ "$rc_kill" != 0 ]; then bg_fault="the run to be killed exited with status $rc_kill (see $OUT/kill1.txt)"
+    elif ! ls "$OUT"/kill/ckpt_*.bin > /dev/null 2>&1; then bg_fault="the run to be killed wrote no checkpoint"
+    fi
+fi
 if [ "$killed" = 1 ]; then
     echo "killed while writing $(ls "$OUT"/kill/*.tmp 2> /dev/null | tr '\n' ' '); resuming from" \
          "$(ls "$OUT"/kill/ckpt_*.bin | tail -n 1)"
     ./train_gpt_fp4 "${common[@]}" --out-dir "$OUT/kill" --ckpt-every 2 --resume latest > "$OUT/kill2.txt"
 fi
 
-python3 - "$OUT/full/log.jsonl" "$OUT/split/log.jsonl" "$OUT/kill/log.jsonl" "$killed" <<'PY'
+python3 - "$OUT/full/log.jsonl" "$OUT/split/log.jsonl" "$OUT/kill/log.jsonl" "$killed" "$bg_fault" <<'PY'
 import json, sys
-full, split, kill, killed = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+full, split, kill, killed, bg_fault = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
 
 def read(p):
     """Train losses by step, and the problems: a step logged twice, a missing resume line; and the events."""
@@ -61,6 +69,10 @@ def read(p):
 a, _, _, events_a = read(full)
 passed = failed = skipped = 0
 for name, path, run in (("resume after a checkpoint", split, True), ("resume after kill -9 mid-write", kill, killed)):
+    if not run and bg_fault:
+        print(f"FAIL check_resume: {name}: {bg_fault}")
+        failed += 1
+        continue
     if not run:
         print(f"SKIP check_resume: {name}: the run ended before a checkpoint write could be caught")
         skipped += 1

@@ -2,7 +2,8 @@
 # Runs each test binary given on the command line and sums their closing lines
 #   TESTS <name>: passed=P failed=F skipped=S
 # into one final line "N passed, N failed, N skipped". A binary that crashes or prints no summary
-# counts as one failure. Exit status: nonzero when anything failed.
+# counts as one failure, and so does a summary that counts no check (passed, failed and skipped all 0).
+# Exit status: nonzero when anything failed.
 set -u
 passed=0; failed=0; skipped=0
 for t in "$@"; do
@@ -19,6 +20,9 @@ for t in "$@"; do
     s=$(sed -E 's/.*skipped=([0-9]+).*/\1/' <<<"$line")
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
         echo "FAIL $t: exit status $rc with no failed check"; f=1
+    fi
+    if [ $((p + f + s)) -eq 0 ]; then
+        echo "FAIL $t: its summary counts no check at all"; f=1
     fi
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 done

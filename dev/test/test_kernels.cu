@@ -1,5 +1,5 @@
 // test_kernels.cu: the elementwise, normalization and loss kernels against plain CPU references.
-// Covers encoder.cuh, layernorm.cuh, gelu.cuh, fused_classifier.cuh, target_argmax.cuh, reduce.cuh.
+// Covers encoder.cuh, layernorm.cuh, gelu.cuh, fused_classifier.cuh, target_argmax.cuh, reduce.cuh, adamw.cuh.
 // Every output is poisoned (all bits set: NaN in bf16 and fp32) before each run so an unwritten
 // element fails; accumulated gradients start from random nonzero values so "+=" is checked; guard
 // elements past the end of each pure output must stay poisoned; every kernel runs twice and the
@@ -17,6 +17,7 @@
 #include "llmc/fused_classifier.cuh"  // fused_classifier
 #include "llmc/target_argmax.cuh"     // target_is_argmax
 #include "llmc/reduce.cuh"            // bias_backward, sum_squares
+#include "llmc/adamw.cuh"             // adamw_update, adamw_step_ref
 #include "dev/test/testing.h"
 
 #define BF16_RTOL 0.00390625          // 2^-8: half an ulp of bf16, relative
@@ -383,6 +384,86 @@ static void test_gelu(size_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// AdamW against its CPU twin adamw_step_ref (the same function, compiled for the host). m, v and the new value
+// agree to FP32 rounding: the device's powf and its fused multiply-adds may differ from the host's in the last
+// bits, so each is allowed a few ulps of its terms (a wrong beta, bias correction, weight decay or clipping factor
+// is off by orders of magnitude more). The BF16 parameters are then exact functions of the device's new value: its
+// RNE rounding with a master copy (checked bit for bit against the downloaded master), else its stochastic rounding
+// with rng_bits32(key, index_offset + i), which must lie between the stochastic roundings (same bits) of the host
+// value's tolerance interval. A tensor updated in two shards (the second at index_offset k, as ZeRO-1 does) must
+// give the one call's bits.
+
+static void test_adamw(size_t n, bool with_master) {
+    printf("adamw n=%zu, %s\n", n, with_master ? "FP32 master copy" : "BF16 parameters, stochastic rounding");
+    std::vector<floatX> p = rand_bf16(n, 0.05);
+    std::vector<float> g = rand_f32(n, 0.01), m = rand_f32(n, 0.001), v(n), master(n);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = (float)(1e-5 * uniform01());
+        master[i] = bf(p[i]) + (float)(1e-5 * randn());
+    }
+    const AdamWParams a = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 7, rng_key(1234, 6, 42)};
+    floatX* d_p = dev_alloc<floatX>(n);
+    float *d_g = dev_upload(g), *d_m = dev_alloc<float>(n), *d_v = dev_alloc<float>(n), *d_master = dev_alloc<float>(n);
+    std::vector<floatX> got_p[2];
+    std::vector<float> got_m[2], got_v[2], got_master[2];
+    const size_t k = n / 3;   // the second run: shards [0, k) and [k, n)
+    for (int r = 0; r < 2; r++) {
+        dev_set(d_p, p); dev_set(d_m, m); dev_set(d_v, v); dev_set(d_master, master);
+        float* mp = with_master ? d_master : NULL;
+        if (r == 0) {
+            adamw_update(d_p, mp, d_g, d_m, d_v, n, 0, &a, 0);
+        } else {
+            adamw_update(d_p, mp, d_g, d_m, d_v, k, 0, &a, 0);
+            adamw_update(d_p + k, mp ? mp + k : NULL, d_g + k, d_m + k, d_v + k, n - k, k, &a, 0);
+        }
+        got_p[r] = dev_download(d_p, n);
+        got_m[r] = dev_download(d_m, n);
+        got_v[r] = dev_download(d_v, n);
+        got_master[r] = dev_download(d_master, n);
+    }
+    std::vector<double> wm(n), tm(n), wv(n), tv(n), wp(n), tp(n), gm(n), gv(n), gp(n);
+    size_t bad_bits = 0, first_bad = 0;
+    const double ulp = 0x1p-23;
+    for (size_t i = 0; i < n; i++) {
+        float mi = m[i], vi = v[i];
+        const float pin = with_master ? master[i] : bf(p[i]);
+        const double np = adamw_step_ref(pin, g[i], &mi, &vi, &a);
+        const double gs = (double)g[i] * a.grad_scale;
+        wm[i] = mi; gm[i] = got_m[0][i];
+        tm[i] = 4 * ulp * (a.beta1 * fabs(m[i]) + (1 - a.beta1) * fabs(gs)) + 1e-30;
+        wv[i] = vi; gv[i] = got_v[0][i];
+        tv[i] = 4 * ulp * (a.beta2 * v[i] + (1 - a.beta2) * gs * gs) + 1e-30;
+        const double u = (mi / (1 - pow(a.beta1, a.t))) / (sqrt(vi / (1 - pow(a.beta2, a.t))) + a.eps);
+        wp[i] = np;
+        tp[i] = 4 * ulp * fabs(pin) + a.lr * 1e-5 * (fabs(u) + a.weight_decay * fabs(pin));
+        if (with_master) {
+            gp[i] = got_master[0][i];
+            uint16_t pb;
+            memcpy(&pb, &got_p[0][i], 2);
+            if (bf16_bits_rne(got_master[0][i]) != pb && bad_bits++ == 0) first_bad = i;
+        } else {
+            gp[i] = np;   // the BF16 result is checked against the interval instead
+            const uint32_t rb = rng_bits32(a.rng_key, i);
+            const double lo = bf16_bits_to_float(bf16_bits_sr((float)(np - tp[i]), rb));
+            const double hi = bf16_bits_to_float(bf16_bits_sr((float)(np + tp[i]), rb));
+            const double got = bf(got_p[0][i]);
+            if (!(got >= fmin(lo, hi) && got <= fmax(lo, hi)) && bad_bits++ == 0) first_bad = i;
+        }
+    }
+    check_array("adamw m", gm, wm, tm);
+    check_array("adamw v", gv, wv, tv);
+    if (with_master) check_array("adamw master", gp, wp, tp);
+    CHECK(bad_bits == 0, "adamw: %zu of %zu BF16 parameters are not the %s of the new value (first at %zu)", bad_bits, n,
+          with_master ? "RNE rounding" : "stochastic rounding with rng_bits32(key, i)", first_bad);
+    check_bits("adamw params (two shards vs one call)", got_p[0], got_p[1]);
+    check_bits("adamw m (two shards vs one call)", got_m[0], got_m[1]);
+    check_bits("adamw v (two shards vs one call)", got_v[0], got_v[1]);
+    if (with_master) check_bits("adamw master (two shards vs one call)", got_master[0], got_master[1]);
+    cuda_check(cudaFree(d_p)); cuda_check(cudaFree(d_g)); cuda_check(cudaFree(d_m)); cuda_check(cudaFree(d_v));
+    cuda_check(cudaFree(d_master));
+}
+
+// ---------------------------------------------------------------------------------------------
 // fused classifier
 
 static void test_classifier(int N, int V, int Vp) {
@@ -615,5 +696,8 @@ int main(void) {
     test_sum_squares(5, 3);
     test_sum_squares(1, 0);
     test_sum_squares(0, 0);
+
+    test_adamw(1000003, false);
+    test_adamw(1000003, true);
     return test_summary("test_kernels");
 }

@@ -225,6 +225,29 @@ static void test_native_linear(int Ntok, int C, int OC) {
     cudaFree(X); cudaFree(W); cudaFree(dY); cudaFree(bias); cudaFree(alphas);
 }
 
+// matmul_fp4_alpha_gpu: the GEMM's alpha, the FP32 product of the two tensor scales, on any GPU (one IEEE multiply:
+// the host's product bit for bit, subnormal results and overflow included).
+static void test_alpha_gpu(void) {
+    const float pairs[][2] = {{1.0f, 1.0f}, {0.0123f, 3.75e-3f}, {2.5e-20f, 1.0e-20f}, {1.0e-30f, 1.0e-10f},
+                              {3.0e20f, 4.0e20f}, {-2.0f, 0.5f}, {1.1754944e-38f, 0.75f}};
+    const int n = (int)(sizeof(pairs) / sizeof(pairs[0]));
+    float *a = dev_alloc<float>(n), *b = dev_alloc<float>(n), *out = dev_alloc<float>(n);
+    std::vector<float> ha(n), hb(n);
+    for (int i = 0; i < n; i++) { ha[i] = pairs[i][0]; hb[i] = pairs[i][1]; }
+    cuda_check(cudaMemcpy(a, ha.data(), n * 4, cudaMemcpyHostToDevice));
+    cuda_check(cudaMemcpy(b, hb.data(), n * 4, cudaMemcpyHostToDevice));
+    for (int i = 0; i < n; i++) matmul_fp4_alpha_gpu(out + i, a + i, b + i, 0);
+    const std::vector<float> got = to_host(out, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const volatile float want = ha[i] * hb[i];
+        if (f32_bits(got[i]) != f32_bits(want) && bad++ < 3)
+            printf("  alpha %g * %g: got %.9g, want %.9g\n", ha[i], hb[i], got[i], (float)want);
+    }
+    CHECK(bad == 0, "matmul_fp4_alpha_gpu: %d of %d products differ from the host's", bad, n);
+    cudaFree(a); cudaFree(b); cudaFree(out);
+}
+
 int main(void) {
     if (device_count_or_zero() == 0) {
         test_skip("matmul_fp4 gpu", "no CUDA GPU on this machine");
@@ -232,6 +255,7 @@ int main(void) {
     }
     const int shapes[][2] = {{1, 2}, {5, 3}, {128, 4}, {129, 5}, {160, 6}, {300, 7}, {768, 48}, {8192, 192}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) test_swizzle_gpu(shapes[i][0], shapes[i][1]);
+    test_alpha_gpu();
 
     int dev, major, minor;
     cuda_check(cudaGetDevice(&dev));

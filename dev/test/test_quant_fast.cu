@@ -335,14 +335,25 @@ static const Case DUALS[] = {
     {{"int4,1x16,e4m3,rne,h16,fixed", "e2m1,1x16,e8m0ceil,rne,h16,seed=7"}, {1, 0}, 2},
 };
 
+// What quant_fast_supported must say, written from the kernels' contract (quant_fast.cuh's header), not with its
+// helpers: blocks along the reduction axis (a row-wise target's columns, a column-wise one's rows) tile it, the
+// block width tiles the other axis, a Hadamard of 0, 2, 4, 8, 16 or 32 tiles the reduction axis, cols % 8 == 0;
+// a pair is one row-wise and one column-wise target with Hadamard sizes (row, column) of a pair kernel.
 static int expect_supported(const QuantParams* p, int n, const int* axes, const int* hs, int64_t rows, int64_t cols) {
-    if (cols % 8) return 0;
-    for (int k = 0; k < n; k++)
-        if (!qf_shape_ok(&p[k], rows, cols, axes[k]) || !qf_h_ok(p[k].hadamard)) return 0;
+    if (rows <= 0 || cols <= 0 || cols % 8) return 0;
+    for (int k = 0; k < n; k++) {
+        const int64_t along = axes[k] ? cols : rows, across = axes[k] ? rows : cols;
+        const int h = p[k].hadamard;
+        if (along % p[k].block_l || across % p[k].block_w) return 0;
+        if (!(h == 0 || h == 2 || h == 4 || h == 8 || h == 16 || h == 32) || (h && along % h)) return 0;
+    }
     if (n == 2) {
         if (axes[0] == axes[1]) return 0;
-        int ha = axes[0] ? hs[0] : hs[1], hb = axes[0] ? hs[1] : hs[0];
-        return qf_combo_ok(ha, hb);
+        const int hr = axes[0] ? hs[0] : hs[1], hc = axes[0] ? hs[1] : hs[0];
+        static const int pairs[][2] = {{0, 0}, {0, 16}, {0, 32}, {16, 16}, {32, 32}};
+        for (const auto& q : pairs)
+            if (hr == q[0] && hc == q[1]) return 1;
+        return 0;
     }
     return 1;
 }
@@ -742,6 +753,7 @@ static void gpu_checks(int quick) {
         cudaFree(buf); cudaFree(codes); cudaFree(sc);
     }
     printf("cases compared: %d (skipped as unsupported shape/config: %d)\n", n_cases, n_skipped_shape);
+    CHECK(n_cases > 0, "no case compared the fast kernels with the reference ones");
     CHECK(n_fail == 0, "fast vs reference (fake; packed and statistics): %d target comparisons differ in %d cases (first "
           "12 printed above)", n_fail, n_cases);
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);

@@ -528,6 +528,8 @@ static void golden(Dev& d) {
     free(g.buf);
     printf("golden: %d quantizations through the fast kernels (%d skipped: a shape or spec they do not take)\n", ran,
            skipped);
+    CHECK(ran > 0 && skipped == 0, "golden: the fast kernels must take every golden quantization record (%d ran, %d "
+          "refused)", ran, skipped);
 }
 
 // ----------------------------------------------------------------------------------------------------
