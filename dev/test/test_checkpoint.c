@@ -309,10 +309,7 @@ static void test_trail(void) {
 #define V2_FIXTURE "dev/golden/ckpt_v2_synthetic.bin"
 
 static void test_version2(const char* path) {
-    if (access(V2_FIXTURE, R_OK) != 0) {
-        test_skip("version-2 checkpoint", V2_FIXTURE " not found (run from the repository root)");
-        return;
-    }
+    if (!test_fixture_ok("version-2 checkpoint", V2_FIXTURE)) return;
     CheckpointReader r;
     CHECK(ckpt_open(&r, V2_FIXTURE) == 0, "a version-2 checkpoint opens: %s", r.err);
     CHECK(r.header[CKPT_H_VERSION] == 2 && strcmp(r.text, TEXT) == 0, "version %d, text '%s'", r.header[CKPT_H_VERSION],

@@ -254,12 +254,10 @@ static void test_recipes(void) {
     EXPECT("--amax: a bad word", NULL, "--amax", "now|delayed", "-i", train_shard, "--amax", "later");
     EXPECT("--amax delayed with nvfp4 reaches the GPU check", NULL, "no CUDA GPU found", NULL,
            "-i", train_shard, "-j", "", "-o", tmpdir, "--recipe", "nvfp4", "-b", "4", "-t", "64", "--amax", "delayed");
-    if (access("data/gpt2_tokenizer.bin", R_OK) == 0)
+    if (test_fixture_ok("text-sample shape check", "data/gpt2_tokenizer.bin"))
         EXPECT("(f) text samples: 16x16 X tiles over T=200", NULL, "text samples run the forward on 200 tokens",
                "--sample-every 0", "-i", train_shard, "-j", "", "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d",
                "-b", "16", "-t", "200", "--tokenizer", "data/gpt2_tokenizer.bin");
-    else
-        test_skip("text-sample shape check", "data/gpt2_tokenizer.bin not found (run from the repository root)");
 }
 
 static void test_data_files(void) {
@@ -362,10 +360,9 @@ static void test_checkpoints(void) {
 // committed data/eval ones (the test runs from the repository root).
 #define EVAL_ARGS "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "2", "-t", "256", "--eval-every", "5"
 static void test_heldout(void) {
-    if (access("data/eval/hellaswag_val.bin", R_OK) != 0 || access("data/eval/lambada_test.bin", R_OK) != 0) {
-        test_skip("held-out evaluation cases", "data/eval/*.bin not found (run from the repository root)");
+    if (!test_fixture_ok("held-out evaluation cases", "data/eval/hellaswag_val.bin") ||
+        !test_fixture_ok("held-out evaluation cases", "data/eval/lambada_test.bin"))
         return;
-    }
     // a one-layer model with GPT-2's vocabulary, so that the real token files fit it (800 KB)
     GPTConfig gpt2_vocab = tiny_config();
     gpt2_vocab.vocab_size = 50257; gpt2_vocab.padded_vocab_size = 50304; gpt2_vocab.max_seq_len = 256;

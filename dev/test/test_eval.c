@@ -285,7 +285,7 @@ static void test_shipped(void) {
         {"lambada", "data/eval/lambada_test.bin", EVAL_LASTWORD, 5153, 224},
     };
     for (int i = 0; i < 2; i++) {
-        if (access(files[i].path, R_OK) != 0) { test_skip(files[i].path, "not found (run from the repository root)"); continue; }
+        if (!test_fixture_ok(files[i].name, files[i].path)) continue;
         EvalTask t;
         char err[2048];
         int rc = eval_task_load(&t, files[i].name, files[i].path, files[i].kind, 50257, err, sizeof(err));

@@ -1,5 +1,6 @@
 // testing.h: the tiny test harness every test binary uses.
-// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_summary(), test_run_child(), test_run_child_io()
+// defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_fixture_ok(), test_summary(), test_run_child(),
+//          test_run_child_io()
 // Each binary prints PASS/FAIL/SKIP lines and ends with one line
 //   TESTS <name>: passed=P failed=F skipped=S
 // which scripts/run_tests.sh sums into the closing "N passed, N failed, N skipped".
@@ -31,6 +32,20 @@ static int test_passed = 0, test_failed = 0, test_skipped = 0;
 static inline void test_skip(const char* what, const char* why) {
     test_skipped++;
     printf("SKIP %s: %s\n", what, why);
+}
+
+// A file committed to the repository that a test reads (path relative to its root): 1 if it is there. Missing, it is a
+// failure where the test runs from the repository root (as `make test` runs it: the file was lost), and a skip
+// anywhere else (the binary run by hand from another directory).
+static inline int test_fixture_ok(const char* what, const char* path) {
+    if (access(path, R_OK) == 0) return 1;
+    if (access("llmc/common.h", R_OK) == 0) {
+        test_failed++;
+        printf("FAIL %s: the committed file %s is missing\n", what, path);
+    } else {
+        test_skip(what, "the committed files are not here (run from the repository root)");
+    }
+    return 0;
 }
 
 static inline int test_summary(const char* name) {
