@@ -6,21 +6,12 @@
 # usage: scripts/check_bf16_forward.sh   (needs a GPU and ./train_gpt_fp4; skips without a GPU)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-passed=0; failed=0; skipped=0
+source scripts/summary_lib.sh
 for frac in 0.25 0.75; do
     out=$(CHECK_DIR=/tmp/check_bf16_forward_$frac scripts/check_resume.sh --recipe nvfp4 --bf16-forward-from "$frac" 2>&1)
     rc=$?
     printf '%s\n' "$out" | sed "s/^/[$frac] /"
-    line=$(printf '%s\n' "$out" | grep -E '^TESTS [^:]+: passed=[0-9]+ failed=[0-9]+ skipped=[0-9]+$' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL check_bf16_forward: --bf16-forward-from $frac: check_resume.sh exited with $rc without a summary"
-        failed=$((failed + 1)); continue
-    fi
-    p=$(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")
-    f=$(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")
-    s=$(sed -E 's/.*skipped=([0-9]+).*/\1/' <<<"$line")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    add_summary "check_bf16_forward: --bf16-forward-from $frac: check_resume.sh" "$out" "$rc"
     if [ "$p" -gt 0 ]; then   # it ran: the switch must be in the log, at its step
         want=$(python3 -c "import math; print(12 - max(1, min(12, math.floor($frac * 12 + 0.5))))")
         if grep -q "\"event\":\"bf16_forward\",\"on\":1,\"switch_step\":$want," "/tmp/check_bf16_forward_$frac/full/log.jsonl"; then

@@ -14,24 +14,14 @@ gpu_or_skip test_distributed
 bin=build/test_distributed
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-passed=0; failed=0; skipped=0
+source scripts/summary_lib.sh
 run() {   # run LABEL CMD...: one launch, its summary added to the totals
     local label=$1; shift
     echo "=== $label: $*"
-    local out rc line
+    local out rc
     out=$("$@" 2>&1); rc=$?
     printf '%s\n' "$out"
-    line=$(printf '%s\n' "$out" | grep -E '^TESTS [^:]+: passed=[0-9]+ failed=[0-9]+ skipped=[0-9]+$' | tail -n 1)
-    if [ -z "$line" ]; then
-        echo "FAIL test_distributed: $label exited with status $rc without a summary"
-        failed=$((failed + 1)); return
-    fi
-    local p f s
-    p=$(sed -E 's/.*passed=([0-9]+).*/\1/' <<<"$line")
-    f=$(sed -E 's/.*failed=([0-9]+).*/\1/' <<<"$line")
-    s=$(sed -E 's/.*skipped=([0-9]+).*/\1/' <<<"$line")
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "FAIL test_distributed: $label: exit status $rc"; f=1; fi
-    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    add_summary "test_distributed: $label" "$out" "$rc"
 }
 run "one process, no NCCL" "$bin"
 if ldd "$bin" 2>/dev/null | grep -q libnccl; then
