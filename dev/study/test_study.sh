@@ -59,12 +59,12 @@ shard(f"{d}/enwiki_train_000000.bin", 4 * 8 * 5 + 1)
 shard(f"{d}/enwiki_train_000100.bin", 4 * 8 * 5 + 7)
 shard(f"{d}/enwiki_val_000000.bin", 4 * 8 * 2 + 1)
 EOF
-export TRAINER="python3 dev/study/fake_trainer.py" B=4 T=8 PARTS="" PREV=$tmp/none MIN_LEFT=1 STOP_MARGIN=0 \
+export B=4 T=8 PARTS="" PREV=$tmp/none MIN_LEFT=1 STOP_MARGIN=0 \
        CKPT_EVERY=2 DATA=$data FAKE_ARGS=$tmp/args.txt
 unset OUT
-# study.sh runs $TRAINER as one word: a wrapper
-printf '#!/bin/sh\nexec python3 %s/dev/study/fake_trainer.py "$@"\n' "$PWD" > "$tmp/trainer"; chmod +x "$tmp/trainer"
-export TRAINER=$tmp/trainer
+# study.sh runs $TRAINER as one word: the stand-in itself (executable, with its interpreter line; nothing is
+# executed from $tmp, which may be mounted noexec)
+export TRAINER=$PWD/dev/study/fake_trainer.py
 S=$tmp/study
 grid() { STUDY_DIR=$S RECIPES="bf16 nvfp4 nvfp4-naive" SEEDS="1 2 3" bash dev/study/study.sh "$@"; }
 out=$(FAKE_STOP_AT=5 DEADLINE=3 grid 2>&1); rc=$?
@@ -166,7 +166,7 @@ unset TRAINER B T PARTS PREV MIN_LEFT STOP_MARGIN CKPT_EVERY DATA FAKE_ARGS
 
 # ---- early_probe.sh: runs stopped at the validation of step STOP_AT; the table at that step
 P=$tmp/probe
-out=$(TRAINER=$tmp/trainer PROBE_DIR=$P DATA=$data STEPS=20 STOP_AT=8 VAL_EVERY=4 VAL_BATCHES=2 RECIPES="bf16 nvfp4" SEEDS="1 2" JOBS=2 \
+out=$(TRAINER=$PWD/dev/study/fake_trainer.py PROBE_DIR=$P DATA=$data STEPS=20 STOP_AT=8 VAL_EVERY=4 VAL_BATCHES=2 RECIPES="bf16 nvfp4" SEEDS="1 2" JOBS=2 \
       FAKE_STOP_AT=10 DEADLINE=60 FAKE_ARGS=$tmp/probe_args.txt OUT=$tmp/probe_out bash dev/study/early_probe.sh 2>&1); rc=$?
 echo "$out" | sed 's/^/    /'
 check "early_probe: 4 runs, each with its validation at steps 0, 4 and 8, and stopped there (exit 0)" \
