@@ -91,9 +91,9 @@ LDFLAGS := $(foreach d,$(sort $(LIB_DIRS)),-L$(d) -Xlinker -rpath=$(d))
 
 CXX_FLAGS := -O2 -std=c++17 -Wall -Wno-unused-function -I. -I$(CUDA_HOME)/include
 
-HEADERS := $(wildcard llmc/*.h llmc/*.cuh)
+HEADERS := $(wildcard llmc/*.h llmc/*.cuh llmc/*/*.h llmc/*/*.cuh)
 # The FP4 numerics' headers, which several concerns' rules name (here, so that each mk/ file sees them)
-FP4_HEADERS := llmc/fp4_formats.h llmc/fp4_quant_cpu.h llmc/hadamard.cuh llmc/stochastic_round.cuh \
+FP4_HEADERS := llmc/fp4/formats.h llmc/fp4/quant_cpu.h llmc/fp4/hadamard.h llmc/fp4/stochastic_round.h \
                dev/test/fp4_golden.h
 
 # Each concern adds its tests here: CPU_TESTS build with g++ and run everywhere; GPU_TESTS build with

@@ -186,13 +186,13 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
 // (fc's wgrad.dy without SR or fcproj's wgrad without its Hadamard stay inside its tolerances). So a
 // test hook (GPT.probe) shows this check each GEMM's two operands as the GEMM read them, and:
 //   1. each operand equals, bit for bit (values and tensor scale), what the CPU twin of the quantizer
-//      (llmc/fp4_quant_cpu.h) makes of the operand's BF16 source for that slot: the recipe's spec (or
+//      (llmc/fp4/quant_cpu.h) makes of the operand's BF16 source for that slot: the recipe's spec (or
 //      the Q/K part's), the slot's axis, the trainer's SR key; BF16 slots and BF16 blocks pass the
 //      source through unchanged;
 //   2. each GEMM's output (forward output with bias, data gradient, weight gradient) equals the
 //      product of those CPU operands within FP32 accumulation-order noise and the output's rounding.
 // On the FP8 path an operand is E4M3 bytes with per-row scales: bytes and scales must equal what the CPU
-// twin's fold (llmc/fp8_fold.h) makes of the CPU twin's quantized copy, and the product is of those values.
+// twin's fold (llmc/fp4/fp8_fold.h) makes of the CPU twin's quantized copy, and the product is of those values.
 // The wiring it checks against is this file's own table (RECIPES.md), not the trainer's plan: which
 // tensor feeds which slot, along which axis, and which buffers hold each linear's input, gradient and
 // outputs. Every GEMM must be seen once per part (two parts for a split Q/K-V linear).

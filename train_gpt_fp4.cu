@@ -16,38 +16,33 @@
 #include <sys/stat.h>
 #include <vector>
 
-#include "llmc/common.h"           // defines: fail, fail_if, xmalloc, file helpers
-#include "llmc/cuda_common.cuh"    // defines: floatX, cuda_check
-#include "llmc/rng.h"              // defines: rng_key, rng_bits32
-#include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_dgrad, matmul_wgrad
-#include "llmc/adamw.cuh"          // defines: adamw_update
-#include "llmc/encoder.cuh"        // defines: encoder_forward, encoder_backward
-#include "llmc/layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
-#include "llmc/gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
-#include "llmc/attention.cuh"      // defines: attention_forward, attention_backward
-#include "llmc/fused_classifier.cuh" // defines: fused_classifier
-#include "llmc/reduce.cuh"         // defines: bias_backward, sum_squares
-#include "llmc/quant_fast.cuh"     // defines: QuantTarget, quant_fast_amax_gpu, quant_fast_apply_gpu, quant_fast_stats_gpu
-#include "llmc/quant_diag.cuh"     // defines: quant_compare_gpu
-#include "llmc/recipe.h"           // defines: Recipe, recipe_preset, recipe_layer_is_fp4
-#include "llmc/linear_plan.h"      // defines: LinearPlan, linear_plan_build, LinearScalars
-#include "llmc/recipe_schedule.h"  // defines: RecipeSchedule, recipe_with_bf16_forward (--bf16-forward-from)
-#include "llmc/matmul_fp4.cuh"     // defines: matmul_fp4_native_available, matmul_fp4_forward/_dgrad/_wgrad (Blackwell)
-#include "llmc/matmul_fp8.cuh"     // defines: matmul_fp8 (E8M0-scaled operands folded into E4M3, Hopper)
-#include "llmc/distributed.cuh"    // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
-#include "llmc/dataloader.h"       // defines: DataLoader, dataloader_next_batch, dataloader_global_micro_index
-#include "llmc/tokenizer.h"        // defines: Tokenizer, tokenizer_decode
-#include "llmc/args.h"             // defines: Option, parse_options, print_usage
-#include "llmc/logger.h"           // defines: Logger, logger_line, make_dirs
-#include "llmc/schedule.h"         // defines: LRSchedule, lr_at_step
-#include "llmc/checkpoint.h"       // defines: CheckpointWriter, CheckpointReader, CheckpointTrail, find_latest_checkpoint
-#include "llmc/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check, H_* header fields
-#include "llmc/batch.h"            // defines: batch_plan
-#include "llmc/eval_tasks.h"       // defines: EvalTask, eval_task_load, eval_shape, EvalRun, eval_run_fill, eval_run_result
-#include "llmc/target_argmax.cuh"  // defines: target_is_argmax
+#include "llmc/base/common.h"            // defines: fail, fail_if, xmalloc, file helpers
+#include "llmc/base/cuda_common.cuh"     // defines: floatX, cuda_check
+#include "llmc/base/rng.h"               // defines: rng_key, rng_bits32
+#include "llmc/base/matmul.cuh"          // defines: matmul_forward, matmul_dgrad, matmul_wgrad
+#include "llmc/adamw.cuh"                // defines: adamw_update
+#include "llmc/model/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check
+#include "llmc/model/encoder.cuh"        // defines: encoder_forward, encoder_backward
+#include "llmc/model/layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "llmc/model/gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
+#include "llmc/model/attention.cuh"      // defines: attention_forward, attention_backward
+#include "llmc/model/fused_classifier.cuh" // defines: fused_classifier
+#include "llmc/model/reduce.cuh"         // defines: bias_backward, sum_squares
+#include "llmc/model/target_argmax.cuh"  // defines: target_is_argmax
+#include "llmc/nvfp4.cuh"                // defines: Recipe, LinearPlan, QuantTarget, quantize_fast_gpu, matmul_fp8, ...
+#include "llmc/run/distributed.cuh"      // defines: Dist, dist_init, dist_allreduce_sum_async, dist_allgather_bf16
+#include "llmc/run/dataloader.h"         // defines: DataLoader, dataloader_next_batch, dataloader_global_micro_index
+#include "llmc/run/tokenizer.h"          // defines: Tokenizer, tokenizer_decode
+#include "llmc/run/args.h"               // defines: Option, parse_options, print_usage
+#include "llmc/run/logger.h"             // defines: Logger, logger_line, make_dirs
+#include "llmc/run/schedule.h"           // defines: LRSchedule, lr_at_step
+#include "llmc/run/checkpoint.h"         // defines: CheckpointWriter, CheckpointReader, CheckpointTrail, find_latest_checkpoint
+#include "llmc/run/ckpt_fields.h"        // defines: H_* header fields, config_to_header, config_from_header
+#include "llmc/run/batch.h"              // defines: batch_plan
+#include "llmc/run/eval_tasks.h"         // defines: EvalTask, eval_task_load, eval_shape, EvalRun, eval_run_fill, eval_run_result
 
 // ----------------------------------------------------------------------------------------------
-// Model configuration: GPTConfig and the GPT-2 shapes (d6 ... d48) live in llmc/gpt_config.h, with the
+// Model configuration: GPTConfig and the GPT-2 shapes (d6 ... d48) live in llmc/model/gpt_config.h, with the
 // checkpoint header fields that record them, so that the CPU tests can write checkpoints too.
 
 // Fails with the reason when the shape cannot be built; `where` names its source (a checkpoint file).
@@ -421,7 +416,7 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 
 // ----------------------------------------------------------------------------------------------
 // Linear layers. Every transformer linear layer goes through linear_forward and linear_backward, which
-// execute the layer's plan (llmc/linear_plan.h, built once from the recipe by gpt_set_recipe):
+// execute the layer's plan (llmc/fp4/linear_plan.h, built once from the recipe by gpt_set_recipe):
 //   forward:  quantize what the forward's passes ask of X and W, run the fprop GEMM;
 //   backward: quantize what the backward's passes ask of dY, X and W, run the dgrad and wgrad GEMMs.
 // BF16 layers run the same code with plans whose operands are all the BF16 sources.
@@ -431,7 +426,7 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
 // go into its alpha (a device pointer, so no host synchronisation). A GEMM whose two operands have
 // power-of-two (E8M0) block scales runs on FP8 tensor cores instead (--fp4-gemm fp8, the default where it
 // applies): its operands are written as E4M3 with a power-of-two offset per GEMM row, exact within a
-// window of 14 binades below the row's largest block (llmc/fp8_fold.h). Every copy is quantized from the
+// window of 14 binades below the row's largest block (llmc/fp4/fp8_fold.h). Every copy is quantized from the
 // BF16 source, except that a src=fprop slot (Quartet II's dgrad.w and wgrad.x) quantizes the forward's
 // dequantized copy of W or X, which the backward makes again (same spec, key and amax: the same copy; no
 // memory kept from the forward). The copies live in the logits buffer, which holds nothing
@@ -652,7 +647,7 @@ static void gpt_set_recipe(GPT* m, const Recipe* r, uint64_t seed, const char* g
 }
 
 // --bf16-forward-from: from its switch step on, the run's recipe with the forward GEMMs (fprop's two slots
-// of every linear) in BF16, dgrad and wgrad as they were (llmc/recipe_schedule.h says why fprop only). The
+// of every linear) in BF16, dgrad and wgrad as they were (llmc/fp4/recipe_schedule.h says why fprop only). The
 // plans are rebuilt as for any recipe change; r is the run's own recipe, to return to with bf16_forward = 0.
 static void gpt_set_bf16_forward(GPT* m, const Recipe* r, int bf16_forward, uint64_t seed, const char* gemm_mode) {
     Recipe now = bf16_forward ? recipe_with_bf16_forward(r) : *r;
@@ -813,7 +808,7 @@ static QuantTarget operand_target(GPT* m, LinearRun* r, Slot s, int have_amax) {
 }
 
 // Quantizes a view for 1 or 2 targets (fake or packed copies), amax pass and apply pass, on the quantizer's
-// kernels (llmc/quant_fast.cuh; bit-identical to the CPU twin, dev/test/test_quant_gpu_cpu.cu). A pair they
+// kernels (llmc/fp4/quant_fast.cuh; bit-identical to the CPU twin, dev/test/test_quant_gpu_cpu.cu). A pair they
 // take only one at a time (Hadamard sizes with no pair kernel) runs as two passes.
 // ahead: a target of a later pass over the same source whose tensor amax the amax pass also takes; returns
 // whether it did. have_amax: the targets' amaxes are already in place.
@@ -1369,16 +1364,16 @@ static void diag_end(GPT* m, Logger* lg, int step) {
 
 // ----------------------------------------------------------------------------------------------
 // Checkpoints: model, optimizer state, data position and run state, as the checksummed sections of
-// llmc/checkpoint.h (written atomically; each section's CRC32 is checked when it is read). The main
+// llmc/run/checkpoint.h (written atomically; each section's CRC32 is checked when it is read). The main
 // file, ckpt_XXXXXXXX.bin, written by rank 0:
-//   header           the model's shape and the run's settings (H_* in llmc/gpt_config.h), the recipe text
+//   header           the model's shape and the run's settings (H_* in llmc/model/gpt_config.h), the recipe text
 //   weights          the BF16 parameters
 //   optimizer state  rank 0's FP32 master params (if any), then Adam m and v, for the parameters
 //                    [opt_begin, opt_begin + opt_count)
 //   data position    DataLoaderState
 //   rng              RngState: the generators are counter based, keyed on (seed, step): that is their state
 //   spike detector   SpikeState
-//   recipe schedule  RecipeSchedule (llmc/recipe_schedule.h): the --bf16-forward-from switch step and whether
+//   recipe schedule  RecipeSchedule (llmc/fp4/recipe_schedule.h): the --bf16-forward-from switch step and whether
 //                    the forward ran in BF16 when the file was written (empty in version-2 files: no switch)
 // With ZeRO-1 on N > 1 ranks, rank r > 0 writes its own optimizer shard to ckpt_XXXXXXXX.rankRRR.bin
 // (same layout, empty weights section) before rank 0 writes the main file, so a main file means a
@@ -1690,7 +1685,7 @@ static void sample_text(GPT* m, const Tokenizer* tok, int count, uint64_t seed, 
 }
 
 // ----------------------------------------------------------------------------------------------
-// Held-out tasks: HellaSwag and LAMBADA. llmc/eval_tasks.h reads their token files, lays out the rows
+// Held-out tasks: HellaSwag and LAMBADA. llmc/run/eval_tasks.h reads their token files, lays out the rows
 // and scores them; here the rows run through gpt_forward, the forward that training runs, which gives
 // every position's loss, and for LAMBADA target_is_argmax says whether greedy decoding picks each
 // target. Precision: the recipe's forward (FP4 as trained: the fprop slots of every FP4 block), or the
@@ -2274,7 +2269,7 @@ int main(int argc, char** argv) {
         const char* path[] = {"exact emulation (BF16 tensor cores, tensor scales in alpha)",
                               "native NVFP4 (cuBLASLt, Blackwell)",
                               "FP8 tensor cores for the GEMMs whose operands have E8M0 block scales (exact within the "
-                              "window, llmc/fp8_fold.h), exact emulation for the others"};
+                              "window, llmc/fp4/fp8_fold.h), exact emulation for the others"};
         dist_printf(&dist, "FP4 GEMMs: %s\n", path[model.gemm_path]);
     }
     RunState rs;

@@ -1,12 +1,12 @@
 // fp4_mse.c: each 4-bit format's quantization error on N(0,1) and on heavy-tailed data, per block shape,
-// scale rule, rounding mode and Hadamard setting. Uses the CPU path (llmc/fp4_quant_cpu.h), which is
+// scale rule, rounding mode and Hadamard setting. Uses the CPU path (llmc/fp4/quant_cpu.h), which is
 // bit-identical to the GPU kernels, so it runs anywhere.
 //   build/fp4_mse [--rows R] [--cols C] [--seed S] [--axis 0|1] [--spec SPEC ...]
 // Prints MSE = mean((dequant(x) - x)^2) and NMSE = MSE / mean(x^2). Heavy-tailed data: Student t with
 // 3 degrees of freedom times a per-row log-normal scale (outlier channels). Reference figures on N(0,1)
 // (Quartet II, arXiv 2601.22813): NVFP4 1x16 RNE ~9.0e-3, 16x16 ~12.4e-3.
 #include <math.h>
-#include "llmc/fp4_quant_cpu.h"
+#include "llmc/fp4/quant_cpu.h"
 
 static uint64_t st = 1;
 static double urand(void) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """
 fp4_ref.py: an independent numpy reference for the program's 4-bit quantizers, written from
-../shared/docs/FP4_NUMERICS.md (and the project's free choices documented in llmc/fp4_formats.h,
-llmc/stochastic_round.cuh, llmc/hadamard.cuh, llmc/fp4_quant_cpu.h), not from the C code.
+../shared/docs/FP4_NUMERICS.md (and the project's free choices documented in llmc/fp4/formats.h,
+llmc/fp4/stochastic_round.h, llmc/fp4/hadamard.h, llmc/fp4/quant_cpu.h), not from the C code.
 It writes the golden vectors that dev/test/test_fp4_cpu.c (CI) and dev/test/test_fp4_gpu.cu (GPU)
 must reproduce bit for bit.
 
@@ -45,7 +45,7 @@ import numpy as np
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 # ---------------------------------------------------------------------------------------------------
-# RNG (llmc/rng.h semantics: SplitMix64 finalizer, uint64 wraparound)
+# RNG (llmc/base/rng.h semantics: SplitMix64 finalizer, uint64 wraparound)
 
 
 def mix64(x):
@@ -109,7 +109,7 @@ def bf16_rne_bits(x):
 
 
 def bf16_sr_bits(x, rbits):
-    """BF16 stochastic rounding as llmc/stochastic_round.cuh: add 16 random bits below the kept bits."""
+    """BF16 stochastic rounding as llmc/fp4/stochastic_round.h: add 16 random bits below the kept bits."""
     u = bits_of(x).astype(np.uint64)
     nonfinite = (u & 0x7F800000) == 0x7F800000
     r = ((u + (np.asarray(rbits, dtype=np.uint64) & 0xFFFF)) >> 16) & 0xFFFF
@@ -265,7 +265,7 @@ def hadamard_matrix(n, mask):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Spec parsing (the subset of the grammar the golden cases use; keys match llmc/fp4_formats.h)
+# Spec parsing (the subset of the grammar the golden cases use; keys match llmc/fp4/formats.h)
 
 PRESETS = {
     "nvfp4": dict(grid="e2m1", w=1, l=16, scale="e4m3"),

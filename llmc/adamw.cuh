@@ -5,8 +5,8 @@
 // counter-based generator keyed on (seed, step, tensor id, element index), so a run is
 // reproducible and resumes bit for bit. With a master copy, BF16 params are its RNE rounding.
 #pragma once
-#include "cuda_common.cuh"
-#include "stochastic_round.cuh"
+#include "llmc/base/cuda_common.cuh"
+#include "llmc/stochastic_round.cuh"
 
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay;  // weight_decay already 0 for tensors not decayed

@@ -1,4 +1,4 @@
-# distributed.mk: data parallelism (llmc/distributed.cuh, llmc/dist_host.h).
+# distributed.mk: data parallelism (llmc/run/distributed.cuh, llmc/run/dist_host.h).
 #   build/test_dist_host     shard layout and NCCL id file handoff (CPU)
 #   build/test_distributed   collectives under whatever launch started it (skips without a GPU)
 #   dev/test/test_distributed.sh  what `make test` runs: test_distributed without NCCL, with NCCL in one process,

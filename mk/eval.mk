@@ -1,11 +1,11 @@
-# eval.mk: held-out tasks (llmc/eval_tasks.h: HellaSwag and LAMBADA token files, rows, scoring).
+# eval.mk: held-out tasks (llmc/run/eval_tasks.h: HellaSwag and LAMBADA token files, rows, scoring).
 #   build/test_eval                 the token-file reader and its errors, rows, shapes and scoring (CPU)
 #   dev/test/test_eval_files.sh     the committed data/eval files read back by the Python reader, and rebuilt
 #                                   from ../shared/data/eval byte for byte where tiktoken is installed (skips)
 CPU_TESTS += build/test_eval
 CPU_TESTS += dev/test/test_eval_files.sh
-build/test_eval: llmc/eval_tasks.h llmc/checkpoint.h
+build/test_eval: llmc/run/eval_tasks.h llmc/run/checkpoint.h
 #   build/test_export               scripts/export_hf.py: a checkpoint with known weights exported, read back value
 #                                   for value (CPU; skips without python3 and numpy)
 CPU_TESTS += build/test_export
-build/test_export: llmc/checkpoint.h llmc/gpt_config.h scripts/export_hf.py
+build/test_export: llmc/run/checkpoint.h llmc/run/ckpt_fields.h llmc/model/gpt_config.h scripts/export_hf.py

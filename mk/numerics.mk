@@ -1,4 +1,4 @@
-# numerics.mk: build rules for the FP4 numerics (llmc/fp4_formats.h, fp4_quant_cpu.h, hadamard.cuh,
+# numerics.mk: build rules for the FP4 numerics (llmc/fp4/formats.h, fp4/quant_cpu.h, hadamard.cuh,
 # stochastic_round.cuh; the reference GPU kernels dev/ref/nvfp4_ref.cuh).
 #   build/test_fp4_cpu   CPU path vs dev/golden/fp4_golden.bin + property tests (CI)
 #   build/test_eden      MS-EDEN beyond the golden vectors: scale SR, sum order, unbiasedness, MSE (CI)

@@ -5,7 +5,7 @@
   python3 scripts/eval_hf.py /path/to/gpt2 --items 1000          # any GPT-2-like model directory
 
 Reads the same token files as the trainer (data/eval/*.bin, written by dev/data/eval_prepro.py), so
-both score the same token sequences, and lays out the same rows (llmc/eval_tasks.h): context, then
+both score the same token sequences, and lays out the same rows (llmc/run/eval_tasks.h): context, then
 candidate; a context longer than the row loses its oldest tokens (--seq-len: the trainer's row length,
 which its log line gives as <task>_seq; by default the longest item rounded up to 64, at most the
 model's positions). Scoring:

@@ -25,7 +25,7 @@ The precision recipe is not part of the export: transformers runs the network in
 FP4-trained model's exported logits are those of its forward with BF16 GEMMs (train_gpt_fp4
 --eval-precision bf16 computes the same).
 
-The checkpoint is read as llmc/checkpoint.h writes it (format versions 2 and 3, which differ only in a
+The checkpoint is read as llmc/run/checkpoint.h writes it (format versions 2 and 3, which differ only in a
 later section): the header section with its CRC32, then the weights section, whose CRC32 is checked too,
 so a damaged file is refused.
 """
@@ -42,7 +42,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CKPT_MAGIC, CKPT_VERSIONS, HEADER_INTS = 20261129, (2, 3), 256
 H_TEXT_BYTES, H_TABLE, H_HEADER_CRC = 2, 224, 255
-# llmc/gpt_config.h: the trainer's header fields, from CKPT_H_USER = 3 on
+# llmc/model/gpt_config.h: the trainer's header fields, from CKPT_H_USER = 3 on
 H_LAYERS, H_HEADS, H_CHANNELS, H_VOCAB, H_PADDED_VOCAB, H_MAX_T, H_STEP = 3, 4, 5, 6, 7, 8, 9
 H_HAS_PARAMS = 18
 SECTIONS = ["header", "weights", "optimizer state", "data position", "rng", "spike detector"]
@@ -167,7 +167,7 @@ def hf_config(h, dtype):
         "n_layer": int(h[H_LAYERS]),
         "n_head": int(h[H_HEADS]),
         "n_inner": None,                      # 4 * n_embd
-        "activation_function": "gelu_new",    # the tanh approximation (llmc/gelu.cuh)
+        "activation_function": "gelu_new",    # the tanh approximation (llmc/model/gelu.cuh)
         "layer_norm_epsilon": 1e-5,
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,   # trained without dropout
         "initializer_range": 0.02,

@@ -1,7 +1,7 @@
 # gpu_or_skip.sh: sourced by the GPU check scripts. gpu_or_skip NAME: the number of usable GPUs in $ngpu,
 # or the script ends with its summary line: skipped (exit 0) without a GPU, as the GPU test binaries do,
 # failed (exit 1) with an installed but unusable driver or with REQUIRE_GPU=1 and no GPU.
-# build/test_gpu_presence --count applies the binaries' rule (llmc/cuda_common.cuh, CUDA_VISIBLE_DEVICES
+# build/test_gpu_presence --count applies the binaries' rule (llmc/base/cuda_common.cuh, CUDA_VISIBLE_DEVICES
 # included); without it (a script run by hand before `make test`), nvidia-smi decides.
 gpu_or_skip() {
     local name=$1

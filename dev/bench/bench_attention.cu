@@ -1,9 +1,9 @@
-// bench_attention.cu: forward and backward time of llmc/attention.cuh at GPT-2 124M shapes, for
+// bench_attention.cu: forward and backward time of llmc/model/attention.cuh at GPT-2 124M shapes, for
 // each backend (cuDNN when built with it, and the own kernels). Not a test: prints ms and TFLOP/s.
 // Causal FLOPs: forward = half of 4*B*NH*T*T*HS (Q.K^T and P.V over the lower triangle);
 // backward = 2.5x forward (five GEMMs instead of two), the usual flash-attention accounting.
 // Usage: build/bench_attention [iterations]
-#include "llmc/attention.cuh"
+#include "llmc/model/attention.cuh"
 
 static float bench_ms(int iters, cudaEvent_t e0, cudaEvent_t e1, void (*fn)(void*), void* arg) {
     for (int i = 0; i < 3; i++) fn(arg);   // warm-up (and plan building)

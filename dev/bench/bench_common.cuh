@@ -5,9 +5,9 @@
 //          bench_params()
 #pragma once
 #include <vector>
-#include "llmc/cuda_common.cuh"
-#include "llmc/fp4_formats.h"
-#include "llmc/stochastic_round.cuh"   // bf16_bits_rne
+#include "llmc/base/cuda_common.cuh"
+#include "llmc/fp4/formats.h"
+#include "llmc/fp4/stochastic_round.h"   // bf16_bits_rne
 
 struct Bench {
     int iters;

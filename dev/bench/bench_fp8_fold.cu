@@ -9,8 +9,8 @@
 // Usage: build/bench_fp8_fold [-n iters] [-f SUBSTR] [-s RxC]: -f / -s keep only the table rows whose config
 // name holds SUBSTR / of that shape, and then skip the GEMMs (for a profiler: dev/bench/profile_quant.sh's way).
 #include <vector>
-#include "llmc/quant_fast.cuh"
-#include "llmc/matmul_fp8.cuh"
+#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/matmul_fp8.cuh"
 #include "dev/bench/bench_common.cuh"
 
 struct Cfg {

@@ -11,7 +11,7 @@
 #include <vector>
 #include <cmath>
 #include "dev/bench/bench_common.cuh"
-#include "llmc/matmul.cuh"
+#include "llmc/base/matmul.cuh"
 
 enum { MODE_BF16, MODE_FP8_TENSOR, MODE_FP8_OUTER, NUM_MODES };
 static const char* MODE_NAMES[NUM_MODES] = {"bf16", "fp8-tensor", "fp8-outer"};

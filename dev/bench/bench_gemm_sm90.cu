@@ -38,7 +38,7 @@
 #include <vector>
 #include <cmath>
 #include "dev/bench/bench_common.cuh"
-#include "llmc/matmul.cuh"
+#include "llmc/base/matmul.cuh"
 
 namespace g90 {
 constexpr int BM = 128, BN = 256, BK = 64, CONSUMERS = 2;

@@ -6,11 +6,11 @@
 #include <vector>
 #include <math.h>
 #include <time.h>
-#include "llmc/encoder.cuh"           // encoder_forward, encoder_backward
-#include "llmc/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
-#include "llmc/gelu.cuh"              // gelu_forward, gelu_backward_inplace
-#include "llmc/fused_classifier.cuh"  // fused_classifier
-#include "llmc/reduce.cuh"            // bias_backward, sum_squares
+#include "llmc/model/encoder.cuh"           // encoder_forward, encoder_backward
+#include "llmc/model/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "llmc/model/gelu.cuh"              // gelu_forward, gelu_backward_inplace
+#include "llmc/model/fused_classifier.cuh"  // fused_classifier
+#include "llmc/model/reduce.cuh"            // bias_backward, sum_squares
 
 // Deterministic pseudo-random fill: value = scale * (uniform(-1, 1)) + offset.
 __device__ __forceinline__ float hash_uniform(uint64_t i, uint32_t seed) {

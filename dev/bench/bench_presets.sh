@@ -3,7 +3,7 @@
 # each model size (the #12 report): dev/bench/bench_train.sh per size, B chosen so the step fits one H200.
 # usage: bash dev/bench/bench_presets.sh [size ...]     (default: d12 d24 d36; B = 64, 32, 16)
 # env: OUT [/tmp/bench_presets] (bench_presets_SIZE.txt there), STEPS [20], RECIPES (default: every preset
-#      in llmc/recipe.h, bf16 first), GPU_ARCHS [90]; builds train_gpt_fp4 first.
+#      in llmc/fp4/recipe.h, bf16 first), GPU_ARCHS [90]; builds train_gpt_fp4 first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/bench_presets}

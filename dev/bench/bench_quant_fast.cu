@@ -1,5 +1,5 @@
 // bench_quant_fast.cu: the reference kernels' quantize_gpu (dev/ref/nvfp4_ref.cuh) vs the trainer's
-// quantize_fast_gpu (llmc/quant_fast.cuh) at training shapes, fake and packed (native GEMM) copies, against
+// quantize_fast_gpu (llmc/fp4/quant_fast.cuh) at training shapes, fake and packed (native GEMM) copies, against
 // device copy bandwidth measured in the same run. Also checks, for every row, that the fast outputs equal the
 // reference ones bit for bit (column "same").
 // Usage: build/bench_quant_fast [-n iters] [-f row-name-substring] [-s ROWSxCOLS]   (-f, -s: a subset, e.g. for ncu)
@@ -16,7 +16,7 @@
 // The DUAL rows that round to nearest (X's pair, nvfp4-naive's dY pair) make both copies in one kernel from one read
 // (qf_dual_ok); the others run one apply kernel per copy, each reading the input.
 #include <vector>
-#include "llmc/quant_fast.cuh"
+#include "llmc/fp4/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
 #include "dev/bench/bench_common.cuh"
 

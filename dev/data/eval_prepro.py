@@ -10,7 +10,7 @@ Inputs (--eval_dir, default ../shared/data/eval next to the repository; README t
 Outputs (--out_dir, default data/eval): hellaswag_val.bin and lambada_test.bin.
 
 Every item is a context and one or more candidate continuations, already in GPT-2 tokens, so the C
-side never tokenizes (llmc/eval_tasks.h reads them; scripts/eval_hf.py reads them through read_eval_file
+side never tokenizes (llmc/run/eval_tasks.h reads them; scripts/eval_hf.py reads them through read_eval_file
 below, so that the trainer and the Hugging Face evaluation score exactly the same token sequences):
   HellaSwag: context = the first line as given; candidate k = " " + ending k (tokenized on its own,
              as llm.c and lm-eval do); label = the correct ending.

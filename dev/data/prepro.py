@@ -8,9 +8,9 @@ Every document is preceded by <|endoftext|> (50256), so documents are separated 
 Outputs (in --out_dir):
   NAME_val_000000.bin, NAME_train_000000.bin, NAME_train_000001.bin, ...   (or NAME_val.bin and
   NAME_train.bin with --plain_names). Shard format: 256 int32 header (20240520, 1, token count,
-  zeros), then the tokens as uint16. llmc/dataloader.h reads them.
+  zeros), then the tokens as uint16. llmc/run/dataloader.h reads them.
   --tokenizer_out (default data/gpt2_tokenizer.bin): 256 uint32 header (20240328, 2, vocab size,
-  eot id, zeros), then per token a uint8 length and its bytes. llmc/tokenizer.h reads it.
+  eot id, zeros), then per token a uint8 length and its bytes. llmc/run/tokenizer.h reads it.
 
 Validation split: the first --val_tokens tokens of the stream (default), or the first --val_fraction
 of it, or the documents of --val_input files instead (then the whole stream is training data).

@@ -15,7 +15,7 @@ The script initializes from a seed, runs forward/backward once (logits, loss, gr
                         [7]=maxT, [8]=B, [9]=T, [10]=nsteps, [11]=num_parameters, [12]=seed,
                         [13]=compute dtype (32 or 64, informational),
                         [14]=quantization seed seed_q (SR keys; what the C test passes to gpt_set_recipe),
-                        [15]=recipe index in llmc/recipe.h RECIPE_PRESETS (0 bf16, 1 nvfp4,
+                        [15]=recipe index in llmc/fp4/recipe.h RECIPE_PRESETS (0 bf16, 1 nvfp4,
                              2 nvfp4-naive, 3 mxfp4, 4 mxfp4-2d, 5 ufp4, 6 nvfp4-4o6, 7 quartet2,
                              8 quartet2-4o6),
                         [16]=bf16_first, [17]=bf16_last (resolved block counts kept in BF16),
@@ -52,7 +52,7 @@ Caveat for comparisons: where a gradient is tiny, mhat/sqrt(vhat) is about sign(
 whose gradient is at rounding-noise level can move by up to ~lr per step in either direction.
 Compare params_after with a tolerance of a few lr on such elements, or weight errors by |g|.
 
-FP4 recipes (--recipe NAME, llmc/recipe.h presets; --recipe all writes every dump, see below).
+FP4 recipes (--recipe NAME, llmc/fp4/recipe.h presets; --recipe all writes every dump, see below).
 Each transformer linear (layer l, kind k: qkv 0, attproj 1, fc 2, fcproj 3) of a block that is FP4
 under the recipe (fp4_any and bf16_first <= l < L - bf16_last, the per-62 rule of recipe.h) runs
 the three GEMMs of train_gpt_fp4.cu linear_forward / linear_backward on quantized operands:
@@ -165,7 +165,7 @@ def gelu_tanh(x):
 
 
 # ---------------------------------------------------------------------------------------------------
-# FP4 recipes: llmc/recipe.h RECIPE_PRESETS, in its order (the index is header word [15]).
+# FP4 recipes: llmc/fp4/recipe.h RECIPE_PRESETS, in its order (the index is header word [15]).
 
 SLOT_NAMES = ["fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x"]
 NUM_LINEARS, NUM_SLOTS = 4, 6
@@ -317,7 +317,7 @@ class QuantState:
         key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, slot)))
         if sp["scale"] == "4o6" or sp["rounding"] == "eden":   # fp4_ref.quantize itself (the dumps are small)
             # MS-EDEN's per-call signs: drawn from the linear's dgrad.dy key of this step and micro-batch,
-            # shared by its four backward operands (llmc/fp4_formats.h quant_step_sign_mask)
+            # shared by its four backward operands (llmc/fp4/formats.h quant_step_sign_mask)
             sign_key = int(F.rng_key(self.seed_q, self.step, self.tensor_id(l, kind, 2))) if sp["signs"] == "step" else None
             r = F.quantize(sp["text"], F.bf16_rne_bits(x), x.shape[0], x.shape[1], axis, key, sign_key)
             return r["fake"], np.float32(r["scale_dec"])
@@ -553,7 +553,7 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
         print(f"  {'ok  ' if good else 'FAIL'} {name}: {msg}")
 
     print("self test:")
-    # 1. The presets agree with llmc/recipe.h (parsed from its text).
+    # 1. The presets agree with llmc/fp4/recipe.h (parsed from its text).
     rh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "llmc", "recipe.h")
     if os.path.exists(rh):
         import re
@@ -563,7 +563,7 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
         found = re.findall(r'\{"([\w-]+)",\s*\{([^}]*)\},\s*(\d+),\s*(\d+)', body)
         parsed = [(n, re.findall(r'"([^"]*)"', s), int(a), int(b)) for n, s, a, b in found]
         report("presets", parsed == [(n, list(s), a, b) for n, s, a, b in RECIPE_PRESETS],
-               f"{len(parsed)} presets of llmc/recipe.h == RECIPE_PRESETS here")
+               f"{len(parsed)} presets of llmc/fp4/recipe.h == RECIPE_PRESETS here")
     # 2. quantize_fast == fp4_ref.quantize: the golden cases and every recipe slot spec, both axes.
     rng = np.random.default_rng(20261129)
     n_cases = 0
@@ -649,7 +649,7 @@ def main():
     ap.add_argument("--out", default=None, help="dump file to write (single recipe); default dev/ref/gpt_ref.bin "
                     "for bf16, dev/ref/gpt_ref_<recipe>.bin otherwise")
     ap.add_argument("--recipe", default="bf16", choices=RECIPE_NAMES + ["all"],
-                    help="precision recipe of the linear layers (llmc/recipe.h); all: every preset, dumps of "
+                    help="precision recipe of the linear layers (llmc/fp4/recipe.h); all: every preset, dumps of "
                     + " ".join(DUMPED_RECIPES) + " to the default paths")
     ap.add_argument("--quant-seed", type=int, default=1337, help="seed_q of the SR keys (header word [14])")
     ap.add_argument("--check-quant", action="store_true",

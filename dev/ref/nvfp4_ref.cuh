@@ -1,4 +1,4 @@
-// nvfp4_ref.cuh: the reference GPU quantizer: plain tile kernels over the HD arithmetic of fp4_formats.h /
+// nvfp4_ref.cuh: the reference GPU quantizer: plain tile kernels over the HD arithmetic of fp4/formats.h /
 // hadamard.cuh / stochastic_round.cuh, for every 4-bit format (NVFP4, MXFP4, INT4/E1M2) and fp8, with optional
 // Hadamard rotation (up to 32) and stochastic rounding; any mix of fake and packed outputs per target.
 // defines: quant_amax_gpu(), quant_apply_gpu(), quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(),
@@ -6,8 +6,8 @@
 // Not part of the trainer: it runs llmc/quant_fast.cuh. These kernels are the GPU twin that the fast kernels
 // are tested against (dev/test/test_quant_fast.cu) and timed against (dev/bench/bench_quant_fast.cu); they
 // are themselves tested against the numpy golden vectors and the CPU quantizer (dev/test/test_fp4_gpu.cu).
-// The output is bit-identical to the CPU path (fp4_quant_cpu.h, which documents orientation, layouts and SR
-// indices); targets and their outputs: llmc/quant_target.h.
+// The output is bit-identical to the CPU path (fp4/quant_cpu.h, which documents orientation, layouts and SR
+// indices); targets and their outputs: llmc/quant_target.cuh.
 //
 // Two passes, no host sync: quant_amax_gpu (tensor amax of the possibly rotated view into a device
 // float) then quant_apply_gpu (reads that amax on the device). quantize_gpu runs both. Up to two
@@ -15,15 +15,15 @@
 // produced from ONE read of the input per pass; any of a target's fake / codes / scales may be NULL.
 // Shapes: K % L == 0, M % W == 0 (2D blocks), K % hadamard == 0, else a clear error. Hadamard sizes on the
 // GPU: up to 32 (the CPU path goes to 128). The kernels are deterministic (max is order-independent).
-// quant_stats_gpu: the error, flushed and clipped counts of a quantization (QuantStats in fp4_quant_cpu.h).
+// quant_stats_gpu: the error, flushed and clipped counts of a quantization (QuantStats in fp4/quant_cpu.h).
 #pragma once
-#include "llmc/cuda_common.cuh"
-#include "llmc/fp4_formats.h"
-#include "llmc/stochastic_round.cuh"
-#include "llmc/hadamard.cuh"
-#include "llmc/fp4_quant_cpu.h"   // quant_check_shape, orientation helpers, BF16_CANONICAL_NAN
-#include "llmc/quant_target.h"
-#include "llmc/quant_diag.cuh"  // quant_warp_sum
+#include "llmc/base/cuda_common.cuh"
+#include "llmc/fp4/formats.h"
+#include "llmc/fp4/stochastic_round.h"
+#include "llmc/fp4/hadamard.h"
+#include "llmc/fp4/quant_cpu.h"   // quant_check_shape, orientation helpers, BF16_CANONICAL_NAN
+#include "llmc/fp4/quant_target.cuh"
+#include "llmc/fp4/quant_diag.cuh"  // quant_warp_sum
 
 #define QUANT_GPU_MAX_HADAMARD 32
 #define QT_TILE 64      // a CTA owns a 64 x 64 tile of the view
@@ -375,7 +375,7 @@ static inline void dequant_packed_gpu(const QuantParams* p, const uint8_t* codes
 // ---------------------------------------------------------------------------------------------------
 // diagnostics
 
-// Statistics of quantizing the view with each target (QuantStats, fp4_quant_cpu.h): the same kernel
+// Statistics of quantizing the view with each target (QuantStats, fp4/quant_cpu.h): the same kernel
 // code as quant_apply_gpu up to each element's code, so it describes exactly what the GEMM sees (the
 // rotated operand with a Hadamard; the same SR bits for the same key). Needs each target's *amax on
 // the device (from quant_amax_gpu, quantize_gpu, or a producer); derives S_dec from it and writes

@@ -2,7 +2,7 @@
 // defines: Golden, golden_load(), golden_next(), GoldenQuant, golden_quant_parse(), golden_find_file()
 // The record layouts are documented at the top of dev/fp4_ref.py.
 #pragma once
-#include "llmc/common.h"
+#include "llmc/base/common.h"
 
 enum { GOLD_RNG = 1, GOLD_E4M3 = 3, GOLD_GRID_RNE = 4, GOLD_GRID_SR = 5, GOLD_BF16 = 6,
        GOLD_HADAMARD = 7, GOLD_QUANT = 8, GOLD_EDEN = 9 };

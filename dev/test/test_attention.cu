@@ -1,4 +1,4 @@
-// test_attention.cu: llmc/attention.cuh against a naive FP64 CPU reference, for both backends
+// test_attention.cu: llmc/model/attention.cuh against a naive FP64 CPU reference, for both backends
 // (cuDNN when built with it, and the own kernels), on small shapes including T not a multiple of 64
 // and head sizes 32, 64, 128.
 // Checks: out, stats and dqkv against the reference; every output element written (outputs are
@@ -22,7 +22,7 @@
 #include <math.h>
 #include <cmath>
 #include <vector>
-#include "llmc/attention.cuh"
+#include "llmc/model/attention.cuh"
 #include "dev/test/testing.h"
 
 static const double ATOL_RMS = 1.0 / 32, RTOL = 1.0 / 64, REL_L2 = 1.0 / 128;

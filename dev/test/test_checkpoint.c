@@ -1,11 +1,11 @@
-// test_checkpoint.c: CPU tests of llmc/checkpoint.h: CRC32 against known values, a small checkpoint-like
+// test_checkpoint.c: CPU tests of llmc/run/checkpoint.h: CRC32 against known values, a small checkpoint-like
 // file written and read back section by section, every byte of it damaged in turn (each refused with
 // the file and the right section named), every truncation refused, old-version and foreign files
 // refused, atomic writes (a crash or a kill -9 while writing leaves the previous checkpoint intact),
 // which checkpoint a diverged run names as the one to resume from, and that a version-2 file (written
 // by the program before the recipe schedule section, dev/golden/ckpt_v2_synthetic.bin) still reads.
 #include <signal.h>
-#include "llmc/checkpoint.h"
+#include "llmc/run/checkpoint.h"
 #include "dev/test/testing.h"
 
 static char tmpdir[64];
@@ -304,7 +304,7 @@ static void test_trail(void) {
     remove(a);
 }
 
-// dev/golden/ckpt_v2_synthetic.bin was written by the version-2 llmc/checkpoint.h (commit 898f9f6) with this
+// dev/golden/ckpt_v2_synthetic.bin was written by the version-2 llmc/run/checkpoint.h (commit 898f9f6) with this
 // file's synthetic content for the five sections version 2 has (SECTION_BYTES without the last).
 #define V2_FIXTURE "dev/golden/ckpt_v2_synthetic.bin"
 

@@ -3,18 +3,19 @@
 // (CPU only, for CI). The trainer runs with CUDA_VISIBLE_DEVICES="" so that on a machine with a GPU too,
 // anything that got past the CPU checks would stop with "no CUDA GPU found" instead of training: that
 // message is what the valid command lines here must reach, and what no bad one may.
-// Checkpoints are written with llmc/checkpoint.h and llmc/gpt_config.h for a tiny model (1 layer, 8
+// Checkpoints are written with llmc/run/checkpoint.h and llmc/model/gpt_config.h for a tiny model (1 layer, 8
 // channels, vocabulary 128), so they take a few kilobytes.
 // usage: build/test_cli [path to train_gpt_fp4]   (default ./train_gpt_fp4; skips if it is not built)
 #include <signal.h>
 #include <time.h>
-#include "llmc/checkpoint.h"
-#include "llmc/gpt_config.h"
-#include "llmc/dataloader.h"
-#include "llmc/recipe.h"
-#include "llmc/eval_tasks.h"
-#include "llmc/recipe_schedule.h"
-#include "llmc/tokenizer.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/model/gpt_config.h"
+#include "llmc/run/ckpt_fields.h"
+#include "llmc/run/dataloader.h"
+#include "llmc/fp4/recipe.h"
+#include "llmc/run/eval_tasks.h"
+#include "llmc/fp4/recipe_schedule.h"
+#include "llmc/run/tokenizer.h"
 #include "dev/test/testing.h"
 
 static const char* trainer = "./train_gpt_fp4";

@@ -1,12 +1,12 @@
-// test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/args.h),
-// learning-rate schedules (llmc/schedule.h), batch arithmetic (llmc/batch.h), the log (llmc/logger.h: JSON escaping, the resumed log
-// without repeated steps) and BF16 rounding (llmc/stochastic_round.cuh). Checkpoint files:
+// test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/run/args.h),
+// learning-rate schedules (llmc/run/schedule.h), batch arithmetic (llmc/run/batch.h), the log (llmc/run/logger.h: JSON escaping, the resumed log
+// without repeated steps) and BF16 rounding (llmc/fp4/stochastic_round.h). Checkpoint files:
 // test_checkpoint.c.
-#include "llmc/args.h"
-#include "llmc/schedule.h"
-#include "llmc/logger.h"
-#include "llmc/batch.h"
-#include "llmc/stochastic_round.cuh"
+#include "llmc/run/args.h"
+#include "llmc/run/schedule.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/batch.h"
+#include "llmc/fp4/stochastic_round.h"
 #include "dev/test/testing.h"
 
 typedef struct { int b; float lr; const char* model; int shuffle; const char* out; int only; } Cfg;

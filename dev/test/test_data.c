@@ -1,12 +1,12 @@
-// test_data.c: the data loader (llmc/dataloader.h) and tokenizer (llmc/tokenizer.h), on the CPU.
+// test_data.c: the data loader (llmc/run/dataloader.h) and tokenizer (llmc/run/tokenizer.h), on the CPU.
 // Writes small shards into a temporary directory and checks batch contents, rank slicing, wrap-around,
 // shuffled coverage, determinism, resume from a saved state, every error message (in a forked child),
 // and that the shipped tokenizer decodes the shipped tinyshakespeare shards. Run from the repo root.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "llmc/dataloader.h"
-#include "llmc/tokenizer.h"
+#include "llmc/run/dataloader.h"
+#include "llmc/run/tokenizer.h"
 #include "dev/test/testing.h"
 
 static char tmpdir[64];

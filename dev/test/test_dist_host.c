@@ -1,10 +1,10 @@
-// test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/dist_host.h): rank and world
+// test_dist_host.c: the CPU-side pieces of the data-parallel code (llmc/run/dist_host.h): rank and world
 // size from the launcher's environment, ZeRO-1 shard ranges cover [0, n) exactly once for many sizes
 // and world sizes, and the NCCL id file handoff (written to a temporary and renamed into place, polling
 // read, timeout, refusal of a stale file).
 #include <sys/inotify.h>
 #include <sys/wait.h>
-#include "llmc/dist_host.h"
+#include "llmc/run/dist_host.h"
 #include "dev/test/testing.h"
 
 // Every element of [0, n) owned by exactly one rank, shards contiguous, aligned, padding bounded.

@@ -1,4 +1,4 @@
-// test_distributed.cu: the collectives of llmc/distributed.cuh under whatever launch started it.
+// test_distributed.cu: the collectives of llmc/run/distributed.cuh under whatever launch started it.
 //   build/test_distributed                                     single process (no NCCL)
 //   mpirun --allow-run-as-root -np N build/test_distributed    N ranks, id broadcast by MPI
 //   WORLD_SIZE=N RANK=r LOCAL_RANK=r build/test_distributed --nccl-id-file PATH   (or NCCL_COMM_ID=host:port)
@@ -7,8 +7,8 @@
 // prints the summary and counts the failures of all ranks.
 // Also: ZeRO-1's gradient path (reduction of each element to its shard's owner, the norm from the
 // shards) against the all-reduce path, and that the exposed communication time counts stalls only.
-#include "llmc/distributed.cuh"
-#include "llmc/reduce.cuh"      // sum_squares, as the trainer's gpt_grad_norm uses it
+#include "llmc/run/distributed.cuh"
+#include "llmc/model/reduce.cuh"      // sum_squares, as the trainer's gpt_grad_norm uses it
 #include "dev/test/testing.h"
 
 static int g_rank = 0;   // for failure messages

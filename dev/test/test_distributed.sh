@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_distributed.sh: build/test_distributed (llmc/distributed.cuh's collectives, ZeRO-1's reduction into shards,
+# test_distributed.sh: build/test_distributed (llmc/run/distributed.cuh's collectives, ZeRO-1's reduction into shards,
 # the exposed communication time) in the launches `make test` can make on this machine, so that the collectives run
 # through NCCL and not only as the one-process no-ops:
 #   one process without NCCL;

@@ -3,10 +3,10 @@
 // the spec rules, and the two properties the method is for: unbiased, and well below NVFP4 SR's error.
 // Runs in CI (no GPU).
 #include <math.h>
-#include "llmc/fp4_formats.h"
-#include "llmc/stochastic_round.cuh"
-#include "llmc/hadamard.cuh"
-#include "llmc/fp4_quant_cpu.h"
+#include "llmc/fp4/formats.h"
+#include "llmc/fp4/stochastic_round.h"
+#include "llmc/fp4/hadamard.h"
+#include "llmc/fp4/quant_cpu.h"
 #include "dev/test/testing.h"
 
 static uint64_t lcg_state = 0x1234567ull;

@@ -1,9 +1,9 @@
-// test_eval.c: the held-out tasks' host side (llmc/eval_tasks.h) on the CPU: the token-file reader and
+// test_eval.c: the held-out tasks' host side (llmc/run/eval_tasks.h) on the CPU: the token-file reader and
 // every error it reports, the rows (context cut from the left, targets only on the candidate), the
 // batch shapes, and the scoring, run end to end with a stand-in forward whose per-token losses are known,
 // against a direct computation from the definition, for 1 and 3 ranks. Also reads the shipped files
 // in data/eval (run from the repository root).
-#include "llmc/eval_tasks.h"
+#include "llmc/run/eval_tasks.h"
 #include "dev/test/testing.h"
 
 static char tmpdir[64];

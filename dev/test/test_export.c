@@ -4,8 +4,9 @@
 // the Conv1D weights, the embedding cut to the vocabulary, in FP32 and with --dtype bfloat16. config.json
 // must describe the model; a damaged checkpoint must be refused. Needs python3 with numpy (PYTHON=...,
 // python3 or /usr/bin/python3); skips without it. The transformers side is dev/eval/check_export.py (GPU).
-#include "llmc/checkpoint.h"
-#include "llmc/gpt_config.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/model/gpt_config.h"
+#include "llmc/run/ckpt_fields.h"
 #include "dev/test/testing.h"
 
 static char tmpdir[64];

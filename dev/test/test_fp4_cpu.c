@@ -3,10 +3,10 @@
 #include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "llmc/fp4_formats.h"
-#include "llmc/stochastic_round.cuh"
-#include "llmc/hadamard.cuh"
-#include "llmc/fp4_quant_cpu.h"
+#include "llmc/fp4/formats.h"
+#include "llmc/fp4/stochastic_round.h"
+#include "llmc/fp4/hadamard.h"
+#include "llmc/fp4/quant_cpu.h"
 #include "dev/test/testing.h"
 #include "dev/test/fp4_golden.h"
 

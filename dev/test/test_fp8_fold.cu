@@ -1,5 +1,5 @@
-// test_fp8_fold.cu: the FP8 path for E8M0-scaled operands (llmc/fp8_fold.h, the fold in quant_fast.cuh,
-// llmc/matmul_fp8.cuh).
+// test_fp8_fold.cu: the FP8 path for E8M0-scaled operands (llmc/fp4/fp8_fold.h, the fold in quant_fast.cuh,
+// llmc/fp4/matmul_fp8.cuh).
 // CPU part (runs everywhere):
 //   - the window: for every 4-bit grid, every level times 2^d is exactly an E4M3 number for d in
 //     [dmin, dmax], and the window is the widest such (one level fails just outside it);
@@ -24,9 +24,9 @@
 #include <algorithm>
 #include <vector>
 #include <cuda_fp8.h>
-#include "llmc/quant_fast.cuh"
-#include "llmc/fp4_quant_cpu.h"
-#include "llmc/matmul_fp8.cuh"
+#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant_cpu.h"
+#include "llmc/fp4/matmul_fp8.cuh"
 #include "dev/test/testing.h"
 
 static QuantParams parse(const char* s) {

@@ -1,4 +1,4 @@
-// test_gpu_presence.cu: when the GPU tests skip. device_count_or_zero() (llmc/cuda_common.cuh) must answer
+// test_gpu_presence.cu: when the GPU tests skip. device_count_or_zero() (llmc/base/cuda_common.cuh) must answer
 // 0 only on a machine without a GPU, stop with a message when a driver is installed but unusable, and stop
 // when REQUIRE_GPU=1 asks for a GPU that is not there. Each case runs this binary again with --count in a
 // child with its own environment (the dynamic loader reads LD_LIBRARY_PATH when a program starts):
@@ -9,7 +9,7 @@
 // Runs everywhere, GPU or not. `test_gpu_presence --count` prints the count alone (scripts use it).
 #include <limits.h>
 #include <libgen.h>
-#include "llmc/cuda_common.cuh"
+#include "llmc/base/cuda_common.cuh"
 #include "dev/test/testing.h"
 
 typedef struct {

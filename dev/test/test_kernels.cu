@@ -11,12 +11,12 @@
 // sequential fp32 additions in the kernel (about 100 here: 100 * 2^-24 = 6e-6 < 1e-5).
 #include <vector>
 #include <math.h>
-#include "llmc/encoder.cuh"           // encoder_forward, encoder_backward
-#include "llmc/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
-#include "llmc/gelu.cuh"              // gelu_forward, gelu_backward_inplace
-#include "llmc/fused_classifier.cuh"  // fused_classifier
-#include "llmc/target_argmax.cuh"     // target_is_argmax
-#include "llmc/reduce.cuh"            // bias_backward, sum_squares
+#include "llmc/model/encoder.cuh"           // encoder_forward, encoder_backward
+#include "llmc/model/layernorm.cuh"         // layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
+#include "llmc/model/gelu.cuh"              // gelu_forward, gelu_backward_inplace
+#include "llmc/model/fused_classifier.cuh"  // fused_classifier
+#include "llmc/model/target_argmax.cuh"     // target_is_argmax
+#include "llmc/model/reduce.cuh"            // bias_backward, sum_squares
 #include "llmc/adamw.cuh"             // adamw_update, adamw_step_ref
 #include "dev/test/testing.h"
 

@@ -1,17 +1,17 @@
-// test_matmul_fp4.c: the data layout contract of the native NVFP4 GEMM (llmc/matmul_fp4_layout.h), on the
+// test_matmul_fp4.c: the data layout contract of the native NVFP4 GEMM (llmc/fp4/matmul_fp4_layout.h), on the
 // CPU (CI). It checks
 //   - the scale swizzle twin: every (r, c) lands at the documented offset, padding is zero, no two sources
 //     share a byte, the buffer size is the padded size;
 //   - the CPU reference of the native GEMM (codes + swizzled scales, exactly what cuBLASLt reads) equals the
 //     plain product of the dequantized tensors (unswizzled layout), for the three GEMMs of a linear layer
-//     mapped onto matmul_fp4_native's (a, b, M, N, K) the way llmc/matmul_fp4.cuh does: bit for bit;
+//     mapped onto matmul_fp4_native's (a, b, M, N, K) the way llmc/fp4/matmul_fp4.cuh does: bit for bit;
 //   - which quantizer specs the native path accepts.
 #include <math.h>
-#include "llmc/fp4_quant_cpu.h"
-#include "llmc/matmul_fp4_layout.h"
+#include "llmc/fp4/quant_cpu.h"
+#include "llmc/fp4/matmul_fp4_layout.h"
 #include "dev/test/testing.h"
 
-// The offset formula of FP4_NUMERICS.md, transcribed here independently of fp4_formats.h.
+// The offset formula of FP4_NUMERICS.md, transcribed here independently of fp4/formats.h.
 static int64_t doc_offset(int64_t r, int64_t c, int64_t C) {
     return ((r / 128) * ((C + 3) / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }

@@ -1,16 +1,16 @@
-// test_matmul_fp4_gpu.cu: the native NVFP4 GEMM (llmc/matmul_fp4.cuh).
+// test_matmul_fp4_gpu.cu: the native NVFP4 GEMM (llmc/fp4/matmul_fp4.cuh).
 //   any GPU:    fp4_swizzle_scales_gpu == fp4_swizzle_scales_cpu, byte for byte (padding included);
 //               the availability probe says no, with its one-line reason, off compute capability 10.x.
 //   cc 10.x:    the three GEMMs of a linear layer (operands from our quantizer, scales swizzled on the
 //               device) against the emulation: the same quantizer's dequantized BF16 copies through
-//               llmc/matmul.cuh with the same alpha; and an FP32-output GEMM against the CPU reference
+//               llmc/base/matmul.cuh with the same alpha; and an FP32-output GEMM against the CPU reference
 //               that reads the very bytes cuBLASLt reads. Agreement to FP32 rounding (plus one BF16 ulp
 //               for BF16 outputs). Plans are cached (a repeated shape builds nothing).
 // Skips (exit 0) without a GPU; skips the GEMM part (counted) off cc 10.x.
 #include <math.h>
 #include <vector>
 #include "dev/ref/nvfp4_ref.cuh"
-#include "llmc/matmul_fp4.cuh"
+#include "llmc/fp4/matmul_fp4.cuh"
 #include "dev/test/testing.h"
 
 static uint32_t g_lcg = 99;

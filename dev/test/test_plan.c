@@ -1,11 +1,11 @@
-// test_plan.c: CPU tests of llmc/linear_plan.h: for every preset, with and without FP8 Q/K projections,
+// test_plan.c: CPU tests of llmc/fp4/linear_plan.h: for every preset, with and without FP8 Q/K projections,
 // on BF16 and FP4 blocks, with a GEMM switched off, on the native path and on the FP8 path, each linear's plan reads each
 // slot from the right tensor along the right axis, in the form the recipe asks, with the recipe's spec;
 // the passes make every quantized copy exactly once from one read of its source; the forward takes the
 // amax of exactly the backward copies that can share its read; a split QKV has the Q/K part [0, 2C) on
 // MXFP8 and the V part [2C, 3C) on the recipe.
 // The expectations are written out here from RECIPES.md, not taken from the plan code.
-#include "llmc/linear_plan.h"
+#include "llmc/fp4/linear_plan.h"
 #include "dev/test/testing.h"
 
 // fprop.x fprop.w dgrad.dy dgrad.w wgrad.dy wgrad.x: source and axis

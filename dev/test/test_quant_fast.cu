@@ -1,4 +1,4 @@
-// test_quant_fast.cu: the GPU quantizer (llmc/quant_fast.cuh) against the reference kernels
+// test_quant_fast.cu: the GPU quantizer (llmc/fp4/quant_fast.cuh) against the reference kernels
 // (dev/ref/nvfp4_ref.cuh: quantize_gpu, quant_stats_gpu), bit for bit.
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
@@ -16,7 +16,7 @@
 #include <vector>
 #include <atomic>
 #include <algorithm>
-#include "llmc/quant_fast.cuh"
+#include "llmc/fp4/quant_fast.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
 #include "dev/test/testing.h"
 

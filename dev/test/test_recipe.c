@@ -1,10 +1,10 @@
-// test_recipe.c: CPU tests of llmc/recipe.h: the presets resolve to the slot specs RECIPES.md
+// test_recipe.c: CPU tests of llmc/fp4/recipe.h: the presets resolve to the slot specs RECIPES.md
 // describes, overrides and GEMM switches act on the right slots, the BF16-block rule scales with
 // depth, the canonical description is stable, invalid recipes fail with a clear message, and
 // recipe_check_shapes finds token and channel counts a recipe cannot quantize; and the recipe schedule
-// (--bf16-forward-from, llmc/recipe_schedule.h): its switch step, parsing, resuming and the recipe after it.
-#include "llmc/recipe.h"
-#include "llmc/recipe_schedule.h"
+// (--bf16-forward-from, llmc/fp4/recipe_schedule.h): its switch step, parsing, resuming and the recipe after it.
+#include "llmc/fp4/recipe.h"
+#include "llmc/fp4/recipe_schedule.h"
 #include "dev/test/testing.h"
 
 static int spec_is(const QuantSpec* s, QuantGrid grid, int bw, int bl, QuantScaleRule scale, QuantRounding round,

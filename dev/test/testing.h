@@ -39,7 +39,7 @@ static inline void test_skip(const char* what, const char* why) {
 // anywhere else (the binary run by hand from another directory).
 static inline int test_fixture_ok(const char* what, const char* path) {
     if (access(path, R_OK) == 0) return 1;
-    if (access("llmc/common.h", R_OK) == 0) {
+    if (access("llmc/base/common.h", R_OK) == 0) {
         test_failed++;
         printf("FAIL %s: the committed file %s is missing\n", what, path);
     } else {

@@ -1,0 +1,245 @@
+// attention.cuh: causal multi-head self-attention for GPT-2 training (fused "flash" attention).
+// defines: attention_init, attention_destroy, attention_forward, attention_backward,
+//          attention_backend_name, attention_cudnn_version, attention_force_own_kernel, attention_cudnn_unavailable_reason,
+//          attention_set_verbose
+// Two implementations behind one API, with the same numbers in and out:
+//   - cuDNN's fused flash-attention engines (llmc/model/attention_cudnn.cuh), when built with -DENABLE_CUDNN
+//     and cuDNN can build the graph at run time;
+//   - our own flash-style kernels (llmc/model/attention_kernels.cuh) otherwise: tensor cores, online
+//     softmax, deterministic backward.
+// The choice is made once, in attention_init; if cuDNN then fails to build or run a graph, one line
+// says why and the own kernels take over for good. Environment: LLMC_ATTENTION=own forces the own
+// kernels; LLMC_ATTENTION_VERBOSE=1 logs every cuDNN build step that fails and the engine chosen.
+// Tensors: qkv and dqkv (B, T, 3, NH, HS) BF16 (per token: all heads' q, then k, then v);
+// out and dout (B, T, NH, HS) BF16; stats (B, NH, T) FP32 = natural log-sum-exp of each scaled,
+// causally masked score row, written by the forward and read by the backward. Scale 1/sqrt(HS).
+// cuDNN plans are built once per shape and reused; one workspace, grown only when a plan needs more.
+// Note: cuDNN's backward sums dQ with atomics (order not fixed); the own backward is bitwise
+// deterministic.
+#pragma once
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/base/cuda_common.cuh"
+#include "llmc/model/attention_kernels.cuh"   // defines: attn_own_forward, attn_own_backward
+#include "llmc/model/attention_cudnn.cuh"     // defines: AttnCudnnPlan, attn_cudnn_build_forward, ... (ENABLE_CUDNN only)
+
+#define ATTN_MAX_PLANS 16
+
+static struct {
+    int initialized;
+    int use_cudnn;                  // 1 while cuDNN is the backend
+    int force_own;                  // attention_force_own_kernel() or LLMC_ATTENTION=own
+    int verbose;
+    char why_not_cudnn[2048];       // why cuDNN is not (or no longer) the backend
+    float* dsum;                    // own backward scratch: B*NH*T floats
+    size_t dsum_bytes;
+#ifdef ENABLE_CUDNN
+    cudnnHandle_t handle;
+    AttnCudnnPlan* plans[ATTN_MAX_PLANS];
+    int n_plans;
+    void* workspace;
+    size_t workspace_bytes;
+#endif
+} attn_state;
+
+static void attention_set_verbose(int on) { attn_state.verbose = on; }
+
+void attention_init(void) {
+    if (attn_state.initialized) return;
+    attn_state.initialized = 1;
+    const char* env = getenv("LLMC_ATTENTION");
+    if (env && strcmp(env, "own") == 0) attn_state.force_own = 1;
+    const char* verbose = getenv("LLMC_ATTENTION_VERBOSE");
+    if (verbose && atoi(verbose) > 0) attn_state.verbose = 1;
+#ifdef ENABLE_CUDNN
+    cudaDeviceProp prop;
+    int dev = 0;
+    cuda_check(cudaGetDevice(&dev));
+    cuda_check(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major < 8) {
+        snprintf(attn_state.why_not_cudnn, sizeof(attn_state.why_not_cudnn), "cuDNN fused attention needs compute capability 8.0+, this GPU is %d.%d", prop.major, prop.minor);
+    } else {
+        cudnnStatus_t s = cudnnCreate(&attn_state.handle);
+        if (s == CUDNN_STATUS_SUCCESS) {
+            attn_state.use_cudnn = 1;
+        } else {
+            snprintf(attn_state.why_not_cudnn, sizeof(attn_state.why_not_cudnn), "cudnnCreate failed: %s", cudnnGetErrorString(s));
+            attn_state.handle = NULL;
+        }
+    }
+    if (!attn_state.use_cudnn) printf("attention: cuDNN unavailable (%s); using the own kernel\n", attn_state.why_not_cudnn);
+    else if (attn_state.verbose) printf("attention: cuDNN %zu (compiled against %d)\n", cudnnGetVersion(), CUDNN_VERSION);
+#else
+    snprintf(attn_state.why_not_cudnn, sizeof(attn_state.why_not_cudnn), "built without cuDNN");
+#endif
+}
+
+void attention_destroy(void) {
+    if (!attn_state.initialized) return;
+#ifdef ENABLE_CUDNN
+    for (int i = 0; i < attn_state.n_plans; i++) {
+        attn_cudnn_plan_destroy(attn_state.plans[i]);
+        free(attn_state.plans[i]);
+    }
+    attn_state.n_plans = 0;
+    if (attn_state.workspace) cuda_check(cudaFree(attn_state.workspace));
+    attn_state.workspace = NULL;
+    attn_state.workspace_bytes = 0;
+    if (attn_state.handle) cudnnDestroy(attn_state.handle);
+    attn_state.handle = NULL;
+#endif
+    if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
+    attn_state.dsum = NULL;
+    attn_state.dsum_bytes = 0;
+    int force_own = attn_state.force_own, verbose = attn_state.verbose;
+    memset(&attn_state, 0, sizeof(attn_state));
+    attn_state.force_own = force_own;     // settings survive a destroy/init cycle
+    attn_state.verbose = verbose;
+}
+
+// 1: use the own kernels from now on (for tests and benchmarks); 0: back to cuDNN if it is usable.
+static void attention_force_own_kernel(int force) {
+    attention_init();
+    attn_state.force_own = force;
+}
+
+// The cuDNN library's version at run time (0 when built without cuDNN), for the run's log.
+size_t attention_cudnn_version(void) {
+#ifdef ENABLE_CUDNN
+    return cudnnGetVersion();
+#else
+    return 0;
+#endif
+}
+
+const char* attention_backend_name(void) {
+    attention_init();
+    return attn_state.use_cudnn && !attn_state.force_own ? "cudnn" : "own kernel";
+}
+
+// Why cuDNN is not the backend ("" while it is, or before anything was tried).
+static const char* attention_cudnn_unavailable_reason(void) { return attn_state.why_not_cudnn; }
+
+static void attn_check_shape(const char* fn, int B, int T, int NH, int HS) {
+    fail_if(B <= 0 || T <= 0 || NH <= 0 || HS <= 0, "%s: bad shape B=%d T=%d NH=%d HS=%d", fn, B, T, NH, HS);
+    fail_if(HS % 8 != 0, "%s: head size %d must be a multiple of 8 (16-byte rows)", fn, HS);
+}
+
+#ifdef ENABLE_CUDNN
+static void attn_give_up_cudnn(const char* why) {
+    attn_state.use_cudnn = 0;
+    snprintf(attn_state.why_not_cudnn, sizeof(attn_state.why_not_cudnn), "%s", why);
+    printf("attention: cuDNN disabled, using the own kernel from now on: %s\n", why);
+}
+
+static void attn_cudnn_reserve_workspace(size_t bytes) {
+    if (bytes <= attn_state.workspace_bytes) return;
+    if (attn_state.workspace) cuda_check(cudaFree(attn_state.workspace));   // synchronizes: safe to free
+    cuda_malloc(&attn_state.workspace, bytes);
+    attn_state.workspace_bytes = bytes;
+}
+
+// The forward and backward plans for this shape, built together the first time the shape is seen
+// (so a shape either runs on cuDNN both ways or not at all). NULL when cuDNN cannot do it.
+static AttnCudnnPlan* attn_cudnn_plan_for(int B, int T, int NH, int HS, int backward) {
+    for (int i = 0; i < attn_state.n_plans; i++) {
+        AttnCudnnPlan* p = attn_state.plans[i];
+        if (p->B == B && p->T == T && p->NH == NH && p->HS == HS && p->backward == backward) return p;
+    }
+    if (attn_state.n_plans + 2 > ATTN_MAX_PLANS) {
+        attn_give_up_cudnn("more than 8 distinct attention shapes (raise ATTN_MAX_PLANS)");
+        return NULL;
+    }
+    AttnCudnnPlan* fwd = (AttnCudnnPlan*)xmalloc(sizeof(AttnCudnnPlan));
+    AttnCudnnPlan* bwd = (AttnCudnnPlan*)xmalloc(sizeof(AttnCudnnPlan));
+    attn_cudnn_plan_init(fwd, B, T, NH, HS, 0, attn_state.verbose);
+    attn_cudnn_plan_init(bwd, B, T, NH, HS, 1, attn_state.verbose);
+    bool ok_f = attn_cudnn_build_forward(fwd, attn_state.handle);
+    bool ok_b = ok_f && attn_cudnn_build_backward(bwd, attn_state.handle);
+    if (!ok_f || !ok_b) {
+        char why[2048];
+        snprintf(why, sizeof(why), "%s graph for B=%d T=%d NH=%d HS=%d: %s", ok_f ? "backward" : "forward",
+                 B, T, NH, HS, ok_f ? bwd->err : fwd->err);
+        attn_cudnn_plan_destroy(fwd);
+        attn_cudnn_plan_destroy(bwd);
+        free(fwd);
+        free(bwd);
+        attn_give_up_cudnn(why);
+        return NULL;
+    }
+    if (attn_state.verbose) {
+        printf("attention: cuDNN plans for B=%d T=%d NH=%d HS=%d: forward %lld ops, workspace %lld B, %s\n",
+               B, T, NH, HS, (long long)fwd->n_ops, (long long)fwd->plan_workspace, fwd->engine);
+        printf("attention: cuDNN plans for B=%d T=%d NH=%d HS=%d: backward %lld ops, workspace %lld B (+%lld ours), %s\n",
+               B, T, NH, HS, (long long)bwd->n_ops, (long long)bwd->plan_workspace, (long long)bwd->extra_workspace, bwd->engine);
+    }
+    int64_t need = attn_cudnn_workspace_needed(fwd);
+    if (attn_cudnn_workspace_needed(bwd) > need) need = attn_cudnn_workspace_needed(bwd);
+    attn_cudnn_reserve_workspace((size_t)need);
+    attn_state.plans[attn_state.n_plans++] = fwd;
+    attn_state.plans[attn_state.n_plans++] = bwd;
+    return backward ? bwd : fwd;
+}
+
+static bool attn_cudnn_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+    AttnCudnnPlan* p = attn_cudnn_plan_for(B, T, NH, HS, 0);
+    if (!p) return false;
+    const size_t C = (size_t)NH * HS;
+    int64_t uids[] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_STATS, ATTN_UID_SCALE, ATTN_UID_NEG_BIG};
+    void* ptrs[] = {(void*)qkv, (void*)(qkv + C), (void*)(qkv + 2 * C), out, stats, &p->scale, &p->neg_big};
+    char err[1536];
+    if (attn_cudnn_execute(p, attn_state.handle, 7, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
+    char why[2048];
+    snprintf(why, sizeof(why), "executing the forward plan (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err);
+    attn_give_up_cudnn(why);
+    return false;
+}
+
+static bool attn_cudnn_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
+                                int B, int T, int NH, int HS, cudaStream_t stream) {
+    AttnCudnnPlan* p = attn_cudnn_plan_for(B, T, NH, HS, 1);
+    if (!p) return false;
+    const size_t C = (size_t)NH * HS;
+    char* ws = (char*)attn_state.workspace;
+    void* dsum = ws + attn_cudnn_sum_offset(p);
+    void* dqacc = ws + attn_cudnn_acc_offset(p);
+    if (cudnnGetVersion() < 90600)   // older cuDNN expects the dQ accumulator zeroed by the caller
+        cuda_check(cudaMemsetAsync(dqacc, 0, (size_t)B * NH * T * HS * sizeof(float), stream));
+    int64_t uids[] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_STATS, ATTN_UID_DO,
+                      ATTN_UID_DQ, ATTN_UID_DK, ATTN_UID_DV, ATTN_UID_SOFTMAX_SUM, ATTN_UID_DQ_ACCUM,
+                      ATTN_UID_SCALE, ATTN_UID_NEG_BIG, ATTN_UID_ONE};
+    void* ptrs[] = {(void*)qkv, (void*)(qkv + C), (void*)(qkv + 2 * C), (void*)out, (void*)stats, (void*)dout,
+                    dqkv, dqkv + C, dqkv + 2 * C, dsum, dqacc, &p->scale, &p->neg_big, &p->one};
+    char err[1536];
+    if (attn_cudnn_execute(p, attn_state.handle, 14, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
+    char why[2048];
+    snprintf(why, sizeof(why), "executing the backward plan (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err);
+    attn_give_up_cudnn(why);
+    return false;
+}
+#endif  // ENABLE_CUDNN
+
+void attention_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+    attention_init();
+    attn_check_shape("attention_forward", B, T, NH, HS);
+#ifdef ENABLE_CUDNN
+    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_forward(out, stats, qkv, B, T, NH, HS, stream)) return;
+#endif
+    attn_own_forward(out, stats, qkv, B, T, NH, HS, stream);
+}
+
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
+                        int B, int T, int NH, int HS, cudaStream_t stream) {
+    attention_init();
+    attn_check_shape("attention_backward", B, T, NH, HS);
+#ifdef ENABLE_CUDNN
+    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_backward(dqkv, dout, qkv, out, stats, B, T, NH, HS, stream)) return;
+#endif
+    const size_t need = (size_t)B * NH * T * sizeof(float);
+    if (need > attn_state.dsum_bytes) {
+        if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
+        cuda_malloc(&attn_state.dsum, need);
+        attn_state.dsum_bytes = need;
+    }
+    attn_own_backward(dqkv, dout, qkv, out, stats, attn_state.dsum, B, T, NH, HS, stream);
+}

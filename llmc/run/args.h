@@ -1,0 +1,153 @@
+// args.h: long command-line options from one table, so --help always matches the parser.
+// defines: Option, OptionType, parse_options(), print_usage(), parse_bool_word()
+// Each option has a long name (--batch-size), an optional one-letter alias (-b), a type, a pointer to
+// the value it sets, and a help line. Values come as "--name value" or "--name=value". Unknown
+// options, missing values (also one whose next argument is an option: "-o --eval-only") and malformed numbers
+// stop the program with one clear message; a value that starts with -- is given as --name=value.
+#pragma once
+#include <errno.h>
+#include <math.h>
+#include "llmc/base/common.h"
+
+// OPT_FLAG: a switch that takes no value (--eval-only turns it on; --eval-only=off also parses).
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_BOOL, OPT_CHOICE, OPT_FLAG } OptionType;
+
+typedef struct {
+    const char* name;     // long name, without the leading dashes
+    char alias;           // one-letter alias, or 0
+    OptionType type;
+    void* value;          // int*, float*, const char**, int* (bool, flag: 0/1), const char** (choice)
+    const char* choices;  // OPT_CHOICE: allowed words separated by '|'
+    const char* help;
+} Option;
+
+// "on/off", "1/0", "true/false", "yes/no" -> 1/0; -1 when it is none of them.
+static inline int parse_bool_word(const char* s) {
+    const char* yes[] = {"on", "1", "true", "yes"};
+    const char* no[] = {"off", "0", "false", "no"};
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, yes[i]) == 0) return 1;
+        if (strcmp(s, no[i]) == 0) return 0;
+    }
+    return -1;
+}
+
+static inline int choice_allowed(const char* choices, const char* word) {
+    size_t n = strlen(word);
+    const char* p = choices;
+    while (*p) {
+        const char* bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, word, n) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+static inline void option_set(const Option* o, const char* text) {
+    char* end = NULL;
+    switch (o->type) {
+    case OPT_INT: {
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        fail_if(errno || end == text || *end != '\0' || v < -2147483647LL || v > 2147483647LL,
+                "--%s expects an integer, got '%s'", o->name, text);
+        *(int*)o->value = (int)v;
+        break;
+    }
+    case OPT_FLOAT: {
+        errno = 0;
+        float v = strtof(text, &end);
+        fail_if(end == text || *end != '\0' || (!errno && !isfinite(v)), "--%s expects a number, got '%s'", o->name, text);
+        fail_if(errno, "--%s: %s is outside the range of a float (about 1.2e-38 to 3.4e38 in magnitude, or 0)", o->name,
+                text);
+        *(float*)o->value = v;
+        break;
+    }
+    case OPT_STRING:
+        *(const char**)o->value = text;
+        break;
+    case OPT_BOOL:
+    case OPT_FLAG: {
+        int b = parse_bool_word(text);
+        fail_if(b < 0, "--%s expects on or off, got '%s'", o->name, text);
+        *(int*)o->value = b;
+        break;
+    }
+    case OPT_CHOICE:
+        fail_if(!choice_allowed(o->choices, text), "--%s expects one of %s, got '%s'", o->name, o->choices, text);
+        *(const char**)o->value = text;
+        break;
+    }
+}
+
+static inline void print_usage(const char* prog, const Option* opts, int n) {
+    printf("usage: %s [options]\n\noptions (--name value or --name=value; a value that starts with -- as --name=value; "
+           "a switch takes none (or =on, =off); given twice, the last one counts):\n", prog);
+    for (int i = 0; i < n; i++) {
+        const Option* o = &opts[i];
+        char left[64], def[96];
+        if (o->alias) snprintf(left, sizeof(left), "-%c, --%s", o->alias, o->name);
+        else snprintf(left, sizeof(left), "    --%s", o->name);
+        switch (o->type) {
+        case OPT_INT: snprintf(def, sizeof(def), "%d", *(int*)o->value); break;
+        case OPT_FLOAT: snprintf(def, sizeof(def), "%g", *(float*)o->value); break;
+        case OPT_BOOL:
+        case OPT_FLAG: snprintf(def, sizeof(def), "%s", *(int*)o->value ? "on" : "off"); break;
+        default: {
+            const char* s = *(const char**)o->value;
+            snprintf(def, sizeof(def), "%s", s && *s ? s : "(none)");
+        }
+        }
+        printf("  %-26s %s", left, o->help);
+        if (o->type == OPT_CHOICE) printf(" {%s}", o->choices);
+        printf(" [default: %s]\n", def);
+    }
+    printf("  %-26s %s\n", "-h, --help", "print this help and exit");
+}
+
+// Returns 1 when --help was asked for (usage already printed), 0 otherwise.
+static inline int parse_options(const Option* opts, int n, int argc, char** argv) {
+    const Option* prev = NULL;   // the option before this argument, when it took no separate value
+    for (int i = 1; i < argc; i++) {
+        const char* arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_usage(argv[0], opts, n);
+            return 1;
+        }
+        const Option* found = NULL;
+        const char* value = NULL;
+        if (strncmp(arg, "--", 2) == 0) {
+            const char* name = arg + 2;
+            const char* eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            for (int k = 0; k < n; k++)
+                if (strlen(opts[k].name) == len && strncmp(opts[k].name, name, len) == 0) found = &opts[k];
+            fail_if(!found, "unknown option '%s' (see --help)", arg);
+            if (eq) value = eq + 1;
+        } else if (arg[0] == '-' && arg[1] != '\0' && arg[2] == '\0') {
+            for (int k = 0; k < n; k++)
+                if (opts[k].alias && opts[k].alias == arg[1]) found = &opts[k];
+            fail_if(!found, "unknown option '%s' (see --help)", arg);
+        } else if (arg[0] == '-') {
+            fail("unknown option '%s': long options start with -- (see --help)", arg);
+        } else {
+            fail_if(prev && prev->type == OPT_FLAG && parse_bool_word(arg) >= 0, "unexpected argument '%s': --%s is a "
+                    "switch that takes no separate value (--%s turns it on, --%s=%s sets it)", arg, prev->name,
+                    prev->name, prev->name, arg);
+            fail("unexpected argument '%s': options start with -- (see --help)", arg);
+        }
+        prev = value ? NULL : found;
+        if (!value && found->type == OPT_FLAG) value = "on";
+        if (!value) {
+            fail_if(i + 1 >= argc, "option %s needs a value (see --help)", arg);
+            fail_if(strncmp(argv[i + 1], "--", 2) == 0, "option %s needs a value, but the next argument is the option "
+                    "'%s' (a value that starts with -- is given as --%s=VALUE)", arg, argv[i + 1], found->name);
+            value = argv[++i];
+            prev = NULL;
+        }
+        option_set(found, value);
+    }
+    return 0;
+}
