@@ -105,7 +105,7 @@ static void set_recipe_from_dump(GPT* m, const RefDump* d) {
     memcpy(name, &d->header[32], 128);
     Recipe r;
     recipe_preset(&r, name[0] ? name : "bf16");
-    gpt_set_recipe(m, &r, (uint64_t)(uint32_t)d->header[14], g_gemm_mode);
+    linear_set_recipe(&m->lin, &r, (uint64_t)(uint32_t)d->header[14], g_gemm_mode);
 }
 
 static void load_params(GPT* m, const float* params) {
@@ -143,7 +143,7 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
     load_params(&m, d->params);
     OptimizerConfig o = {d->hyper[0], d->hyper[1], d->hyper[2], d->hyper[3], d->hyper[4], d->hyper[5]};
     for (int step = 0; step < nsteps; step++) {
-        m.fp4_step = step;   // the reference keys SR with the optimizer step
+        linear_set_step(&m.lin, step, 0);   // the reference keys SR with the optimizer step
         gpt_zero_grad(&m);
         float loss = gpt_forward(&m, d->x, d->y, B, T, 1, 1.0f / (B * T));
         gpt_backward(&m, d->x, B, T, 1);
@@ -184,7 +184,7 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
 // Every GEMM of every linear layer, exactly. The whole-model comparison above cannot tell a wrong
 // slot, axis, block shape, rounding, Hadamard, key or alpha from BF16 noise amplified by FP4 rounding
 // (fc's wgrad.dy without SR or fcproj's wgrad without its Hadamard stay inside its tolerances). So a
-// test hook (GPT.probe) shows this check each GEMM's two operands as the GEMM read them, and:
+// test hook (LinearExec.probe) shows this check each GEMM's two operands as the GEMM read them, and:
 //   1. each operand equals, bit for bit (values and tensor scale), what the CPU twin of the quantizer
 //      (llmc/fp4/quant_cpu.h) makes of the operand's BF16 source for that slot: the recipe's spec (or
 //      the Q/K part's), the slot's axis, the trainer's SR key; BF16 slots and BF16 blocks pass the
@@ -193,7 +193,7 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
 //      product of those CPU operands within FP32 accumulation-order noise and the output's rounding.
 // On the FP8 path an operand is E4M3 bytes with per-row scales: bytes and scales must equal what the CPU
 // twin's fold (llmc/fp4/fp8_fold.h) makes of the CPU twin's quantized copy, and the product is of those values.
-// The wiring it checks against is this file's own table (RECIPES.md), not the trainer's plan: which
+// The wiring it checks against is this file's own table (docs/RECIPES.md), not the trainer's plan: which
 // tensor feeds which slot, along which axis, and which buffers hold each linear's input, gradient and
 // outputs. Every GEMM must be seen once per part (two parts for a split Q/K-V linear).
 
@@ -260,30 +260,30 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
     uint16_t* operand = got_fp8 ? NULL : ex_copy2d(got, rows, cols, ld_got);
     float dec_got = 1.0f;
     if (got_dec) cuda_check(cudaMemcpy(&dec_got, got_dec, sizeof(float), cudaMemcpyDeviceToHost));
-    const int split = m->recipe.qk_fp8 && p->kind == LIN_QKV;
-    const int quantized = m->fp4_any && recipe_layer_is_fp4(&m->recipe, p->l, L) &&
-                          !quant_spec_is_bf16(&m->recipe.slot[slot]);
+    const int split = m->lin.recipe.qk_fp8 && p->kind == LIN_QKV;
+    const int quantized = m->lin.fp4_any && recipe_layer_is_fp4(&m->lin.recipe, p->l, L) &&
+                          !quant_spec_is_bf16(&m->lin.recipe.slot[slot]);
     uint16_t* want = source;
     float dec_want = 1.0f;
     char spec_text[96] = "bf16";
     size_t n = (size_t)(rows * cols);
     double* out = (double*)xmalloc(n * sizeof(double));
     if (quantized) {
-        QuantSpec spec = split && p->o0 == 0 ? recipe_qk_spec(&m->recipe, slot) : m->recipe.slot[slot];
+        QuantSpec spec = split && p->o0 == 0 ? recipe_qk_spec(&m->lin.recipe, slot) : m->lin.recipe.slot[slot];
         quant_spec_format(&spec, spec_text, sizeof(spec_text));
         QuantParams qp = quant_params(&spec);
         // MS-EDEN's per-call signs: keyed on the linear's dgrad.dy key (docs/NUMERICS_NEXT.md 2.1)
-        if (qp.step_signs) quant_params_set_step_signs(&qp, fp4_key(m, p->l, p->kind, SLOT_DGRAD_DY));
+        if (qp.step_signs) quant_params_set_step_signs(&qp, linear_key(&m->lin, p->l, p->kind, SLOT_DGRAD_DY));
         // src=fprop (dgrad.w, wgrad.x): the source is the forward's copy of W or X, dequantized to BF16, when the
         // forward quantized it (docs/NUMERICS_NEXT.md 2.4)
-        const Slot fs = slot == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+        const Slot fs = fprop_slot_of(slot);
         if (spec.source == QSRC_FPROP && (slot == SLOT_DGRAD_W || slot == SLOT_WGRAD_X) &&
-            !quant_spec_is_bf16(&m->recipe.slot[fs])) {
-            const QuantSpec fspec = m->recipe.slot[fs];
+            !quant_spec_is_bf16(&m->lin.recipe.slot[fs])) {
+            const QuantSpec fspec = m->lin.recipe.slot[fs];
             const QuantParams fq = quant_params(&fspec);
             uint16_t* fk = (uint16_t*)xmalloc(n * sizeof(uint16_t));
             const QuantView fv = {source, rows, cols, cols};
-            const float fdec = quant_cpu(&fq, fv, 1, fp4_key(m, p->l, p->kind, fs), fk, cols, NULL, NULL, NULL);
+            const float fdec = quant_cpu(&fq, fv, 1, linear_key(&m->lin, p->l, p->kind, fs), fk, cols, NULL, NULL, NULL);
             for (size_t i = 0; i < n; i++) source[i] = bf16_bits_rne(bf16_to_float(fk[i]) * fdec);
             free(fk);
         }
@@ -293,7 +293,7 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
         const int axis = EX_SLOT_AXIS[slot];
         const int64_t M = axis ? rows : cols, Kr = axis ? cols : rows;
         uint8_t* scales = got_fp8 ? (uint8_t*)xmalloc((size_t)(M * (Kr / qp.block_l))) : NULL;   // the fold's input
-        dec_want = quant_cpu(&qp, v, axis, fp4_key(m, p->l, p->kind, slot), want, cols, NULL, scales, &amax);
+        dec_want = quant_cpu(&qp, v, axis, linear_key(&m->lin, p->l, p->kind, slot), want, cols, NULL, scales, &amax);
         if (got_fp8) {   // the fold of the CPU copy: bytes and per-row scales bit for bit, values for the product
             uint8_t* want8 = (uint8_t*)xmalloc(n);
             uint8_t* got8 = (uint8_t*)xmalloc(n);
@@ -308,7 +308,7 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
             for (int64_t i = 0; i < M; i++) bad_rs += f32_bits(rs[i]) != f32_bits(want_rs[i]);
             CHECK(bad == 0 && bad_rs == 0, "layer %d %s part %d: the %s FP8 operand (%s) differs from the CPU twin's fold "
                   "in %zu of %zu bytes (first [%zu]: 0x%02x, want 0x%02x) and %zu of %lld row scales", p->l,
-                  LINEAR_NAMES[p->kind], p->o0, SLOT_NAMES[slot], spec_text, bad, n, first, got8[first], want8[first],
+                  GPT2_LINEARS[p->kind].name, p->o0, SLOT_NAMES[slot], spec_text, bad, n, first, got8[first], want8[first],
                   bad_rs, (long long)M);
             for (int64_t i = 0; i < M; i++)
                 for (int64_t k = 0; k < Kr; k++)
@@ -326,7 +326,7 @@ static double* ex_operand(ExactCheck* ex, const GemmProbe* p, Slot slot, const f
         if (operand[i] != want[i] && !differ++) first = i;
     CHECK(differ == 0 && f32_bits(dec_got) == f32_bits(dec_want),
           "layer %d %s part %d: the %s operand (%s) differs from the CPU twin in %zu of %zu elements (first "
-          "[%zu]: 0x%04x, want 0x%04x), tensor scale %.9g, want %.9g", p->l, LINEAR_NAMES[p->kind], p->o0,
+          "[%zu]: 0x%04x, want 0x%04x), tensor scale %.9g, want %.9g", p->l, GPT2_LINEARS[p->kind].name, p->o0,
           SLOT_NAMES[slot], spec_text, differ, n, first, operand[first], want[first], dec_got, dec_want);
     for (size_t i = 0; i < n; i++) out[i] = (double)bf16_to_float(want[i]) * dec_want;
     ex->operands++;
@@ -350,7 +350,7 @@ static double ex_compare(const char* what, int l, int kind, const float* got, co
         if (!(r <= 1.0)) bad++;
         if (!(r <= worst_ratio)) { worst_ratio = r; worst = i; }
     }
-    CHECK(bad == 0, "layer %d %s %s: %zu of %zu outputs off; worst [%zu] got %.7g want %.7g", l, LINEAR_NAMES[kind],
+    CHECK(bad == 0, "layer %d %s %s: %zu of %zu outputs off; worst [%zu] got %.7g want %.7g", l, GPT2_LINEARS[kind].name,
           what, bad, n, worst, (double)got[worst], want[worst]);
     return worst_ratio;
 }
@@ -369,11 +369,11 @@ static void ex_pass_done(ExactCheck* ex, const GemmProbe* p) {
     const int N = ex->N, l = p->l, kind = p->kind;
     int K, OC;
     linear_dims(m, kind, &K, &OC);
-    const int parts = m->recipe.qk_fp8 && kind == LIN_QKV && m->fp4_any &&
-                      recipe_layer_is_fp4(&m->recipe, l, m->config.num_layers) ? 2 : 1;
+    const int parts = m->lin.recipe.qk_fp8 && kind == LIN_QKV && m->lin.fp4_any &&
+                      recipe_layer_is_fp4(&m->lin.recipe, l, m->config.num_layers) ? 2 : 1;
     const size_t nc = (size_t)N * m->config.channels;
     for (int g = p->backward ? 1 : 0; g <= (p->backward ? 2 : 0); g++) {
-        CHECK(ex->seen[g] == parts, "layer %d %s: GEMM %s ran %d time(s) for %d part(s)", l, LINEAR_NAMES[kind],
+        CHECK(ex->seen[g] == parts, "layer %d %s: GEMM %s ran %d time(s) for %d part(s)", l, GPT2_LINEARS[kind].name,
               GEMM_NAMES[g], ex->seen[g], parts);
         size_t n;
         float* got;
@@ -418,8 +418,8 @@ static void exact_probe(void* ctx, const GemmProbe* p) {
     const int N = ex->N, g = p->gemm, n = p->n;
     int K, OC;
     linear_dims(m, p->kind, &K, &OC);
-    double* a = ex_operand(ex, p, (Slot)(2 * g), p->a, p->lda, p->a_dec, p->a_fp8, p->a_rs);
-    double* b = ex_operand(ex, p, (Slot)(2 * g + 1), p->b, p->ldb, p->b_dec, p->b_fp8, p->b_rs);
+    double* a = ex_operand(ex, p, gemm_slot_a((Gemm)g), p->a, p->lda, p->a_dec, p->a_fp8, p->a_rs);
+    double* b = ex_operand(ex, p, gemm_slot_b((Gemm)g), p->b, p->ldb, p->b_dec, p->b_fp8, p->b_rs);
     CHECK(!p->a_fp8 == !p->b_fp8, "GEMM %s: one FP8 operand and one other", GEMM_NAMES[g]);
     if (p->a_fp8) ex->fp8[g] = 1;
     double* want = ex->want[g];
@@ -468,13 +468,13 @@ static void check_every_gemm(GPT* m, const RefDump* d, const char* label) {
         ex.mag[g] = (double*)calloc(most, sizeof(double));
         fail_if(!ex.want[g] || !ex.mag[g], "out of host memory");
     }
-    m->probe = exact_probe;
-    m->probe_ctx = &ex;
+    m->lin.probe = exact_probe;
+    m->lin.probe_ctx = &ex;
     gpt_zero_grad(m);
     gpt_forward(m, d->x, d->y, B, T, 1, 1.0f / (float)N);
     gpt_backward(m, d->x, B, T, 1);
     cuda_check(cudaDeviceSynchronize());
-    m->probe = NULL;
+    m->lin.probe = NULL;
     const int L = m->config.num_layers;
     CHECK(ex.passes == 2 * L * NUM_LINEARS, "%s: %d linear passes checked, want %d", label, ex.passes, 2 * L * NUM_LINEARS);
     printf("  exact, every GEMM (%s): %d operands bit-identical to the CPU twin, %d outputs; worst error/tolerance "
@@ -500,15 +500,14 @@ static void check_dump(const char* path) {
     gpt_allocate(&m, &c, B, T, 1);
     gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
     set_recipe_from_dump(&m, &d);
-    const Tolerances* tol = !m.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
+    const Tolerances* tol = !m.lin.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
     char recipe_text[1024];
-    recipe_describe(&m.recipe, recipe_text, sizeof(recipe_text));
+    recipe_describe(&m.lin.recipe, recipe_text, sizeof(recipe_text));
     printf("== %s: L=%d NH=%d C=%d V=%d B=%d T=%d, reference loss %.6f\n   recipe %s\n", path, c.num_layers,
            c.num_heads, c.channels, V, B, T, d.loss, recipe_text);
     fail_if(m.num_parameters != (size_t)d.header[11], "parameter count %zu != dump's %d", m.num_parameters, d.header[11]);
     load_params(&m, d.params);
-    m.fp4_step = 0;
-    m.fp4_micro = 0;
+    linear_set_step(&m.lin, 0, 0);
 
     // forward: logits and loss
     float loss = gpt_forward(&m, d.x, d.y, B, T, 0, 0.0f);
@@ -543,8 +542,8 @@ static void check_dump(const char* path) {
         // BF16: gradients pass through BF16 activations and BF16 dY operands in both GEMMs of each
         // layer, about twice the roundings of the forward: well under 1% relative per tensor. 2%
         // leaves room for other shapes and seeds; a wrong index or a missed term gives O(1).
-        printf("  grad %-9s n=%-8zu relative L2 error %.5f\n", PARAM_INFO[id].name, n, err);
-        CHECK(err < tol->grad, "gradient of %s: relative L2 error %.5f >= %.2f", PARAM_INFO[id].name, err, tol->grad);
+        printf("  grad %-9s n=%-8zu relative L2 error %.5f\n", GPT2_PARAMS[id].name, n, err);
+        CHECK(err < tol->grad, "gradient of %s: relative L2 error %.5f >= %.2f", GPT2_PARAMS[id].name, err, tol->grad);
         off += n;
     }
 
@@ -631,20 +630,19 @@ static void check_every_variant(const char* path, const RecipeVariant* variants,
             gpt_free(&m);
             continue;
         }
-        gpt_set_recipe(&m, &r, 1337, v->gemm);
+        linear_set_recipe(&m.lin, &r, 1337, v->gemm);
         char text[1024];
-        recipe_describe(&m.recipe, text, sizeof(text));
-        if (m.gemm_path == GEMM_PATH_FP8) strncat(text, " [FP8 path]", sizeof(text) - strlen(text) - 1);
+        recipe_describe(&m.lin.recipe, text, sizeof(text));
+        if (m.lin.gemm_path == GEMM_PATH_FP8) strncat(text, " [FP8 path]", sizeof(text) - strlen(text) - 1);
         load_params(&m, d.params);
-        m.fp4_step = 3;
-        m.fp4_micro = 1;
+        linear_set_step(&m.lin, 3, 1);
         check_every_gemm(&m, &d, text);
         for (int on = 1; v->bf16_forward && on >= 0; on--) {
             // the switch re-plans the model in place: fprop reads the BF16 sources, dgrad and wgrad as before
             gpt_set_bf16_forward(&m, &r, on, 1337, v->gemm);
-            recipe_describe(&m.recipe, text, sizeof(text));
+            recipe_describe(&m.lin.recipe, text, sizeof(text));
             printf("  %s --bf16-forward-from's switch: %s\n", on ? "after" : "back from", text);
-            CHECK(quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_X]) == on && quant_spec_is_bf16(&m.recipe.slot[SLOT_FPROP_W]) == on,
+            CHECK(quant_spec_is_bf16(&m.lin.recipe.slot[SLOT_FPROP_X]) == on && quant_spec_is_bf16(&m.lin.recipe.slot[SLOT_FPROP_W]) == on,
                   "the switched recipe's fprop slots: %s", text);
             check_every_gemm(&m, &d, text);
         }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """
 fp4_ref.py: an independent numpy reference for the program's 4-bit quantizers, written from
-../shared/docs/FP4_NUMERICS.md (and the project's free choices documented in llmc/fp4/formats.h,
+docs/FP4_NUMERICS.md (and the project's free choices documented in llmc/fp4/formats.h,
 llmc/fp4/stochastic_round.h, llmc/fp4/hadamard.h, llmc/fp4/quant_cpu.h), not from the C code.
 It writes the golden vectors that dev/test/test_fp4_cpu.c (CI) and dev/test/test_fp4_gpu.cu (GPU)
 must reproduce bit for bit.
@@ -349,7 +349,7 @@ F32_MAX = np.float32(3.4028235e38)
 
 
 def e4m3_scale_to(bamax, s_enc, s_dec_t, m):
-    """The E4M3 block scale mapping bamax to m: (sdec, bits, inv), FP4_NUMERICS.md NVFP4 steps 3-4."""
+    """The E4M3 block scale mapping bamax to m: (sdec, bits, inv), docs/FP4_NUMERICS.md NVFP4 steps 3-4."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         mult = np.float32(s_enc * np.float32(np.float32(1) / np.float32(m)))
         sdec, sbits = e4m3_rne_satfinite(np.fmin(np.float32(bamax * mult), F32_MAX))

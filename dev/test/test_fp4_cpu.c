@@ -541,7 +541,7 @@ static void test_shape_errors(void) {
     CHECK(!dies("nvfp4-2d", 48, 80, 0), "16x16 with 48 x 80 is fine");
 }
 
-// Quartet II's reference MSEs on N(0,1) (RECIPES.md): a loose sanity check of the whole path. Their SR
+// Quartet II's reference MSEs on N(0,1) (docs/RECIPES.md): a loose sanity check of the whole path. Their SR
 // figure (23.5e-3) is not comparable (their SR path rescales blocks); ours is checked against theory
 // instead: SR of a value uniform within a gap g has error variance g^2/6, twice RNE's g^2/12.
 static void test_mse_sanity(void) {

@@ -11,7 +11,7 @@
 #include "llmc/fp4/matmul_fp4_layout.h"
 #include "dev/test/testing.h"
 
-// The offset formula of FP4_NUMERICS.md, transcribed here independently of fp4/formats.h.
+// The offset formula of docs/FP4_NUMERICS.md, transcribed here independently of fp4/formats.h.
 static int64_t doc_offset(int64_t r, int64_t c, int64_t C) {
     return ((r / 128) * ((C + 3) / 4) + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }

@@ -4,7 +4,7 @@
 // the passes make every quantized copy exactly once from one read of its source; the forward takes the
 // amax of exactly the backward copies that can share its read; a split QKV has the Q/K part [0, 2C) on
 // MXFP8 and the V part [2C, 3C) on the recipe.
-// The expectations are written out here from RECIPES.md, not taken from the plan code.
+// The expectations are written out here from docs/RECIPES.md, not taken from the plan code.
 #include "llmc/fp4/linear_plan.h"
 #include "dev/test/testing.h"
 
@@ -102,7 +102,7 @@ static void check_recipe(const Recipe* r0, int L, int C, GemmPath path, const ch
         for (int kind = 0; kind < 4; kind++) {
             const int OC = kind == 0 ? 3 * C : kind == 2 ? 4 * C : C;
             LinearPlan lp;
-            linear_plan_build(&lp, &r, l, L, kind == 0, OC, path);
+            linear_plan_build(&lp, &r, l, L, kind == 0 ? 2 * C : 0, OC, path);
             const int fp4 = !recipe_is_bf16(&r) && l >= r.bf16_first && l < L - r.bf16_last;
             const int split = fp4 && r.qk_fp8 && kind == 0;
             char what[160];
@@ -168,13 +168,13 @@ int main(void) {
     printf("  nvfp4 fc: %s\n", text);
     CHECK(strstr(text, "bwd pass dY->dgrad.dy+wgrad.dy") != NULL, "description: dY's shared pass");
     r.qk_fp8 = 1;
-    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, GEMM_PATH_EMULATED);
+    linear_plan_build(&lp, &r, 5, L, 2 * C, 3 * C, GEMM_PATH_EMULATED);
     linear_plan_describe(&lp, text, sizeof(text));
     printf("  nvfp4 --qk-fp8 qkv: %s\n", text);
     recipe_preset(&r, "mxfp4-2d");
     recipe_resolve_layers(&r, L);
     r.qk_fp8 = 1;
-    linear_plan_build(&lp, &r, 5, L, 1, 3 * C, GEMM_PATH_FP8);
+    linear_plan_build(&lp, &r, 5, L, 2 * C, 3 * C, GEMM_PATH_FP8);
     linear_plan_describe(&lp, text, sizeof(text));
     printf("  mxfp4-2d --qk-fp8 qkv, FP8 path: %s\n", text);
     CHECK(lp.part[0].op[SLOT_FPROP_X].form == FORM_FAKE && lp.part[1].op[SLOT_FPROP_X].form == FORM_FP8,

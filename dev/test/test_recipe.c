@@ -1,4 +1,4 @@
-// test_recipe.c: CPU tests of llmc/fp4/recipe.h: the presets resolve to the slot specs RECIPES.md
+// test_recipe.c: CPU tests of llmc/fp4/recipe.h: the presets resolve to the slot specs docs/RECIPES.md
 // describes, overrides and GEMM switches act on the right slots, the BF16-block rule scales with
 // depth, the canonical description is stable, invalid recipes fail with a clear message, and
 // recipe_check_shapes finds token and channel counts a recipe cannot quantize; and the recipe schedule

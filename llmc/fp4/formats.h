@@ -11,7 +11,7 @@
 //          EDEN_SIGN_DRAW_BASE, EDEN_SCALE_DRAW_BASE, EDEN_V, EDEN_SCALE_MAX, f32_div_rn(), eden_tensor_scale_enc(),
 //          eden_group_scale(), eden_scale_sr(), eden_scale_r16(), eden_sum128(), eden_correction()
 // Every function the quantizer applies to a number lives here as an HD function, so the CPU path
-// (CI, no GPU) and the GPU kernels run the same code. The exact rules are ../shared/docs/FP4_NUMERICS.md;
+// (CI, no GPU) and the GPU kernels run the same code. The exact rules are docs/FP4_NUMERICS.md;
 // dev/fp4_ref.py re-derives them independently in numpy and produces the golden vectors.
 //
 // Conventions used throughout:
@@ -219,7 +219,7 @@ static const char* const quant_round_names[QROUND_COUNT] = {"rne", "sr", "eden"}
 static const char* const quant_sign_names[QSIGNS_COUNT] = {"plain", "fixed", "seeded", "step"};
 static const char* const quant_source_names[QSRC_COUNT] = {"bf16", "fprop"};
 
-// Named presets (FP4_NUMERICS.md, RECIPES.md); options after the preset override its fields.
+// Named presets (docs/FP4_NUMERICS.md, docs/RECIPES.md); options after the preset override its fields.
 typedef struct { const char* name; QuantSpec spec; } QuantPreset;
 static const QuantPreset quant_presets[] = {
     {"bf16",       {QGRID_BF16, 1, 16, QSCALE_E4M3, QROUND_RNE, 0, QSIGNS_NONE, QSRC_BF16, 0}},
@@ -586,7 +586,7 @@ typedef struct {
 } QuantBlockScale;
 
 // The E4M3 block scale that maps the block amax (NaN if the block holds a NaN) to m, under the tensor
-// encode scale (FP4_NUMERICS.md, NVFP4 steps 3-4, with m in place of 6):
+// encode scale (docs/FP4_NUMERICS.md, NVFP4 steps 3-4, with m in place of 6):
 //   mult = S_enc * (1/m); sdec = e4m3(fminf(bamax * mult, FLT_MAX)); inv = fminf(1/(sdec*S_dec), FLT_MAX)
 // m is the grid's max, or for 4o6 one of its two candidates, 6 and 4.
 // The same with the tensor's two constants given (mult = s_enc (1 / m), s_dec = 1 / s_enc): kernels
@@ -660,7 +660,7 @@ HD float quant_packed_scale_value(const QuantParams* p, uint8_t bits) {
     return quant_scale_is_e4m3(p->scale) ? e4m3_value(bits) : e8m0_value(bits);
 }
 
-// Blackwell cuBLASLt VEC16_UE4M3 scale layout (FP4_NUMERICS.md): the byte offset of scale (r, c),
+// Blackwell cuBLASLt VEC16_UE4M3 scale layout (docs/FP4_NUMERICS.md): the byte offset of scale (r, c),
 // r the non-K row, c the 16-block index along K, C the number of 16-blocks along K, for a scale
 // matrix padded to (roundup(R,128), roundup(C,4)). For the native path; the packed layout of this
 // project's quantizer is plain row-major (see fp4/quant_cpu.h).

@@ -3,7 +3,7 @@
 //          QuantPass, LinearPart, LinearPlan, OperandScalars, LinearScalars, linear_plan_build(),
 //          linear_plan_describe(), NO_SLOT
 //
-// A linear layer Y = X W^T + b runs three GEMMs on three BF16 tensors (RECIPES.md):
+// A linear layer Y = X W^T + b runs three GEMMs on three BF16 tensors (docs/RECIPES.md):
 //   fprop  Y  = X W^T     reads fprop.x (X, blocks along its K)      and fprop.w (W, along K)
 //   dgrad  dX = dY W      reads dgrad.dy (dY, along OC)              and dgrad.w (W, along OC)
 //   wgrad  dW = dY^T X    reads wgrad.dy (dY, along the tokens)      and wgrad.x (X, along the tokens)
@@ -12,21 +12,19 @@
 //
 // A LinearPlan holds, for one (layer, linear), everything the trainer needs to run it:
 //   - its parts: one, or two for a QKV linear whose Q/K outputs use their own spec (--qk-fp8): output
-//     channels [0, 2C) and [2C, 3C), each part a linear of its own with its own quantized operands;
+//     channels [0, qk_split) and [qk_split, OC) (GPT-2: [0, 2C) and [2C, 3C)), each part a linear of its own with
+//     its own quantized operands;
 //   - per part and slot: the spec and the form the GEMM reads the operand in (the source as it is, a
 //     BF16 fake-quantized copy for exact emulation, packed NVFP4 for Blackwell's native GEMM, or E8M0-scaled
 //     values folded into E4M3 for FP8 tensor cores);
 //   - the quantization passes of the forward and of the backward: which copies one read of a source
 //     makes (dY's two copies share a pass), and which tensor amax a forward pass takes ahead for the
 //     backward (X's for wgrad.x, W's for dgrad.w), so that the backward reads that source once less.
-// The trainer (train_gpt_fp4.cu, "Linear layers") only executes plans: it never asks which recipe it
-// runs. A new operand form is one more OperandForm, chosen here, and one more case in the trainer's
-// gemm_run. Plans are plain data built on the CPU (dev/test/test_plan.c).
+// The executor (llmc/fp4/linear.cuh) only executes plans: it never asks which recipe it runs. A new operand form
+// is one more OperandForm, chosen here, and one more case in the executor's gemm_run. Plans are plain data built on the CPU (dev/test/test_plan.c).
 #pragma once
 #include "llmc/fp4/recipe.h"
 #include "llmc/fp4/fp8_fold.h"
-
-typedef enum { GEMM_FPROP, GEMM_DGRAD, GEMM_WGRAD, NUM_GEMMS } Gemm;
 
 typedef enum { SRC_X, SRC_W, SRC_DY, NUM_SOURCES } OperandSource;
 static const char* const SOURCE_NAMES[NUM_SOURCES] = {"X", "W", "dY"};
@@ -113,8 +111,7 @@ static inline void linear_part_passes(LinearPart* p, int backward) {
         q.ntargets = 0;
         q.ahead = NO_SLOT;
         for (int s = 0; s < NUM_SLOTS; s++) {
-            const int slot_backward = s >= 2;   // fprop's slots are 0 and 1
-            if (slot_backward != backward || SLOT_SOURCE[s] != q.src || p->op[s].form == FORM_BF16) continue;
+            if (slot_is_backward((Slot)s) != backward || SLOT_SOURCE[s] != q.src || p->op[s].form == FORM_BF16) continue;
             fail_if(q.ntargets == 2, "internal: three copies of %s in one phase", SOURCE_NAMES[q.src]);
             q.target[q.ntargets++] = (Slot)s;
         }
@@ -139,20 +136,21 @@ static inline void linear_part_ahead(LinearPart* p) {
     }
 }
 
-// A split QKV never runs native (its Q/K part is MXFP8); on the FP8 path each part folds where it can.
-static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer, int num_layers, int is_qkv, int OC,
+// qk_split: the linear's Q/K outputs end at this output channel (--qk-fp8 splits it there; 0: a linear that is
+// never split). A split QKV never runs native (its Q/K part is MXFP8); on the FP8 path each part folds where it can.
+static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer, int num_layers, int qk_split, int OC,
                                      GemmPath path) {
     memset(lp, 0, sizeof(*lp));
     const int fp4 = !recipe_is_bf16(r) && recipe_layer_is_fp4(r, layer, num_layers);
-    const int split = fp4 && r->qk_fp8 && is_qkv;
-    fail_if(split && OC % 3, "internal: a split QKV linear of %d outputs", OC);
+    const int split = fp4 && r->qk_fp8 && qk_split > 0;
+    fail_if(split && qk_split >= OC, "internal: a Q/K part of %d of %d outputs", qk_split, OC);
     lp->quantized = fp4;
     lp->nparts = split ? 2 : 1;
     for (int pi = 0; pi < lp->nparts; pi++) {
         LinearPart* p = &lp->part[pi];
         p->qk = split && pi == 0;
-        p->o0 = split && pi == 1 ? 2 * OC / 3 : 0;
-        p->n = split ? (pi == 0 ? 2 * OC / 3 : OC / 3) : OC;
+        p->o0 = split && pi == 1 ? qk_split : 0;
+        p->n = split ? (pi == 0 ? qk_split : OC - qk_split) : OC;
         for (int s = 0; s < NUM_SLOTS; s++) {
             OperandPlan* o = &p->op[s];
             o->slot = (Slot)s;
@@ -166,12 +164,12 @@ static inline void linear_plan_build(LinearPlan* lp, const Recipe* r, int layer,
         }
         for (int s = SLOT_DGRAD_W; s < NUM_SLOTS; s += 2) {   // dgrad.w, wgrad.x: from the forward's copy?
             OperandPlan* o = &p->op[s];
-            const Slot fs = s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X;
+            const Slot fs = fprop_slot_of((Slot)s);
             o->from_fprop = o->form != FORM_BF16 && o->spec.source == QSRC_FPROP && p->op[fs].form != FORM_BF16;
         }
         for (int g = 0; g < NUM_GEMMS; g++) {
-            OperandPlan* a = &p->op[2 * g];
-            OperandPlan* b = &p->op[2 * g + 1];
+            OperandPlan* a = &p->op[gemm_slot_a((Gemm)g)];
+            OperandPlan* b = &p->op[gemm_slot_b((Gemm)g)];
             if (a->form != FORM_FAKE || b->form != FORM_FAKE) continue;
             if (path == GEMM_PATH_NATIVE && !split) a->form = b->form = FORM_PACKED;
             if (path == GEMM_PATH_FP8 && fp8_foldable(&a->q) && fp8_foldable(&b->q)) a->form = b->form = FORM_FP8;

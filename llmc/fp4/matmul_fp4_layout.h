@@ -3,7 +3,7 @@
 // defines: matmul_fp4_scale_bytes(), matmul_fp4_swizzle_source(), fp4_swizzle_scales_cpu(),
 //          matmul_fp4_spec_ok(), matmul_fp4_reference_cpu()
 //
-// What cuBLASLt reads for one NVFP4 operand (FP4_NUMERICS.md, "Blackwell native path"):
+// What cuBLASLt reads for one NVFP4 operand (docs/FP4_NUMERICS.md, "Blackwell native path"):
 //   codes   R x K E2M1 codes, K-major ("operand-major"): row r is K/2 bytes, element 2i in the low nibble.
 //           That is exactly what our quantizer's packed output is (quant_target.cuh / fp4/quant_cpu.h): the
 //           row-wise copy of a rows x cols view is R = rows, K = cols; the column-wise copy is stored

@@ -1,6 +1,6 @@
 // matmul_fp8.cuh: GEMMs on FP8 (E4M3 x E4M3) tensor cores with one FP32 scale per row of each operand,
 // for MXFP4 operands folded into E4M3 (fp8_fold.h).
-// defines: matmul_fp8(), matmul_fp8_available(), matmul_fp8_reason()
+// defines: matmul_fp8() (positional, and with Fp8Operand / Fp8Out views), matmul_fp8_available(), matmul_fp8_reason()
 // D (M x Nn, row-major, rows ldd apart) [+]= alpha * diag(sa) A B^T diag(sb) [+ bias]: A is M x K and B is
 // Nn x K, both with K contiguous (cuBLASLt's FP8 GEMMs on Hopper take only this "TN" layout), sa and sb
 // their per-row scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLASLt 12.9+). Fast accumulation is
@@ -162,6 +162,23 @@ static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const f
     const float* beta = g_matmul.constants + (accumulate ? 1 : 0);
     cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, b, p->a, a, p->b, beta, d, p->d, d, p->d, &p->algo,
                                 g_matmul.workspace, g_matmul.workspace_bytes, stream));
+}
+
+// The same GEMM with its operands and output named: A and B as E4M3 values (K contiguous) with their per-row scales.
+typedef struct {
+    const uint8_t* values;
+    const float* row_scale;
+} Fp8Operand;
+typedef struct {
+    void* ptr;
+    int ld;
+    int f32, accumulate;      // FP32 (else BF16) output; add to it (else overwrite)
+    const floatX* bias;       // or NULL
+} Fp8Out;
+static void matmul_fp8(Fp8Out d, Fp8Operand a, Fp8Operand b, int M, int Nn, int K, const float* alpha_dev,
+                       cudaStream_t stream) {
+    matmul_fp8(d.ptr, d.ld, d.f32, a.values, a.row_scale, b.values, b.row_scale, M, Nn, K, d.bias, d.accumulate, alpha_dev,
+               stream);
 }
 
 static void matmul_fp8_destroy(void) {

@@ -4,7 +4,7 @@
 //          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(),
 //          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
 //
-// A linear layer y = x W^T runs three GEMMs, each with two operands (RECIPES.md):
+// A linear layer y = x W^T runs three GEMMs, each with two operands (docs/RECIPES.md):
 //   fprop: X (reduce over channels) and W            -> slots fprop.x, fprop.w
 //   dgrad: dY (reduce over output channels) and W^T  -> slots dgrad.dy, dgrad.w
 //   wgrad: dY^T and X^T (reduce over tokens)         -> slots wgrad.dy, wgrad.x
@@ -16,7 +16,15 @@
 
 typedef enum { SLOT_FPROP_X, SLOT_FPROP_W, SLOT_DGRAD_DY, SLOT_DGRAD_W, SLOT_WGRAD_DY, SLOT_WGRAD_X, NUM_SLOTS } Slot;
 static const char* const SLOT_NAMES[NUM_SLOTS] = {"fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy", "wgrad.x"};
-static const char* const GEMM_NAMES[3] = {"fprop", "dgrad", "wgrad"};
+typedef enum { GEMM_FPROP, GEMM_DGRAD, GEMM_WGRAD, NUM_GEMMS } Gemm;
+static const char* const GEMM_NAMES[NUM_GEMMS] = {"fprop", "dgrad", "wgrad"};
+
+// The slot rules, named: GEMM g reads slots 2g (its A operand) and 2g + 1 (its B); dgrad's and wgrad's slots are
+// the backward's; a src=fprop slot (dgrad.w, wgrad.x) quantizes the forward copy of fprop.w or fprop.x again.
+static inline Slot gemm_slot_a(Gemm g) { return (Slot)(2 * g); }
+static inline Slot gemm_slot_b(Gemm g) { return (Slot)(2 * g + 1); }
+static inline int slot_is_backward(Slot s) { return s >= SLOT_DGRAD_DY; }
+static inline Slot fprop_slot_of(Slot s) { return s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X; }
 
 typedef struct {
     char name[32];
@@ -158,13 +166,13 @@ static inline void recipe_check(const Recipe* r) {
     fail_if(r->qk_fp8 && recipe_is_bf16(r), "--qk-fp8: the recipe quantizes nothing, so there is no FP4 for FP8 to "
             "replace in Q/K (pick an FP4 recipe)");
     for (int g = 0; g < 3; g++) {
-        const QuantSpec* a = &r->slot[2 * g];
-        const QuantSpec* b = &r->slot[2 * g + 1];
+        const QuantSpec* a = &r->slot[gemm_slot_a((Gemm)g)];
+        const QuantSpec* b = &r->slot[gemm_slot_b((Gemm)g)];
         int ha = quant_spec_is_bf16(a) ? 0 : a->hadamard, hb = quant_spec_is_bf16(b) ? 0 : b->hadamard;
         // (X H)(H^T W) = X W only when both operands are rotated by the same H along the reduction
         fail_if(ha != hb || (ha && (a->signs != b->signs || a->sign_seed != b->sign_seed)),
                 "recipe: the two operands of %s must use the same Hadamard transform (%s: h%d, %s: h%d)",
-                GEMM_NAMES[g], SLOT_NAMES[2 * g], ha, SLOT_NAMES[2 * g + 1], hb);
+                GEMM_NAMES[g], SLOT_NAMES[gemm_slot_a((Gemm)g)], ha, SLOT_NAMES[gemm_slot_b((Gemm)g)], hb);
         const int eden = !quant_spec_is_bf16(a) && a->rounding == QROUND_EDEN;   // (then b is eden too: h128, step)
         fail_if(ha > 32 && !eden, "recipe: Hadamard size %d on %s: the GPU kernels go up to 32 (128: MS-EDEN's, "
                 "rounding eden)", ha, GEMM_NAMES[g]);
@@ -178,7 +186,7 @@ static inline void recipe_check(const Recipe* r) {
                 "applies to dgrad.w and wgrad.x only", SLOT_NAMES[s]);
         fail_if(q->rounding != QROUND_EDEN, "recipe: slot %s: src=fprop is MS-EDEN's operand source (Quartet II); "
                 "use it with eden (e.g. 'nvfp4,eden,src=fprop') or drop it", SLOT_NAMES[s]);
-        const QuantSpec* f = &r->slot[s == SLOT_DGRAD_W ? SLOT_FPROP_W : SLOT_FPROP_X];
+        const QuantSpec* f = &r->slot[fprop_slot_of((Slot)s)];
         fail_if(!quant_spec_is_bf16(f) && f->hadamard, "recipe: slot %s: src=fprop needs a forward copy of %s without a "
                 "Hadamard (the forward's copy holds the rotated values); give %s a spec without hN", SLOT_NAMES[s],
                 s == SLOT_DGRAD_W ? "W" : "X", s == SLOT_DGRAD_W ? "--fprop-w" : "--fprop-x");
