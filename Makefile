@@ -91,7 +91,7 @@ LDFLAGS := $(foreach d,$(sort $(LIB_DIRS)),-L$(d) -Xlinker -rpath=$(d))
 
 CXX_FLAGS := -O2 -std=c++17 -Wall -Wno-unused-function -I. -I$(CUDA_HOME)/include
 
-HEADERS := $(wildcard llmc/*.h llmc/*.cuh llmc/*/*.h llmc/*/*.cuh)
+HEADERS := $(wildcard llmc/*.h llmc/*.cuh llmc/*/*.h llmc/*/*.cuh llmc/*/*/*.h llmc/*/*/*.cuh)
 # The FP4 numerics' headers, which several concerns' rules name (here, so that each mk/ file sees them)
 FP4_HEADERS := llmc/fp4/formats.h llmc/fp4/quant_cpu.h llmc/fp4/hadamard.h llmc/fp4/stochastic_round.h \
                dev/test/fp4_golden.h

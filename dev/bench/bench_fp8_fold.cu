@@ -1,4 +1,4 @@
-// bench_fp8_fold.cu: the FP8 fold (quant_fast.cuh with FP8 targets, fp8_fold.h) against the fake-quant copy of
+// bench_fp8_fold.cu: the FP8 fold (quant.cuh with FP8 targets, fp8_fold.h) against the fake-quant copy of
 // the same spec, at GPT-2 training shapes (d12's and d36's activations and weights), both passes and each alone,
 // and the fold's extra memset.
 // "fold" is quantize_fast_gpu as the trainer calls it (for the row-wise RNE copies one pass,
@@ -9,7 +9,7 @@
 // Usage: build/bench_fp8_fold [-n iters] [-f SUBSTR] [-s RxC]: -f / -s keep only the table rows whose config
 // name holds SUBSTR / of that shape, and then skip the GEMMs (for a profiler: dev/bench/profile_quant.sh's way).
 #include <vector>
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "llmc/fp4/matmul_fp8.cuh"
 #include "dev/bench/bench_common.cuh"
 

@@ -685,7 +685,7 @@ __global__ void fragment_order_kernel(uint8_t* out, const uint8_t* codes, int64_
 // of the 512 row tiles of the tokens), so expanding it inside every tile repeats work that one plain pass does once.
 // Here B arrives by TMA already as FP16 values (a weight's dequantized copy: exact in FP16, see expand8_f16), and the
 // transform warpgroup expands only A (4 of its 12 tasks). A is exactly what the trainer's quantizer writes for a
-// packed copy (quant_fast.cuh, QF_OUT_PACKED): standard codes and row-major scales (M x K/16), so K % 256 == 0 (a
+// packed copy (llmc/fp4/quant.cuh, QF_OUT_PACKED): standard codes and row-major scales (M x K/16), so K % 256 == 0 (a
 // TMA box row of scales is at least 16 bytes: 4 stages' worth, reloaded with each stage).
 // Loads: A's packed stages by the transform warpgroup's thread 0, ahead (their slots wait only on the transform); B's by
 // the first consumer's thread 0, each into the slot its consumers have just multiplied, PA_B - 1 stages ahead. (From

@@ -8,7 +8,7 @@
 //   q*|g     pass first, on a high-priority stream
 // hidden% = (serial - best overlapped) / pass alone: the share of the pass's time the overlap removes.
 // Usage: build/bench_overlap [-n iters]
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "llmc/base/matmul.cuh"
 #include "dev/bench/bench_common.cuh"
 

@@ -1,5 +1,5 @@
 // bench_quant_fast.cu: the reference kernels' quantize_gpu (dev/ref/nvfp4_ref.cuh) vs the trainer's
-// quantize_fast_gpu (llmc/fp4/quant_fast.cuh) at training shapes, fake and packed (native GEMM) copies, against
+// quantize_fast_gpu (llmc/fp4/quant.cuh) at training shapes, fake and packed (native GEMM) copies, against
 // device copy bandwidth measured in the same run. Also checks, for every row, that the fast outputs equal the
 // reference ones bit for bit (column "same").
 // Usage: build/bench_quant_fast [-n iters] [-f row-name-substring] [-s ROWSxCOLS]   (-f, -s: a subset, e.g. for ncu)
@@ -7,16 +7,16 @@
 // eff% = (input once + outputs) / fast time, as % of copy bandwidth; traf% = bytes actually moved (input
 // twice + outputs) / fast time; apply% = (input + outputs) / apply time; amax% = input / amax time.
 // Copy bandwidth: cudaMemcpyAsync D2D of 1 GiB (read + write counted), and of the tensor's own bytes.
-// The last rows time the rules of quant_group.cuh (Four Over Six, MS-EDEN), which have no reference kernels (their
-// exactness: build/test_quant_gpu_cpu); 4o6's 1x16 fake copies run on quant_fast's whole-block kernels. MS-EDEN's
+// The last rows time the rules of quant/group.cuh (Four Over Six, MS-EDEN), which have no reference kernels (their
+// exactness: build/test_quant_gpu_cpu); 4o6's 1x16 fake copies run on the whole-block kernels. MS-EDEN's
 // amax pass rotates too, and with src=fprop reads a fake copy; its "fast" column is quantize_fast_gpu, which rotates
 // once (the amax pass stores the rotated operand in the fake copy, the apply pass reads it there: 8 bytes per
 // element, where eff% counts 4 and traf% 6), while "amax" and "apply" time the passes called apart, the apply pass
 // rotating the source again.
 // The DUAL rows that round to nearest (X's pair, nvfp4-naive's dY pair) make both copies in one kernel from one read
-// (qf_dual_ok); the others run one apply kernel per copy, each reading the input.
+// (route.h's QK_DUAL); the others run one apply kernel per copy, each reading the input.
 #include <vector>
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
 #include "dev/bench/bench_common.cuh"
 
@@ -28,7 +28,7 @@ struct Cfg {
     int axis[2];
     int n;
     int packed;   // packed copies (codes + scales) instead of fake ones
-    int group;    // a rule of quant_group.cuh (4o6, MS-EDEN): timed alone, no reference kernels
+    int group;    // a rule of quant/group.cuh (4o6, MS-EDEN): timed alone, no reference kernels
     int src_dec;  // MS-EDEN from a dequantized source (src=fprop)
 };
 
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
             const floatX* x = (const floatX*)in;
             const double IN = 2.0 * n, OUT = (c.packed ? 0.5 * n + n / 16.0 : 2.0 * n) * c.n;
             auto pct = [&](double bytes, double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / b.copy_gbs; };
-            if (c.group) {   // quant_group.cuh's rules: no reference kernels (build/test_quant_gpu_cpu checks them)
+            if (c.group) {   // quant/group.cuh's rules: no reference kernels (build/test_quant_gpu_cpu checks them)
                 if (c.src_dec) {   // a dequantized source: any positive scale will do
                     tf[0].src_dec = sc + 8;
                     cuda_check(cudaMemcpy(sc + 8, &one, sizeof(float), cudaMemcpyHostToDevice));

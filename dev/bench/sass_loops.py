@@ -8,7 +8,7 @@ with their length in instructions) and, for the longest loops, the opcode histog
 
 How the #12 analysis made its listing (no cuobjdump in this machine's CUDA toolkit; PyPI has it):
     pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d /tmp/whl   (unzip both; PATH to nvdisasm)
-    printf '#include "llmc/fp4/quant_fast.cuh"\\ntemplate __global__ void qf_apply_kernel<0, -1, QF_OUT_FAKE>(const __grid_constant__ QFArgs);\\n' > /tmp/k.cu
+    printf '#include "llmc/fp4/quant.cuh"\\ntemplate __global__ void qf_apply_kernel<0, -1, QF_OUT_FAKE>(const __grid_constant__ QFArgs);\\n' > /tmp/k.cu
     nvcc -O3 -std=c++17 -arch=sm_90 -I. -cubin -o /tmp/k.cubin /tmp/k.cu && cuobjdump -sass /tmp/k.cubin > /tmp/k.sass
     python3 dev/bench/sass_loops.py /tmp/k.sass 'qf_apply_kernelILi0ELin1ELi0E' --skip-slow
 """

@@ -3,7 +3,7 @@
 // Hadamard rotation (up to 32) and stochastic rounding; any mix of fake and packed outputs per target.
 // defines: quant_amax_gpu(), quant_apply_gpu(), quantize_gpu(), quant_fake_gpu(), dequant_packed_gpu(),
 //          quant_stats_gpu(), QUANT_GPU_MAX_HADAMARD
-// Not part of the trainer: it runs llmc/quant_fast.cuh. These kernels are the GPU twin that the fast kernels
+// Not part of the trainer: it runs llmc/fp4/quant.cuh. These kernels are the GPU twin that the fast kernels
 // are tested against (dev/test/test_quant_fast.cu) and timed against (dev/bench/bench_quant_fast.cu); they
 // are themselves tested against the numpy golden vectors and the CPU quantizer (dev/test/test_fp4_gpu.cu).
 // The output is bit-identical to the CPU path (fp4/quant_cpu.h, which documents orientation, layouts and SR
@@ -275,7 +275,7 @@ static inline void qt_check_targets(const QuantTarget* t, int n, int64_t rows, i
         fail_if(t[k].codes && ((uintptr_t)t[k].codes % 8), "quantize_gpu: codes must be 8-byte aligned");
         fail_if(!t[k].codes != !t[k].scales, "quantize_gpu: packed output needs both codes and scales");
         fail_if(t[k].codes && t[k].p.grid.e4m3, "quantize_gpu: the e4m3 grid has no packed 4-bit form (fake output only)");
-        fail_if(t[k].fp8 != NULL, "quantize_gpu: FP8-folded output is made by the fast kernels only (quant_fast.cuh)");
+        fail_if(t[k].fp8 != NULL, "quantize_gpu: FP8-folded output is made by the fast kernels only (llmc/fp4/quant/fold.cuh)");
     }
 }
 

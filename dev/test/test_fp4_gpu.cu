@@ -1,7 +1,7 @@
 // test_fp4_gpu.cu: the reference quantize / dequantize kernels (dev/ref/nvfp4_ref.cuh) against the numpy
 // golden vectors (bit for bit, SR included: same keys) and against the CPU path (fp4/quant_cpu.h) on larger
 // random tensors, strided views, and two copies from one pass; quant_compare_gpu (llmc/fp4/quant_diag.cuh)
-// against its CPU twin. Skips (exit 0) without a GPU. The trainer's quantizer (llmc/fp4/quant_fast.cuh) is
+// against its CPU twin. Skips (exit 0) without a GPU. The trainer's quantizer (llmc/fp4/quant.cuh) is
 // compared with these kernels in test_quant_fast and with the CPU path in test_quant_gpu_cpu.
 #include <math.h>
 #include <vector>

@@ -1,4 +1,4 @@
-// test_fp8_fold.cu: the FP8 path for E8M0-scaled operands (llmc/fp4/fp8_fold.h, the fold in quant_fast.cuh,
+// test_fp8_fold.cu: the FP8 path for E8M0-scaled operands (llmc/fp4/fp8_fold.h, the fold in quant/fold.cuh,
 // llmc/fp4/matmul_fp8.cuh).
 // CPU part (runs everywhere):
 //   - the window: for every 4-bit grid, every level times 2^d is exactly an E4M3 number for d in
@@ -24,7 +24,7 @@
 #include <algorithm>
 #include <vector>
 #include <cuda_fp8.h>
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "llmc/fp4/quant_cpu.h"
 #include "llmc/fp4/matmul_fp8.cuh"
 #include "dev/test/testing.h"
@@ -120,7 +120,7 @@ static int n_cases = 0, n_fail = 0;
 static long long n_below = 0;
 
 // One pass of one or two targets (different axes) over a rows x cols view; each target against the twin.
-// How the pass runs: quantize_fast_gpu (one pass for the row-wise copies qf_rowfold_ok takes), the amax pass
+// How the pass runs: quantize_fast_gpu (one pass for the row-wise copies QK_ROWFOLD takes), the amax pass
 // and the apply pass called apart (always two), or (pairs) the row-wise copy with the column-wise target's
 // amax taken ahead and the column-wise copy made later from it, as the trainer's forward and backward do X.
 enum { M_ONE_CALL, M_TWO_PASSES, M_AHEAD, M_COUNT };
@@ -269,7 +269,7 @@ static void e8m0_checks(void) {
 // below it, at the -30 clamp, and o = 0 (a row holding inf / NaN: e - o up to 126, the conversion
 // saturates), within fp8_fold_offset's range [-126, 127 - dmax]; each grid. Twice: the
 // kernel's bytes (GPU), and a CPU model of its arithmetic (bf2_fold_model, every fma.rn.bf16x2 rounded once
-// from double), which checks the derivation in quant_fast.cuh where there is no GPU (CI).
+// from double), which checks the derivation in quant/fold.cuh where there is no GPU (CI).
 __global__ void bf2_fold_kernel(uint16_t* out, QFGrid g, int e0, int o0, int e1, int o1) {
     const uint32_t b = blockIdx.x * blockDim.x + threadIdx.x;   // BF16 magnitudes 0 .. 0x7F7F
     if (b >= 0x7F80u) return;
@@ -347,16 +347,16 @@ static void bf2_fold_checks(int gpu) {
     CHECK(bad == 0 && checked > 10000000, "%s differs from the reference fold in %ld of %ld values", what, bad, checked);
 }
 
-// A launch of n FP8 targets (spec[k] on axes[k]) that only asks which kernels would run: the pointers are
-// placeholders, never dereferenced (qf_prepare and the *_ok tests read only the targets' form and the shape).
-static QFLaunch eligibility_launch(const char* const* spec, const int* axes, int n, int64_t rows, int64_t cols,
-                                   QuantParams* p, QuantTarget* t) {
+// The route of a call (quantize_fast_gpu's: both passes) of n FP8 targets (spec[k] on axes[k]): which kernels would
+// run. The pointers are placeholders, never dereferenced (qf_route reads only the targets' specs, forms and the shape).
+static QuantRoute eligibility_route(const char* const* spec, const int* axes, int n, int64_t rows, int64_t cols,
+                                    QuantParams* p, QuantTarget* t) {
     for (int k = 0; k < n; k++) {
         p[k] = parse(spec[k]);
         t[k] = quant_target_fake(&p[k], axes[k], 1, NULL, 0, (float*)16, (float*)32);
         t[k].fp8 = (uint8_t*)64; t[k].fold_max = (uint32_t*)128; t[k].fold_scale = (float*)256; t[k].fold_below = (unsigned*)512;
     }
-    return qf_prepare((const floatX*)1024, rows, cols, cols, t, n);
+    return qf_route(QCALL_QUANTIZE, t, n, 0, rows, cols, cols);
 }
 
 static void fold_checks(int quick) {
@@ -439,10 +439,10 @@ static void fold_checks(int quick) {
     for (auto& c : rf) {
         QuantTarget t[2];
         QuantParams p[2];
-        const QFLaunch L = eligibility_launch(c.spec, axes, c.n, c.rows, c.cols, p, t);
+        const QuantRoute R = eligibility_route(c.spec, axes, c.n, c.rows, c.cols, p, t);
         const int want = c.want && !qf_patch_only();   // LLMC_QF_PATCH=1: always two passes
-        if (qf_rowfold_ok(L) != want && rf_bad++ < 3)
-            printf("  qf_rowfold_ok(%s%s%s, %lldx%lld) = %d, want %d\n", c.spec[0], c.n == 2 ? " + " : "", c.n == 2 ? c.spec[1] : "",
+        if ((R.kernel[0] == QK_ROWFOLD) != want && rf_bad++ < 3)
+            printf("  rowfold(%s%s%s, %lldx%lld) = %d, want %d\n", c.spec[0], c.n == 2 ? " + " : "", c.n == 2 ? c.spec[1] : "",
                    (long long)c.rows, (long long)c.cols, !want, want);
     }
     CHECK(rf_bad == 0, "fold: the one-pass row kernel must take exactly the row-wise RNE 1D FP8 copies of <= 5120 columns, "
@@ -455,13 +455,14 @@ static void fold_checks(int quick) {
     for (auto& c : cf) {
         QuantTarget t;
         QuantParams p;
-        const QFLaunch L = eligibility_launch(&c.spec, ax0, 1, 256, 384, &p, &t);
+        const QuantRoute R = eligibility_route(&c.spec, ax0, 1, 256, 384, &p, &t);
         const int want = c.want && !qf_patch_only();
-        if (qf_colfold_ok(L) != want && cf_bad++ < 3)
-            printf("  qf_colfold_ok(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
+        if ((R.kernel[1] == QK_COLFOLD) != want && cf_bad++ < 3)
+            printf("  colfold(%s, column-wise) = %d, want %d\n", c.spec, !want, want);
     }
     CHECK(cf_bad == 0, "fold: the column kernel must take exactly the column-wise 1D FP8 copies without a Hadamard");
-    // and its TWO_D form the 32 x 32 copies of either axis (qf_fold2d: bit 0 row-wise, bit 1 column-wise)
+    // and its TWO_D form the 32 x 32 copies of either axis (QK_FOLD2D, or QK_FOLD2D_PAIR for both: bit 0 row-wise, bit 1
+    // column-wise)
     struct { const char* spec[2]; int n; int want; } f2[] = {
         {{"mxfp4-2d", NULL}, 1, 1}, {{"mxfp4-2d,sr", "mxfp4-2d,sr"}, 2, 3}, {{"e1m2,e8m0ceil,32x32", "mxfp4"}, 2, 1},
         {{"mxfp4", "mxfp4-2d,sr"}, 2, 2}, {{"mxfp4,16x16", "mxfp4,16x16"}, 2, 0}, {{"mxfp4-2d,h32", NULL}, 1, 0},
@@ -473,11 +474,13 @@ static void fold_checks(int quick) {
             const char* sp[2] = {c.spec[0], c.spec[1]};
             QuantTarget t[2];
             QuantParams p[2];
-            const QFLaunch L = eligibility_launch(sp, ax2, c.n, 256, 384, p, t);
+            const QuantRoute R = eligibility_route(sp, ax2, c.n, 256, 384, p, t);
             const int want = qf_patch_only() ? 0 : swap ? ((c.want & 1) << 1 | c.want >> 1) : c.want;
-            if (qf_fold2d(L) != want && f2_bad++ < 3)
-                printf("  qf_fold2d(%s on axis %d%s%s) = %d, want %d\n", sp[0], ax2[0], c.n == 2 ? " + " : "",
-                       c.n == 2 ? sp[1] : "", qf_fold2d(L), want);
+            auto is2d = [](QuantKernel k) { return k == QK_FOLD2D || k == QK_FOLD2D_PAIR; };
+            const int got = is2d(R.kernel[0]) | is2d(R.kernel[1]) << 1;
+            if (got != want && f2_bad++ < 3)
+                printf("  fold2d(%s on axis %d%s%s) = %d, want %d\n", sp[0], ax2[0], c.n == 2 ? " + " : "",
+                       c.n == 2 ? sp[1] : "", got, want);
         }
     CHECK(f2_bad == 0, "fold: the 2D kernel must take exactly the 32 x 32 FP8 copies without a Hadamard, of either axis");
     printf("fold: %d cases against the CPU twin, %lld blocks below the window among them\n", n_cases, n_below);

@@ -1,4 +1,4 @@
-// test_quant_fast.cu: the GPU quantizer (llmc/fp4/quant_fast.cuh) against the reference kernels
+// test_quant_fast.cu: the GPU quantizer (llmc/fp4/quant.cuh) against the reference kernels
 // (dev/ref/nvfp4_ref.cuh: quantize_gpu, quant_stats_gpu), bit for bit.
 // CPU part (runs everywhere): the fast element arithmetic (qf_rne_mag, qf_sr_mag) against grid_round_rne /
 // grid_round_sr over float bit patterns (a sample by default, every non-negative float up to inf with
@@ -16,7 +16,7 @@
 #include <vector>
 #include <atomic>
 #include <algorithm>
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "dev/ref/nvfp4_ref.cuh"
 #include "dev/test/testing.h"
 
@@ -72,7 +72,7 @@ static long long check_elem_range(int gid, uint32_t start, uint32_t end, uint32_
     return bad;
 }
 
-// MS-EDEN's apply kernel (quant_group.cuh): its element path against quant_eden_cpu's arithmetic, its fake
+// MS-EDEN's apply kernel (quant/group.cuh): its element path against quant_eden_cpu's arithmetic, its fake
 // values, and the 16-byte words that move a 32 x 128 tile (each element exactly once, aligned).
 static void eden_cpu_checks(int exhaustive) {
     const GridTraits* g = grid_traits(QGRID_E2M1);
@@ -322,7 +322,7 @@ struct Case {
     int n;
 };
 
-// Pairs the one-read dual form takes (qf_dual_ok: both copies round to nearest; checked on the CPU in main), beyond
+// Pairs the one-read dual form takes (route.h's QK_DUAL: both copies round to nearest; checked on the CPU in main), beyond
 // the trainer's: every Hadamard pair, 1x32 row-wise blocks (a block's halves on two lanes), the other 4-bit grids and
 // scale rules.
 static const Case DUALS[] = {
@@ -335,7 +335,7 @@ static const Case DUALS[] = {
     {{"int4,1x16,e4m3,rne,h16,fixed", "e2m1,1x16,e8m0ceil,rne,h16,seed=7"}, {1, 0}, 2},
 };
 
-// What quant_fast_supported must say, written from the kernels' contract (quant_fast.cuh's header), not with its
+// What quant_fast_supported must say, written from the kernels' contract (quant.cuh's header), not with its
 // helpers: blocks along the reduction axis (a row-wise target's columns, a column-wise one's rows) tile it, the
 // block width tiles the other axis, a Hadamard of 0, 2, 4, 8, 16 or 32 tiles the reduction axis, cols % 8 == 0;
 // a pair is one row-wise and one column-wise target with Hadamard sizes (row, column) of a pair kernel.
@@ -591,8 +591,8 @@ static int run_case(const Case& cs, int64_t rows, int64_t cols, int64_t pad, int
         }
     };
     compare("");
-    // a pair the dual form takes (both copies from one read, qf_dual_ok): counted, so main can tell that some ran
-    if (cs.n == 2 && qf_dual_ok(qf_prepare((floatX*)in, rows, cols, ld, tf, cs.n))) n_dual++;
+    // a pair the dual form takes (both copies from one read, QK_DUAL): counted, so main can tell that some ran
+    if (cs.n == 2 && qf_route(QCALL_QUANTIZE, tf, cs.n, 0, rows, cols, ld).kernel[0] == QK_DUAL) n_dual++;
     compare_packed_and_stats(cs, p, in, rows, cols, ld, seed, desc);
     const float* amax_fast[2] = {sc + 2, sc + 6};
     int delayed_all = 1;
@@ -757,8 +757,8 @@ static void gpu_checks(int quick) {
     CHECK(n_fail == 0, "fast vs reference (fake; packed and statistics): %d target comparisons differ in %d cases (first "
           "12 printed above)", n_fail, n_cases);
     CHECK(n_supp_bad == 0, "quant_fast_supported disagreed with the expectation %d times", n_supp_bad);
-    printf("dual pairs made by one kernel from one read (qf_dual_ok): %d\n", n_dual);
-    CHECK(n_dual > 0 || qf_patch_only(), "no dual pair ran in one kernel (qf_dual_ok took none of the cases)");
+    printf("dual pairs made by one kernel from one read (QK_DUAL): %d\n", n_dual);
+    CHECK(n_dual > 0 || qf_patch_only(), "no dual pair ran in one kernel (QK_DUAL took none of the cases)");
     printf("delayed amax (apply pass alone from a given amax, this tensor's or stale, against the reference apply): "
            "%d copies compared\n", n_delayed);
     CHECK((n_delayed > 0 || qf_patch_only()) && n_delayed_fail == 0, "delayed amax: %d of %d copies differ from the reference apply pass "
@@ -924,9 +924,9 @@ int main(int argc, char** argv) {
               "quant_fast_supported: must take mxfp8 and mxfp4 fake copies and mxfp4 packed ones, refuse mxfp8 packed");
     }
     {   // which copies the kernels laid out for whole blocks per lane make: qf_row2_kernel the row-wise fake 1D ones
-        // (qf_row2_ok), qf_colfake_kernel the column-wise fake 1x16 ones (qf_colfake_ok), each with H16 or no
-        // Hadamard, so gpu_checks' cases compare them with the reference kernels. The launches only ask: their
-        // pointers are placeholders, never dereferenced (qf_prepare and the *_ok tests read the form and shape).
+        // (QK_ROW2), qf_colfake_kernel the column-wise fake 1x16 ones (QK_COLFAKE), each with H16 or no
+        // Hadamard, so gpu_checks' cases compare them with the reference kernels. The routes only ask: their
+        // pointers are placeholders, never dereferenced (qf_route reads the targets' specs, forms and the shape).
         struct { const char* spec; int row, col; } ck[] = {
             {"nvfp4,h16,fixed", 1, 1}, {"nvfp4,sr,h16,fixed", 1, 1}, {"nvfp4", 1, 1}, {"nvfp4,sr", 1, 1},
             {"int4,sr,h16,seed=1", 1, 1}, {"e1m2,1x16,e8m0ceil,sr,h16,plain", 1, 1}, {"mxfp4", 1, 0}, {"mxfp4,h16", 1, 0},
@@ -938,10 +938,10 @@ int main(int argc, char** argv) {
             for (int axis = 0; axis < 2; axis++) {
                 const QuantParams p = parse(c.spec);
                 const QuantTarget t = quant_target_fake(&p, axis, 1, (floatX*)4096, 384, (float*)16, (float*)32);
-                const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
-                const int got = axis ? qf_row2_ok(L) : qf_colfake_ok(L), want = (axis ? c.row : c.col) && !qf_patch_only();
+                const QuantRoute R = qf_route(QCALL_APPLY, &t, 1, 0, 256, 384, 384);
+                const int got = R.kernel[axis ? 0 : 1] == (axis ? QK_ROW2 : QK_COLFAKE), want = (axis ? c.row : c.col) && !qf_patch_only();
                 if (got != want && bad++ < 3)
-                    printf("  %s(%s) = %d, want %d\n", axis ? "qf_row2_ok" : "qf_colfake_ok", c.spec, got, want);
+                    printf("  %s(%s) = %d, want %d\n", axis ? "row2" : "colfake", c.spec, got, want);
                 // the delayed amax: exactly these copies, where they have an FP32 tensor scale (E4M3 block scales)
                 const int dgot = quant_fast_delayed_ok(&t, 256, 384, 384), dwant = want && quant_scale_is_e4m3(p.scale);
                 if (dgot != dwant && bad++ < 3) printf("  quant_fast_delayed_ok(%s, axis %d) = %d, want %d\n", c.spec, axis, dgot, dwant);
@@ -949,13 +949,13 @@ int main(int argc, char** argv) {
         for (int axis = 0; axis < 2; axis++) {   // packed copies (Blackwell's) are the patch kernel's
             const QuantParams p = parse("nvfp4,h16,fixed");
             const QuantTarget t = quant_target_packed(&p, axis, 1, (uint8_t*)4096, (uint8_t*)65536, (float*)16, (float*)32);
-            const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, &t, 1);
-            if ((axis ? qf_row2_ok(L) : qf_colfake_ok(L)) && bad++ < 3) printf("  packed copy on axis %d taken\n", axis);
+            const QuantRoute R = qf_route(QCALL_APPLY, &t, 1, 0, 256, 384, 384);
+            if (R.kernel[axis ? 0 : 1] != QK_PATCH && bad++ < 3) printf("  packed copy on axis %d taken\n", axis);
         }
         CHECK(bad == 0, "the whole-block kernels must take exactly the fake 1D copies they make (row-wise: H16 or none; "
                         "column-wise: 1x16, H16 or none; 4o6: 1x16 on both axes)");
     }
-    {   // which dual passes (row-wise + column-wise fake copies of one source) the one-read form takes (qf_dual_ok):
+    {   // which dual passes (row-wise + column-wise fake copies of one source) the one-read form takes (QK_DUAL):
         // where the whole-block kernels would make both, both round to nearest, neither is 4o6, and the Hadamard sizes
         // are (0, 0), (0, 16) or (16, 16). Placeholder pointers, as above.
         struct { const char *row, *col; int want; } ck[] = {
@@ -970,7 +970,7 @@ int main(int argc, char** argv) {
             const QuantTarget t[2] = {quant_target_fake(&pr, 1, 1, (floatX*)4096, 3072, (float*)16, (float*)32),
                                       quant_target_fake(&pc, 0, 2, (floatX*)8192, 3072, (float*)48, (float*)64)};
             if ((!quant_fast_supported(t, 2, 768, 3072, 3072) ||
-                 !qf_dual_ok(qf_prepare((const floatX*)1024, 768, 3072, 3072, t, 2))) && !qf_patch_only() && bad++ < 3)
+                 qf_route(QCALL_APPLY, t, 2, 0, 768, 3072, 3072).kernel[0] != QK_DUAL) && !qf_patch_only() && bad++ < 3)
                 printf("  DUALS (%s, %s) is not a dual case\n", c.spec[0], c.spec[1]);
         }
         for (auto& c : ck) {
@@ -981,9 +981,9 @@ int main(int argc, char** argv) {
                 if (c.want && bad++ < 3) printf("  dual (%s, %s) not supported\n", c.row, c.col);
                 continue;
             }
-            const QFLaunch L = qf_prepare((const floatX*)1024, 256, 384, 384, t, 2);
-            const int got = qf_dual_ok(L), want = c.want && !qf_patch_only();
-            if (got != want && bad++ < 3) printf("  qf_dual_ok(%s, %s): %d, want %d\n", c.row, c.col, got, want);
+            const QuantRoute R = qf_route(QCALL_APPLY, t, 2, 0, 256, 384, 384);
+            const int got = R.kernel[0] == QK_DUAL && R.kernel[1] == QK_DUAL, want = c.want && !qf_patch_only();
+            if (got != want && bad++ < 3) printf("  dual(%s, %s): %d, want %d\n", c.row, c.col, got, want);
         }
         CHECK(bad == 0, "the one-read dual form must take exactly the pairs both whole-block kernels make alike");
     }

@@ -1,4 +1,4 @@
-// test_quant_gpu_cpu.cu: the GPU quantizer (llmc/fp4/quant_fast.cuh) against its CPU twin (llmc/fp4/quant_cpu.h)
+// test_quant_gpu_cpu.cu: the GPU quantizer (llmc/fp4/quant.cuh) against its CPU twin (llmc/fp4/quant_cpu.h)
 // and the numpy golden vectors (dev/fp4_ref.py), bit for bit. The CPU twin and fp4_ref.py are the references;
 // test_quant_fast compares the same kernels with the reference GPU kernels.
 //   - every spec a recipe can name: the slot specs of every recipe preset and of --qk-fp8 (mxfp8), the named
@@ -21,7 +21,7 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "llmc/fp4/quant_fast.cuh"
+#include "llmc/fp4/quant.cuh"
 #include "llmc/fp4/recipe.h"
 #include "dev/test/testing.h"
 #include "dev/test/fp4_golden.h"

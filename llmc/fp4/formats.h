@@ -186,11 +186,11 @@ HD float grid_code_value(const GridTraits* g, uint8_t code) {
 
 // QSCALE_E4M3_4O6: Four Over Six (docs/NUMERICS_NEXT.md section 1): E4M3 block scales under an FP32 tensor
 // scale bounded at 256, each block mapping its max to 6 or to 4, whichever quantizes it with the smaller
-// squared error. E2M1 only. GPU: llmc/quant_group.cuh.
+// squared error. E2M1 only. GPU: llmc/fp4/quant/group.cuh.
 typedef enum { QSCALE_E4M3 = 0, QSCALE_E8M0_FLOOR, QSCALE_E8M0_CEIL, QSCALE_E4M3_4O6, QSCALE_COUNT } QuantScaleRule;
 // QROUND_EDEN: MS-EDEN (Quartet II, docs/NUMERICS_NEXT.md section 2): 128-point Hadamard with signs re-drawn
 // every call (QSIGNS_STEP), RTN codes, one correction factor per 128 elements folded into the E4M3 block
-// scales by stochastic rounding. e2m1, 1x16, e4m3, h128, step only. GPU: llmc/quant_group.cuh.
+// scales by stochastic rounding. e2m1, 1x16, e4m3, h128, step only. GPU: llmc/fp4/quant/group.cuh.
 typedef enum { QROUND_RNE = 0, QROUND_SR, QROUND_EDEN, QROUND_COUNT } QuantRounding;
 // QSIGNS_STEP: the Hadamard signs are drawn for every call from a key the caller supplies
 // (quant_params_set_step_signs); the spec alone does not fix them. Only with eden.

@@ -4,7 +4,7 @@
 //          quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
-// It is the reference twin of the GPU quantizer, llmc/fp4/quant_fast.cuh (dev/test/test_quant_gpu_cpu.cu compares
+// It is the reference twin of the GPU quantizer, llmc/fp4/quant.cuh (dev/test/test_quant_gpu_cpu.cu compares
 // them bit for bit), and of the reference GPU kernels, dev/ref/nvfp4_ref.cuh (dev/test/test_fp4_gpu.cu), and
 // it is what CI checks against the numpy golden vectors (dev/fp4_ref.py).
 //
@@ -128,7 +128,7 @@ static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes
 
 
 // ---------------------------------------------------------------------------------------------------
-// Quantization diagnostics (for the training log; the GPU twins: quant_fast_stats_gpu in quant_fast.cuh and
+// Quantization diagnostics (for the training log; the GPU twins: quant_fast_stats_gpu in quant/patch.cuh and
 // quant_compare_gpu in quant_diag.cuh).
 //
 // QuantStats describes one quantization exactly as the GEMM sees it: the same rotated operand, block

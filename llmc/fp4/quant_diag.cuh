@@ -2,7 +2,7 @@
 // (fp4/quant_cpu.h, which defines them per element and has their CPU twins).
 // defines: quant_warp_sum(), quant_stats_warp_flush(), quant_compare_gpu()
 // The statistics of a quantization come from the quantizer's own statistics pass (quant_fast_stats_gpu in
-// quant_fast.cuh), which adds each warp's sums with quant_stats_warp_flush. Counts are exact; the double
+// quant/patch.cuh), which adds each warp's sums with quant_stats_warp_flush. Counts are exact; the double
 // sums are added with atomics, so their last bits depend on the order.
 #pragma once
 #include "llmc/base/cuda_common.cuh"

@@ -1,6 +1,6 @@
 // quant_target.cuh: what one pass of the GPU quantizer writes for one copy of a GEMM operand, and where.
 // defines: QuantTarget, quant_target_fake(), quant_target_packed()
-// The quantizer is llmc/fp4/quant_fast.cuh; its twins, which define the same outputs bit for bit, are the
+// The quantizer is llmc/fp4/quant.cuh (llmc/fp4/quant/); its twins, which define the same outputs bit for bit, are the
 // CPU quantizer (fp4/quant_cpu.h: orientation, layouts, SR indices) and the reference GPU kernels
 // (dev/ref/nvfp4_ref.cuh, for tests and benchmarks).
 //

@@ -1,13 +1,12 @@
-// quant_group.cuh: the GPU quantizer for the rules whose block decision needs sums over a whole block in a
+// group.cuh: the GPU quantizer for the rules whose block decision needs sums over a whole block in a
 // fixed order: Four Over Six (scale rule 4o6, docs/NUMERICS_NEXT.md section 1) and MS-EDEN (rounding eden,
 // section 2).
-// defines: qg_launch_4o6(), qg_launch_eden_amax(), qg_launch_eden_apply(), qg_eden_word(), qg_eden_code(),
-//          qg_eden_fake(), qg_eden_fake_slot(), qg_launch_eden_fake()
-// Part of quant_fast.cuh (included there, after its kernel arguments; not a standalone header). 4o6: the amax
-// pass is quant_fast's, and quant_fast's dispatch sends 4o6 targets here for their apply pass (fake, packed or
-// statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported checks) unless
-// quant_fast's whole-block kernels make them (fake copies in 1x16 blocks with H16 or none, the trainer's 1D
-// ones: qf_46_words, qf_46_pair, the same arithmetic; qf_group_target says which).
+// defines: qg_4o6_kernel, qg_eden_amax_kernel, qg_eden_apply_kernel, qg_launch_4o6(), qg_launch_eden_amax(),
+//          qg_launch_eden_apply(), qg_eden_word(), qg_eden_code(), qg_eden_fake()
+// 4o6: the amax pass is patch.cuh's, and the routing (route.h: QK_4O6) sends 4o6 targets here for their apply pass
+// (fake, packed or statistics output; E2M1 grid, blocks 1x16 to 32x32, Hadamard 0..32, as quant_fast_supported
+// checks) unless the whole-block kernels make them (fake copies in 1x16 blocks with H16 or none, the trainer's 1D
+// ones: qf_46_words, qf_46_pair, the same arithmetic).
 // MS-EDEN: both passes here (its 128-point rotation), one target per call.
 // Bit-identical to the CPU twin (fp4/quant_cpu.h, quant_cpu_pass with
 // quant_block_scale_4o6_cpu); dev/test/test_quant_gpu_cpu.cu compares them.
@@ -18,7 +17,7 @@
 //   2. rounds every element with both candidates (the block max to 6, and to 4; the same SR bits) and sums
 //      each candidate's squared error in the twin's order (operand row by row, along k; no FMA),
 //   3. keeps the 4-candidate iff its sum is strictly smaller, and writes the outputs of the chosen one.
-// Elements of a block whose amax is finite take quant_fast's magnitude functions (qf_rne_mag / qf_sr_mag,
+// Elements of a block whose amax is finite take element.cuh's magnitude functions (qf_rne_mag / qf_sr_mag,
 // checked against the reference rounding in test_quant_fast); a block holding inf or NaN keeps 6 and takes
 // the reference element path. SR bits: one draw per 2 x 2 square, shared by the candidates and the outputs.
 // A 1D unit loads its row and draws its bits once; a 2D unit (weights) reads its rows once per step.
@@ -26,6 +25,17 @@
 // column-wise (axis 0), consecutive operand rows (view columns), so each element load of a warp is 32
 // neighbouring view columns.
 #pragma once
+#include <cuda_fp8.h>
+#include "llmc/base/cuda_common.cuh"
+#include "llmc/fp4/formats.h"
+#include "llmc/fp4/hadamard.h"
+#include "llmc/fp4/stochastic_round.h"
+#include "llmc/fp4/quant_cpu.h"            // QuantStats, amax_bits_update, quant_stats_element
+#include "llmc/fp4/quant_diag.cuh"         // quant_stats_warp_flush
+#include "llmc/fp4/quant/element.cuh"
+#include "llmc/fp4/quant/kernel_args.cuh"
+#include "llmc/fp4/quant/lane_ops.cuh"
+#include "llmc/fp4/quant/block_rule.cuh"  // qf_46_add, qf_scale_table
 
 #define QG_THREADS 128
 
@@ -263,7 +273,7 @@ static inline void qg_launch_4o6(const QFLaunch& L, int slot, cudaStream_t s) {
 // Apply (qg_eden_apply_kernel): the group's amax from its BF16 words (16-bit max), its pre-correction scale and
 // inverse from the hardware's E4M3 conversion and a per-CTA table of the 128 scale bytes (qg_eden_pre_scale:
 // eden_group_scale and quant_block_scale's inverse, checked for every BF16 group amax under 13 tensor amaxes in
-// test_quant_fast), the codes by quant_fast's RNE magnitude function
+// test_quant_fast), the codes by element.cuh's RNE magnitude function
 // (a warp whose groups all have finite amaxes; else the reference element functions), and the 128-group's sums
 // as the spec's tree: the lane's 4 chunk sums p_(4g+q) (4 terms each, in order), the stages d = 16, 8, 4 as
 // shuffles (lane xor d/4), d = 2, 1 in registers (eden_sum128's operations, so its bits).
@@ -295,7 +305,7 @@ HD void qg_eden_word(int axis, int e, int* r, int* kk) {
 }
 
 // One element of a 16-group, u = y * inv -> its code (returned), |val(code)| (*mag) and the correction's term
-// u * val(code) (*td), as quant_eden_cpu computes them. fast (the group's amax is finite): quant_fast's RNE
+// u * val(code) (*td), as quant_eden_cpu computes them. fast (the group's amax is finite): element.cuh's RNE
 // magnitude function, the code index from its bits and u's sign, and u * val(code) = |u| * |val(code)| (the
 // code carries u's sign); else the reference element functions. test_quant_fast checks both on the CPU.
 HD uint8_t qg_eden_code(const QFGrid& g, float code_mul, int code_shift, const GridTraits* grid, float u, bool fast,
@@ -363,7 +373,7 @@ __device__ __forceinline__ int64_t qg_eden_view_offset(int axis, int64_t i, int6
 
 // Tile (operand rows [i0, i0 + 32) x k [k0, k0 + 128)) <- src, a view of M operand rows with leading dimension
 // ld, in two steps: qg_eden_fetch loads a thread's words into registers (all of them before any is used, so a
-// tile's loads are in flight together; L2 loads: the apply pass of qg_launch_eden_fake reads a tile it then
+// tile's loads are in flight together; L2 loads: the apply pass of QK_EDEN_ROTATED reads a tile it then
 // overwrites), qg_eden_commit stores them into the shared tile, each element
 // dequantized first where dec (a source scale) is given: BF16(FP32(x) * dec), by the hardware's rounding (a
 // NaN product takes bf16_bits_rne, as in qg_eden_rotate_words).
@@ -616,7 +626,7 @@ __global__ void __launch_bounds__(QG_THREADS) qg_eden_apply_kernel(const __grid_
         const float sg = e.x, inv = e.y;
         float mag[16], pn[4], pd[4];
         uint8_t c[16];   // codes (packed and statistics outputs, and the reference element path)
-        // every group of the warp has a finite amax: quant_fast's magnitude function for every element
+        // every group of the warp has a finite amax: element.cuh's magnitude function for every element
         const bool fast = OUT != QF_OUT_STATS && __all_sync(0xFFFFFFFFu, bm < 0x7F800000u);
         if (fast) {
 #pragma unroll
@@ -702,16 +712,4 @@ static inline void qg_launch_eden_apply(const QFLaunch& L, int slot, cudaStream_
     const int64_t tiles = qg_eden_tiles(L.a, slot == 0);
     qg_eden_apply_kernel<OUT, PRE><<<(unsigned)tiles, QG_THREADS, 0, s>>>(L.a, slot);
     cuda_check_last();
-}
-
-// Both passes of a launch whose one target is an MS-EDEN fake copy (the slot qg_eden_fake_slot names), with the
-// rotation once: the amax pass stores the rotated operand in the fake copy, the apply pass reads it there.
-static inline int qg_eden_fake_slot(const QFLaunch& L) {
-    for (int k = 0; k < 2; k++)
-        if ((k ? L.hb : L.ha) >= 0 && L.a.t[k].eden && L.a.t[k].out == QF_OUT_FAKE) return k;
-    return -1;
-}
-static inline void qg_launch_eden_fake(const QFLaunch& L, int slot, cudaStream_t s) {
-    qg_launch_eden_amax(L, slot, s, true);
-    qg_launch_eden_apply<QF_OUT_FAKE, true>(L, slot, s);
 }
