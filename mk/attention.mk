@@ -1,6 +1,6 @@
 # attention.mk: llmc/model/attention.cuh (fused causal attention: cuDNN graph or own kernels).
-#   build/test_attention   correctness against an FP64 CPU reference, both backends (GPU test)
-#   build/bench_attention  forward/backward timing at GPT-2 shapes, both backends (not a test)
+#   build/test_attention   correctness against an FP64 CPU reference, both backends, MHA and GQA (GPU test)
+#   build/bench_attention  forward/backward timing at GPT-2 and a grouped-query shape, both backends (not a test)
 GPU_TESTS += build/test_attention
 
 ATTENTION_HEADERS := llmc/model/attention.cuh llmc/model/attention_kernels.cuh llmc/model/attention_cudnn.cuh

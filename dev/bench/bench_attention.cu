@@ -1,7 +1,9 @@
-// bench_attention.cu: forward and backward time of llmc/model/attention.cuh at GPT-2 124M shapes, for
-// each backend (cuDNN when built with it, and the own kernels). Not a test: prints ms and TFLOP/s.
-// Causal FLOPs: forward = half of 4*B*NH*T*T*HS (Q.K^T and P.V over the lower triangle);
-// backward = 2.5x forward (five GEMMs instead of two), the usual flash-attention accounting.
+// bench_attention.cu: forward and backward time of llmc/model/attention.cuh at GPT-2 124M shapes and a
+// grouped-query (Llama-style) shape, for each backend (cuDNN when built with it, and the own kernels).
+// Not a test: prints ms and TFLOP/s.
+// Causal FLOPs: forward = half of 4*B*NH*T*T*HS (Q.K^T and P.V over the lower triangle, per query
+// head, GQA or not); backward = 2.5x forward (five GEMMs instead of two), the usual flash-attention
+// accounting.
 // Usage: build/bench_attention [iterations]
 #include "llmc/model/attention.cuh"
 
@@ -17,18 +19,18 @@ static float bench_ms(int iters, cudaEvent_t e0, cudaEvent_t e1, void (*fn)(void
 }
 
 typedef struct {
-    int B, T, NH, HS;
+    AttnShape sh;
     floatX *qkv, *out, *dout, *dqkv;
     float* stats;
 } Case;
 
 static void run_forward(void* a) {
     Case* c = (Case*)a;
-    attention_forward(c->out, c->stats, c->qkv, c->B, c->T, c->NH, c->HS, 0);
+    attention_forward(c->out, c->stats, c->qkv, c->sh, 0);
 }
 static void run_backward(void* a) {
     Case* c = (Case*)a;
-    attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->stats, c->B, c->T, c->NH, c->HS, 0);
+    attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->stats, c->sh, 0);
 }
 
 // Fills n BF16 values with a cheap hash-based pattern in [-1, 1) (timing only needs finite data).
@@ -50,20 +52,25 @@ int main(int argc, char** argv) {
     cudaEvent_t e0, e1;
     cuda_check(cudaEventCreate(&e0));
     cuda_check(cudaEventCreate(&e1));
-    const int shapes[][4] = {{16, 1024, 12, 64}, {64, 1024, 12, 64}};
-    printf("%-11s %-20s %9s %9s %9s %9s\n", "backend", "B,T,NH,HS", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
+    const AttnShape shapes[] = {   // B, T, NH, KVH, HS
+        {16, 1024, 12, 12, 64},    // GPT-2 124M
+        {64, 1024, 12, 12, 64},
+        {16, 1024, 8, 2, 128},     // grouped-query: 8 query heads over 2 key/value heads
+    };
+    printf("%-11s %-20s %9s %9s %9s %9s\n", "backend", "B,T,NH,KVH,HS", "fwd ms", "fwd TF/s", "bwd ms", "bwd TF/s");
     for (const auto& s : shapes) {
-        Case c = {s[0], s[1], s[2], s[3], NULL, NULL, NULL, NULL, NULL};
-        const size_t n_qkv = (size_t)c.B * c.T * 3 * c.NH * c.HS, n_out = (size_t)c.B * c.T * c.NH * c.HS;
+        Case c = {s, NULL, NULL, NULL, NULL, NULL};
+        const AttnShape& sh = c.sh;
+        const size_t n_qkv = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KVH) * sh.HS, n_out = (size_t)sh.B * sh.T * sh.NH * sh.HS;
         cuda_check(cudaMalloc(&c.qkv, n_qkv * sizeof(floatX)));
         cuda_check(cudaMalloc(&c.dqkv, n_qkv * sizeof(floatX)));
         cuda_check(cudaMalloc(&c.out, n_out * sizeof(floatX)));
         cuda_check(cudaMalloc(&c.dout, n_out * sizeof(floatX)));
-        cuda_check(cudaMalloc(&c.stats, (size_t)c.B * c.NH * c.T * sizeof(float)));
+        cuda_check(cudaMalloc(&c.stats, (size_t)sh.B * sh.NH * sh.T * sizeof(float)));
         bench_fill<<<(unsigned)ceil_div(n_qkv, 256), 256>>>(c.qkv, n_qkv, 1);
         bench_fill<<<(unsigned)ceil_div(n_out, 256), 256>>>(c.dout, n_out, 2);
         cuda_check_last();
-        const double fwd_flops = 0.5 * 4.0 * c.B * c.NH * (double)c.T * c.T * c.HS, bwd_flops = 2.5 * fwd_flops;
+        const double fwd_flops = 0.5 * 4.0 * sh.B * sh.NH * (double)sh.T * sh.T * sh.HS, bwd_flops = 2.5 * fwd_flops;
         for (int own = 0; own <= 1; own++) {
             if (!own) { attention_destroy(); attention_init(); }   // each shape gets its own chance at cuDNN
             attention_force_own_kernel(own);
@@ -74,8 +81,8 @@ int main(int argc, char** argv) {
             }
             const float fms = bench_ms(iters, e0, e1, run_forward, &c);
             const float bms = bench_ms(iters, e0, e1, run_backward, &c);
-            char shape[32];
-            snprintf(shape, sizeof(shape), "%d,%d,%d,%d", c.B, c.T, c.NH, c.HS);
+            char shape[48];
+            snprintf(shape, sizeof(shape), "%d,%d,%d,%d,%d", sh.B, sh.T, sh.NH, sh.KVH, sh.HS);
             printf("%-11s %-20s %9.3f %9.1f %9.3f %9.1f%s\n", attention_backend_name(), shape, fms, fwd_flops / (fms * 1e9),
                    bms, bwd_flops / (bms * 1e9), strcmp(attention_backend_name(), backend) ? "  (backend changed mid-run)" : "");
         }

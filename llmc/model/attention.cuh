@@ -1,5 +1,6 @@
-// attention.cuh: causal multi-head self-attention for GPT-2 training (fused "flash" attention).
-// defines: attention_init, attention_destroy, attention_forward, attention_backward,
+// attention.cuh: causal multi-head self-attention, with grouped-query attention (GQA), for GPT-2 and
+// Llama training (fused "flash" attention).
+// defines: AttnShape, attention_init, attention_destroy, attention_forward, attention_backward,
 //          attention_backend_name, attention_cudnn_version, attention_force_own_kernel, attention_cudnn_unavailable_reason,
 //          attention_set_verbose
 // Two implementations behind one API, with the same numbers in and out:
@@ -10,9 +11,15 @@
 // The choice is made once, in attention_init; if cuDNN then fails to build or run a graph, one line
 // says why and the own kernels take over for good. Environment: LLMC_ATTENTION=own forces the own
 // kernels; LLMC_ATTENTION_VERBOSE=1 logs every cuDNN build step that fails and the engine chosen.
-// Tensors: qkv and dqkv (B, T, 3, NH, HS) BF16 (per token: all heads' q, then k, then v);
-// out and dout (B, T, NH, HS) BF16; stats (B, NH, T) FP32 = natural log-sum-exp of each scaled,
-// causally masked score row, written by the forward and read by the backward. Scale 1/sqrt(HS).
+// Shapes: AttnShape {B, T, NH, KVH, HS}: NH query heads of size HS, KVH key/value heads (NH % KVH ==
+// 0; query head h reads key/value head h / (NH / KVH), as transformers' repeat_kv); KVH == NH is plain
+// multi-head attention (GPT-2), and the positional overloads (..., B, T, NH, HS, stream) mean that.
+// HS is 32, 64 or 128 (what both backends run, so a fallback from cuDNN never meets a size it lacks).
+// Tensors: qkv and dqkv (B, T, NH + 2 KVH, HS) BF16 (per token: the NH q heads, then the KVH k heads,
+// then the KVH v heads; with KVH == NH that is (B, T, 3, NH, HS)); dK and dV of a key/value head are
+// the sums over its NH/KVH query heads; out and dout (B, T, NH, HS) BF16; stats (B, NH, T) FP32 =
+// natural log-sum-exp of each scaled, causally masked score row, written by the forward and read by
+// the backward. Scale 1/sqrt(HS).
 // cuDNN plans are built once per shape and reused; one workspace, grown only when a plan needs more.
 // Note: cuDNN's backward sums dQ with atomics (order not fixed); the own backward is bitwise
 // deterministic.
@@ -24,6 +31,9 @@
 #include "llmc/model/attention_cudnn.cuh"     // defines: AttnCudnnPlan, attn_cudnn_build_forward, ... (ENABLE_CUDNN only)
 
 #define ATTN_MAX_PLANS 16
+
+// One attention call's shape: batch, sequence, query heads, key/value heads, head size.
+typedef struct { int B, T, NH, KVH, HS; } AttnShape;
 
 static struct {
     int initialized;
@@ -120,9 +130,13 @@ const char* attention_backend_name(void) {
 // Why cuDNN is not the backend ("" while it is, or before anything was tried).
 static const char* attention_cudnn_unavailable_reason(void) { return attn_state.why_not_cudnn; }
 
-static void attn_check_shape(const char* fn, int B, int T, int NH, int HS) {
-    fail_if(B <= 0 || T <= 0 || NH <= 0 || HS <= 0, "%s: bad shape B=%d T=%d NH=%d HS=%d", fn, B, T, NH, HS);
-    fail_if(HS % 8 != 0, "%s: head size %d must be a multiple of 8 (16-byte rows)", fn, HS);
+static void attn_check_shape(const char* fn, AttnShape sh) {
+    fail_if(sh.B <= 0 || sh.T <= 0 || sh.NH <= 0 || sh.KVH <= 0 || sh.HS <= 0, "%s: bad shape B=%d T=%d NH=%d KVH=%d HS=%d",
+            fn, sh.B, sh.T, sh.NH, sh.KVH, sh.HS);
+    fail_if(sh.NH % sh.KVH != 0, "%s: %d query heads do not split into groups over %d key/value heads; "
+            "choose KVH (--kv-heads) dividing NH", fn, sh.NH, sh.KVH);
+    fail_if(!attn_own_supported_head_size(sh.HS), "%s: head size %d is not supported (32, 64 or 128); "
+            "choose channels and heads so that C / NH is one of those", fn, sh.HS);
 }
 
 #ifdef ENABLE_CUDNN
@@ -141,10 +155,11 @@ static void attn_cudnn_reserve_workspace(size_t bytes) {
 
 // The forward and backward plans for this shape, built together the first time the shape is seen
 // (so a shape either runs on cuDNN both ways or not at all). NULL when cuDNN cannot do it.
-static AttnCudnnPlan* attn_cudnn_plan_for(int B, int T, int NH, int HS, int backward) {
+static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
+    const int B = sh.B, T = sh.T, NH = sh.NH, KVH = sh.KVH, HS = sh.HS;
     for (int i = 0; i < attn_state.n_plans; i++) {
         AttnCudnnPlan* p = attn_state.plans[i];
-        if (p->B == B && p->T == T && p->NH == NH && p->HS == HS && p->backward == backward) return p;
+        if (p->B == B && p->T == T && p->NH == NH && p->KVH == KVH && p->HS == HS && p->backward == backward) return p;
     }
     if (attn_state.n_plans + 2 > ATTN_MAX_PLANS) {
         attn_give_up_cudnn("more than 8 distinct attention shapes (raise ATTN_MAX_PLANS)");
@@ -152,14 +167,30 @@ static AttnCudnnPlan* attn_cudnn_plan_for(int B, int T, int NH, int HS, int back
     }
     AttnCudnnPlan* fwd = (AttnCudnnPlan*)xmalloc(sizeof(AttnCudnnPlan));
     AttnCudnnPlan* bwd = (AttnCudnnPlan*)xmalloc(sizeof(AttnCudnnPlan));
-    attn_cudnn_plan_init(fwd, B, T, NH, HS, 0, attn_state.verbose);
-    attn_cudnn_plan_init(bwd, B, T, NH, HS, 1, attn_state.verbose);
+    attn_cudnn_plan_init(fwd, B, T, NH, KVH, HS, 0, attn_state.verbose);
+    attn_cudnn_plan_init(bwd, B, T, NH, KVH, HS, 1, attn_state.verbose);
     bool ok_f = attn_cudnn_build_forward(fwd, attn_state.handle);
     bool ok_b = ok_f && attn_cudnn_build_backward(bwd, attn_state.handle);
+    if (ok_f && !ok_b && KVH != NH) {
+        // GQA: cudnn-frontend has typed the per-query-head dK, dV (before the head-group sum) as BF16
+        // (Q's type) in some releases and FP32 in others; an engine that wants the other one gets it.
+        char first[1536];
+        snprintf(first, sizeof(first), "%s", bwd->err);
+        if (attn_state.verbose) printf("attention: cuDNN GQA backward with BF16 per-head dK/dV failed (%s); trying FP32\n", first);
+        attn_cudnn_plan_destroy(bwd);
+        attn_cudnn_plan_init(bwd, B, T, NH, KVH, HS, 1, attn_state.verbose);
+        bwd->fullhead_type = CUDNN_DATA_FLOAT;
+        ok_b = attn_cudnn_build_backward(bwd, attn_state.handle);
+        if (!ok_b) {
+            char both[1536];
+            snprintf(both, sizeof(both), "with BF16 per-head dK/dV: %.700s; with FP32: %.700s", first, bwd->err);
+            snprintf(bwd->err, sizeof(bwd->err), "%s", both);
+        }
+    }
     if (!ok_f || !ok_b) {
         char why[2048];
-        snprintf(why, sizeof(why), "%s graph for B=%d T=%d NH=%d HS=%d: %s", ok_f ? "backward" : "forward",
-                 B, T, NH, HS, ok_f ? bwd->err : fwd->err);
+        snprintf(why, sizeof(why), "%s graph for B=%d T=%d NH=%d KVH=%d HS=%d: %s", ok_f ? "backward" : "forward",
+                 B, T, NH, KVH, HS, ok_f ? bwd->err : fwd->err);
         attn_cudnn_plan_destroy(fwd);
         attn_cudnn_plan_destroy(bwd);
         free(fwd);
@@ -168,10 +199,10 @@ static AttnCudnnPlan* attn_cudnn_plan_for(int B, int T, int NH, int HS, int back
         return NULL;
     }
     if (attn_state.verbose) {
-        printf("attention: cuDNN plans for B=%d T=%d NH=%d HS=%d: forward %lld ops, workspace %lld B, %s\n",
-               B, T, NH, HS, (long long)fwd->n_ops, (long long)fwd->plan_workspace, fwd->engine);
-        printf("attention: cuDNN plans for B=%d T=%d NH=%d HS=%d: backward %lld ops, workspace %lld B (+%lld ours), %s\n",
-               B, T, NH, HS, (long long)bwd->n_ops, (long long)bwd->plan_workspace, (long long)bwd->extra_workspace, bwd->engine);
+        printf("attention: cuDNN plans for B=%d T=%d NH=%d KVH=%d HS=%d: forward %lld ops, workspace %lld B, %s\n",
+               B, T, NH, KVH, HS, (long long)fwd->n_ops, (long long)fwd->plan_workspace, fwd->engine);
+        printf("attention: cuDNN plans for B=%d T=%d NH=%d KVH=%d HS=%d: backward %lld ops, workspace %lld B (+%lld ours), %s\n",
+               B, T, NH, KVH, HS, (long long)bwd->n_ops, (long long)bwd->plan_workspace, (long long)bwd->extra_workspace, bwd->engine);
     }
     int64_t need = attn_cudnn_workspace_needed(fwd);
     if (attn_cudnn_workspace_needed(bwd) > need) need = attn_cudnn_workspace_needed(bwd);
@@ -181,65 +212,83 @@ static AttnCudnnPlan* attn_cudnn_plan_for(int B, int T, int NH, int HS, int back
     return backward ? bwd : fwd;
 }
 
-static bool attn_cudnn_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
-    AttnCudnnPlan* p = attn_cudnn_plan_for(B, T, NH, HS, 0);
+// Element offsets of K and V inside a token's row of qkv (and of dK, dV inside dqkv): after the NH q
+// heads, and after the KVH k heads (KVH == NH: C and 2 C).
+static size_t attn_k_offset(AttnShape sh) { return (size_t)sh.NH * sh.HS; }
+static size_t attn_v_offset(AttnShape sh) { return (size_t)(sh.NH + sh.KVH) * sh.HS; }
+
+static bool attn_cudnn_forward(floatX* out, float* stats, const floatX* qkv, AttnShape sh, cudaStream_t stream) {
+    AttnCudnnPlan* p = attn_cudnn_plan_for(sh, 0);
     if (!p) return false;
-    const size_t C = (size_t)NH * HS;
     int64_t uids[] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_STATS, ATTN_UID_SCALE, ATTN_UID_NEG_BIG};
-    void* ptrs[] = {(void*)qkv, (void*)(qkv + C), (void*)(qkv + 2 * C), out, stats, &p->scale, &p->neg_big};
+    void* ptrs[] = {(void*)qkv, (void*)(qkv + attn_k_offset(sh)), (void*)(qkv + attn_v_offset(sh)), out, stats, &p->scale, &p->neg_big};
     char err[1536];
     if (attn_cudnn_execute(p, attn_state.handle, 7, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
     char why[2048];
-    snprintf(why, sizeof(why), "executing the forward plan (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err);
+    snprintf(why, sizeof(why), "executing the forward plan (B=%d T=%d NH=%d KVH=%d HS=%d): %s", sh.B, sh.T, sh.NH, sh.KVH, sh.HS, err);
     attn_give_up_cudnn(why);
     return false;
 }
 
 static bool attn_cudnn_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
-                                int B, int T, int NH, int HS, cudaStream_t stream) {
-    AttnCudnnPlan* p = attn_cudnn_plan_for(B, T, NH, HS, 1);
+                                AttnShape sh, cudaStream_t stream) {
+    AttnCudnnPlan* p = attn_cudnn_plan_for(sh, 1);
     if (!p) return false;
-    const size_t C = (size_t)NH * HS;
+    const size_t ko = attn_k_offset(sh), vo = attn_v_offset(sh);
     char* ws = (char*)attn_state.workspace;
     void* dsum = ws + attn_cudnn_sum_offset(p);
     void* dqacc = ws + attn_cudnn_acc_offset(p);
     if (cudnnGetVersion() < 90600)   // older cuDNN expects the dQ accumulator zeroed by the caller
-        cuda_check(cudaMemsetAsync(dqacc, 0, (size_t)B * NH * T * HS * sizeof(float), stream));
+        cuda_check(cudaMemsetAsync(dqacc, 0, (size_t)sh.B * sh.NH * sh.T * sh.HS * sizeof(float), stream));
     int64_t uids[] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_STATS, ATTN_UID_DO,
                       ATTN_UID_DQ, ATTN_UID_DK, ATTN_UID_DV, ATTN_UID_SOFTMAX_SUM, ATTN_UID_DQ_ACCUM,
                       ATTN_UID_SCALE, ATTN_UID_NEG_BIG, ATTN_UID_ONE};
-    void* ptrs[] = {(void*)qkv, (void*)(qkv + C), (void*)(qkv + 2 * C), (void*)out, (void*)stats, (void*)dout,
-                    dqkv, dqkv + C, dqkv + 2 * C, dsum, dqacc, &p->scale, &p->neg_big, &p->one};
+    void* ptrs[] = {(void*)qkv, (void*)(qkv + ko), (void*)(qkv + vo), (void*)out, (void*)stats, (void*)dout,
+                    dqkv, dqkv + ko, dqkv + vo, dsum, dqacc, &p->scale, &p->neg_big, &p->one};
     char err[1536];
     if (attn_cudnn_execute(p, attn_state.handle, 14, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
     char why[2048];
-    snprintf(why, sizeof(why), "executing the backward plan (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err);
+    snprintf(why, sizeof(why), "executing the backward plan (B=%d T=%d NH=%d KVH=%d HS=%d): %s", sh.B, sh.T, sh.NH, sh.KVH, sh.HS, err);
     attn_give_up_cudnn(why);
     return false;
 }
 #endif  // ENABLE_CUDNN
 
-void attention_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+// out (B, T, NH, HS) and stats (B, NH, T) from qkv (B, T, NH + 2 KVH, HS).
+void attention_forward(floatX* out, float* stats, const floatX* qkv, AttnShape sh, cudaStream_t stream) {
     attention_init();
-    attn_check_shape("attention_forward", B, T, NH, HS);
+    attn_check_shape("attention_forward", sh);
 #ifdef ENABLE_CUDNN
-    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_forward(out, stats, qkv, B, T, NH, HS, stream)) return;
+    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_forward(out, stats, qkv, sh, stream)) return;
 #endif
-    attn_own_forward(out, stats, qkv, B, T, NH, HS, stream);
+    attn_own_forward(out, stats, qkv, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
 }
 
+// dqkv (B, T, NH + 2 KVH, HS), every element overwritten, from dout and the forward's qkv, out, stats.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
-                        int B, int T, int NH, int HS, cudaStream_t stream) {
+                        AttnShape sh, cudaStream_t stream) {
     attention_init();
-    attn_check_shape("attention_backward", B, T, NH, HS);
+    attn_check_shape("attention_backward", sh);
 #ifdef ENABLE_CUDNN
-    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_backward(dqkv, dout, qkv, out, stats, B, T, NH, HS, stream)) return;
+    if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_backward(dqkv, dout, qkv, out, stats, sh, stream)) return;
 #endif
-    const size_t need = (size_t)B * NH * T * sizeof(float);
+    const size_t need = (size_t)sh.B * sh.NH * sh.T * sizeof(float);
     if (need > attn_state.dsum_bytes) {
         if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
         cuda_malloc(&attn_state.dsum, need);
         attn_state.dsum_bytes = need;
     }
-    attn_own_backward(dqkv, dout, qkv, out, stats, attn_state.dsum, B, T, NH, HS, stream);
+    attn_own_backward(dqkv, dout, qkv, out, stats, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
+}
+
+// Multi-head attention (KVH = NH), qkv (B, T, 3, NH, HS): the calls GPT-2 makes.
+void attention_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+    const AttnShape sh = {B, T, NH, /*KVH=*/NH, HS};
+    attention_forward(out, stats, qkv, sh, stream);
+}
+
+void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
+                        int B, int T, int NH, int HS, cudaStream_t stream) {
+    const AttnShape sh = {B, T, NH, /*KVH=*/NH, HS};
+    attention_backward(dqkv, dout, qkv, out, stats, sh, stream);
 }

@@ -11,6 +11,12 @@
 //   backward: sum = rowsum(dO * O) * 1 (FP32, kept in our workspace); S as above; E = exp(S - stats);
 //             dV = E^T.dO; dP = dO.V^T; dS = (dP * 1 - sum) * E * scale; dK = dS^T.Q;
 //             dQacc = dS.K (FP32, workspace); dQ = identity(dQacc) (BF16)
+// Grouped-query attention (KVH key/value heads < NH query heads, NH % KVH == 0): K and V (and K^T,
+// V^T) are [B, KVH, ...] tensors while Q, O, dO, stats and the scores are [B, NH, ...]; the fused
+// engine maps query head h to key/value head h / (NH / KVH). The backward computes dK and dV per query
+// head into virtual [B, NH, T, HS] tensors and reduces them (ADD) onto the KVH heads of dK and dV,
+// the pattern cudnn-frontend's SDPA backward node builds ("dK_fullhead", "dV_fullhead"). With
+// KVH == NH the graphs are exactly the multi-head graphs (no reduction node).
 // Intermediates are virtual tensors (never in memory); K and V enter as transposed views of the
 // qkv buffer, so no copies. Every failing call is reported with the call, the descriptor, the
 // status string and cudnnGetLastErrorString, so one run on the GPU machine says what went wrong.
@@ -31,7 +37,8 @@ enum {
 };
 
 typedef struct {
-    int B, T, NH, HS, backward;
+    int B, T, NH, KVH, HS, backward;
+    cudnnDataType_t fullhead_type; // GQA backward: type of the per-query-head dK, dV before the head reduction
     cudnnBackendDescriptor_t plan;
     int64_t plan_workspace;        // bytes cuDNN's plan asks for
     int64_t extra_workspace;       // bytes of our own FP32 tensors (backward: softmax sum, dQ accumulator)
@@ -162,7 +169,8 @@ static void attn_cudnn_matmul(AttnCudnnPlan* p, const char* what, cudnnBackendDe
     attn_cudnn_finalize(p, op, what);
     attn_cudnn_add_op(p, op, what);
 }
-// Reduces x over the axes where y's extent is 1.
+// Reduces x over the axes where y's extent is 1 (and, in the GQA backward, over groups of NH/KVH heads
+// onto KVH: the head-group reduction the fused SDPA engine recognizes).
 static void attn_cudnn_reduction(AttnCudnnPlan* p, const char* what, cudnnReduceTensorOp_t mode,
                                  cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
     cudnnBackendDescriptor_t rd = attn_cudnn_new(p, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, what);
@@ -318,9 +326,10 @@ static bool attn_cudnn_make_plan(AttnCudnnPlan* p, cudnnHandle_t handle) {
     return false;
 }
 
-static void attn_cudnn_plan_init(AttnCudnnPlan* p, int B, int T, int NH, int HS, int backward, int verbose) {
+static void attn_cudnn_plan_init(AttnCudnnPlan* p, int B, int T, int NH, int KVH, int HS, int backward, int verbose) {
     memset(p, 0, sizeof(*p));
-    p->B = B; p->T = T; p->NH = NH; p->HS = HS; p->backward = backward; p->verbose = verbose;
+    p->B = B; p->T = T; p->NH = NH; p->KVH = KVH; p->HS = HS; p->backward = backward; p->verbose = verbose;
+    p->fullhead_type = CUDNN_DATA_BFLOAT16;   // what cudnn-frontend uses (Q's type); FLOAT is the retry
     p->next_uid = ATTN_UID_FIRST_VIRTUAL;
     p->scale = 1.0f / sqrtf((float)HS);
     p->neg_big = -3.4028234663852886e38f;   // lowest float: exp() of it minus the row max is 0
@@ -328,21 +337,24 @@ static void attn_cudnn_plan_init(AttnCudnnPlan* p, int B, int T, int NH, int HS,
 }
 
 // The shapes and strides, in cuDNN's [batch, head, row, col] order, of views into our buffers.
+// W = (H + 2 KVH) D is the width of a token's row of qkv; with KVH == H, W = 3 C as before GQA.
 typedef struct {
-    int64_t qkv[4], qkv_str[4];     // Q, K, V (and dQ, dK, dV): [B, NH, T, HS] inside (B, T, 3, NH, HS)
-    int64_t kt[4], kt_str[4];       // K^T (and V^T): [B, NH, HS, T]
-    int64_t o_str[4];               // O, dO: [B, NH, T, HS] inside (B, T, NH, HS)
-    int64_t row[4], row_str[4];     // per-row values (stats): [B, NH, T, 1]
-    int64_t s[4], s_str[4];         // scores: [B, NH, T, T]
-    int64_t st_str[4];              // scores transposed (a view of the same [B, NH, T, T])
-    int64_t acc_str[4];             // dQ accumulator: [B, NH, T, HS], packed
+    int64_t q[4], q_str[4];         // Q (and dQ): [B, H, T, D] inside (B, T, H + 2 KVH, D)
+    int64_t kv[4], kv_str[4];       // K, V (and dK, dV): [B, KVH, T, D] inside the same rows
+    int64_t kt[4], kt_str[4];       // K^T (and V^T): [B, KVH, D, T]
+    int64_t o_str[4];               // O, dO: [B, H, T, D] inside (B, T, H, D)
+    int64_t row[4], row_str[4];     // per-row values (stats): [B, H, T, 1]
+    int64_t s[4], s_str[4];         // scores: [B, H, T, T]
+    int64_t st_str[4];              // scores transposed (a view of the same [B, H, T, T])
+    int64_t acc_str[4];             // [B, H, T, D], packed: dQ accumulator; GQA: dK, dV per query head
 } AttnCudnnShapes;
 
-static AttnCudnnShapes attn_cudnn_shapes(int64_t B, int64_t T, int64_t H, int64_t D) {
-    const int64_t C = H * D;
+static AttnCudnnShapes attn_cudnn_shapes(int64_t B, int64_t T, int64_t H, int64_t KVH, int64_t D) {
+    const int64_t C = H * D, W = (H + 2 * KVH) * D;
     AttnCudnnShapes s = {
-        {B, H, T, D}, {3 * C * T, D, 3 * C, 1},
-        {B, H, D, T}, {3 * C * T, D, 1, 3 * C},
+        {B, H, T, D}, {W * T, D, W, 1},
+        {B, KVH, T, D}, {W * T, D, W, 1},
+        {B, KVH, D, T}, {W * T, D, 1, W},
         {C * T, D, C, 1},
         {B, H, T, 1}, {H * T, T, 1, 1},
         {B, H, T, T}, {H * T * T, T * T, T, 1},
@@ -353,12 +365,12 @@ static AttnCudnnShapes attn_cudnn_shapes(int64_t B, int64_t T, int64_t H, int64_
 }
 
 static bool attn_cudnn_build_forward(AttnCudnnPlan* p, cudnnHandle_t handle) {
-    const AttnCudnnShapes d = attn_cudnn_shapes(p->B, p->T, p->NH, p->HS);
+    const AttnCudnnShapes d = attn_cudnn_shapes(p->B, p->T, p->NH, p->KVH, p->HS);
     const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t Q = attn_cudnn_tensor(p, "Q", ATTN_UID_Q, bf16, d.qkv, d.qkv_str, false, false);
+    cudnnBackendDescriptor_t Q = attn_cudnn_tensor(p, "Q", ATTN_UID_Q, bf16, d.q, d.q_str, false, false);
     cudnnBackendDescriptor_t Kt = attn_cudnn_tensor(p, "K^T", ATTN_UID_K, bf16, d.kt, d.kt_str, false, false);
-    cudnnBackendDescriptor_t V = attn_cudnn_tensor(p, "V", ATTN_UID_V, bf16, d.qkv, d.qkv_str, false, false);
-    cudnnBackendDescriptor_t O = attn_cudnn_tensor(p, "O", ATTN_UID_O, bf16, d.qkv, d.o_str, false, false);
+    cudnnBackendDescriptor_t V = attn_cudnn_tensor(p, "V", ATTN_UID_V, bf16, d.kv, d.kv_str, false, false);
+    cudnnBackendDescriptor_t O = attn_cudnn_tensor(p, "O", ATTN_UID_O, bf16, d.q, d.o_str, false, false);
     cudnnBackendDescriptor_t stats = attn_cudnn_tensor(p, "stats", ATTN_UID_STATS, f32, d.row, d.row_str, false, false);
     cudnnBackendDescriptor_t scale = attn_cudnn_scalar(p, "scale", ATTN_UID_SCALE);
 
@@ -385,22 +397,23 @@ static bool attn_cudnn_build_forward(AttnCudnnPlan* p, cudnnHandle_t handle) {
 }
 
 static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
-    const AttnCudnnShapes d = attn_cudnn_shapes(p->B, p->T, p->NH, p->HS);
+    const AttnCudnnShapes d = attn_cudnn_shapes(p->B, p->T, p->NH, p->KVH, p->HS);
     const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t Q = attn_cudnn_tensor(p, "Q", ATTN_UID_Q, bf16, d.qkv, d.qkv_str, false, false);
+    const bool gqa = p->KVH != p->NH;
+    cudnnBackendDescriptor_t Q = attn_cudnn_tensor(p, "Q", ATTN_UID_Q, bf16, d.q, d.q_str, false, false);
     cudnnBackendDescriptor_t Kt = attn_cudnn_tensor(p, "K^T", ATTN_UID_K, bf16, d.kt, d.kt_str, false, false);
     cudnnBackendDescriptor_t Vt = attn_cudnn_tensor(p, "V^T", ATTN_UID_V, bf16, d.kt, d.kt_str, false, false);
-    cudnnBackendDescriptor_t O = attn_cudnn_tensor(p, "O", ATTN_UID_O, bf16, d.qkv, d.o_str, false, false);
-    cudnnBackendDescriptor_t dO = attn_cudnn_tensor(p, "dO", ATTN_UID_DO, bf16, d.qkv, d.o_str, false, false);
+    cudnnBackendDescriptor_t O = attn_cudnn_tensor(p, "O", ATTN_UID_O, bf16, d.q, d.o_str, false, false);
+    cudnnBackendDescriptor_t dO = attn_cudnn_tensor(p, "dO", ATTN_UID_DO, bf16, d.q, d.o_str, false, false);
     cudnnBackendDescriptor_t stats = attn_cudnn_tensor(p, "stats", ATTN_UID_STATS, f32, d.row, d.row_str, false, false);
-    cudnnBackendDescriptor_t dQ = attn_cudnn_tensor(p, "dQ", ATTN_UID_DQ, bf16, d.qkv, d.qkv_str, false, false);
-    cudnnBackendDescriptor_t dK = attn_cudnn_tensor(p, "dK", ATTN_UID_DK, bf16, d.qkv, d.qkv_str, false, false);
-    cudnnBackendDescriptor_t dV = attn_cudnn_tensor(p, "dV", ATTN_UID_DV, bf16, d.qkv, d.qkv_str, false, false);
+    cudnnBackendDescriptor_t dQ = attn_cudnn_tensor(p, "dQ", ATTN_UID_DQ, bf16, d.q, d.q_str, false, false);
+    cudnnBackendDescriptor_t dK = attn_cudnn_tensor(p, "dK", ATTN_UID_DK, bf16, d.kv, d.kv_str, false, false);
+    cudnnBackendDescriptor_t dV = attn_cudnn_tensor(p, "dV", ATTN_UID_DV, bf16, d.kv, d.kv_str, false, false);
     cudnnBackendDescriptor_t scale = attn_cudnn_scalar(p, "scale", ATTN_UID_SCALE);
     cudnnBackendDescriptor_t one = attn_cudnn_scalar(p, "one", ATTN_UID_ONE);
 
     // softmax_sum[b, h, i] = sum_d dO * O (the "D" of FlashAttention-2), in our workspace
-    cudnnBackendDescriptor_t dOO = attn_cudnn_virtual(p, "dO*O", f32, d.qkv, d.o_str);
+    cudnnBackendDescriptor_t dOO = attn_cudnn_virtual(p, "dO*O", f32, d.q, d.o_str);
     attn_cudnn_pointwise(p, "dO*O", CUDNN_POINTWISE_MUL, f32, dO, O, NULL, dOO, -1);
     cudnnBackendDescriptor_t dsum0 = attn_cudnn_virtual(p, "rowsum dO*O", f32, d.row, d.row_str);
     attn_cudnn_reduction(p, "rowsum dO*O", CUDNN_REDUCE_TENSOR_ADD, dOO, dsum0);
@@ -418,10 +431,16 @@ static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     cudnnBackendDescriptor_t prob = attn_cudnn_virtual(p, "P", f32, d.s, d.s_str);
     attn_cudnn_pointwise(p, "P = exp", CUDNN_POINTWISE_EXP, f32, s4, NULL, NULL, prob, -1);
 
-    // dV = P^T.dO
+    // dV = P^T.dO (GQA: per query head, then summed over each group of NH/KVH heads)
     cudnnBackendDescriptor_t probT = attn_cudnn_virtual(p, "P^T", bf16, d.s, d.st_str);
     attn_cudnn_reshape(p, "P^T", prob, probT);
-    attn_cudnn_matmul(p, "P^T.dO", probT, dO, dV);
+    if (!gqa) {
+        attn_cudnn_matmul(p, "P^T.dO", probT, dO, dV);
+    } else {
+        cudnnBackendDescriptor_t dVh = attn_cudnn_virtual(p, "dV per query head", p->fullhead_type, d.q, d.acc_str);
+        attn_cudnn_matmul(p, "P^T.dO", probT, dO, dVh);
+        attn_cudnn_reduction(p, "dV head-group sum", CUDNN_REDUCE_TENSOR_ADD, dVh, dV);
+    }
 
     // dS = P * (dP - softmax_sum) * scale
     cudnnBackendDescriptor_t dp1 = attn_cudnn_virtual(p, "dO.V^T", f32, d.s, d.s_str);
@@ -435,15 +454,21 @@ static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     cudnnBackendDescriptor_t ds = attn_cudnn_virtual(p, "dS", f32, d.s, d.s_str);
     attn_cudnn_pointwise(p, "dS * scale", CUDNN_POINTWISE_MUL, f32, ds1, scale, NULL, ds, -1);
 
-    // dK = dS^T.Q
+    // dK = dS^T.Q (GQA: per query head, then summed over each group of NH/KVH heads)
     cudnnBackendDescriptor_t dsT = attn_cudnn_virtual(p, "dS^T", bf16, d.s, d.st_str);
     attn_cudnn_reshape(p, "dS^T", ds, dsT);
-    attn_cudnn_matmul(p, "dS^T.Q", dsT, Q, dK);
+    if (!gqa) {
+        attn_cudnn_matmul(p, "dS^T.Q", dsT, Q, dK);
+    } else {
+        cudnnBackendDescriptor_t dKh = attn_cudnn_virtual(p, "dK per query head", p->fullhead_type, d.q, d.acc_str);
+        attn_cudnn_matmul(p, "dS^T.Q", dsT, Q, dKh);
+        attn_cudnn_reduction(p, "dK head-group sum", CUDNN_REDUCE_TENSOR_ADD, dKh, dK);
+    }
 
     // dQ = dS.K, accumulated in FP32 in our workspace, then converted
-    cudnnBackendDescriptor_t K = attn_cudnn_virtual(p, "K", f32, d.qkv, d.qkv_str);
+    cudnnBackendDescriptor_t K = attn_cudnn_virtual(p, "K", f32, d.kv, d.kv_str);
     attn_cudnn_reshape(p, "K from K^T", Kt, K);
-    cudnnBackendDescriptor_t dqacc = attn_cudnn_tensor(p, "dQ accumulator", ATTN_UID_DQ_ACCUM, f32, d.qkv, d.acc_str, false, false);
+    cudnnBackendDescriptor_t dqacc = attn_cudnn_tensor(p, "dQ accumulator", ATTN_UID_DQ_ACCUM, f32, d.q, d.acc_str, false, false);
     attn_cudnn_matmul(p, "dS.K", ds, K, dqacc);
     attn_cudnn_pointwise(p, "dQ = dQ accumulator", CUDNN_POINTWISE_IDENTITY, f32, dqacc, NULL, NULL, dQ, -1);
 

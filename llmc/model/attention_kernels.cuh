@@ -5,12 +5,18 @@
 // online (running max and sum), and the tensor-core MMA is mma.sync.m16n8k16 BF16 -> FP32 (sm_80+).
 // The score accumulator's register layout equals the A-operand layout of the next MMA, so P and dS
 // go from one MMA to the next without touching shared memory.
-// Backward is deterministic: dK/dV come from one kernel (a block per key tile, looping over query
-// tiles) and dQ from another (a block per query tile, looping over key tiles): every gradient
-// element is summed by one thread in a fixed order, no atomics. The cost is recomputing Q.K^T and
+// Backward is deterministic: dK/dV come from one kernel (a block per key tile of a key/value head,
+// looping over the query heads of its group and then over query tiles) and dQ from another (a block
+// per query tile, looping over key tiles): every gradient element is summed by one thread in a fixed
+// order, in FP32 registers, and rounded to BF16 once; no atomics. The cost is recomputing Q.K^T and
 // dO.V^T in both kernels (7 tile GEMMs instead of 5).
-// Layouts: qkv and dqkv (B, T, 3, NH, HS); out and dout (B, T, NH, HS); stats and the backward's
-// row sums (B, NH, T) float. stats = natural log-sum-exp of each scaled, masked score row.
+// Grouped-query attention: NH query heads, KVH key/value heads (NH % KVH == 0); query head h reads
+// key/value head h / (NH / KVH). KVH == NH is plain multi-head attention, and then every kernel runs
+// with the same grid and the same arithmetic in the same order as before GQA existed (the group loop
+// of the dK/dV kernel has one iteration), so the results are the same bits.
+// Layouts: qkv and dqkv (B, T, NH + 2 KVH, HS): per token NH q heads, then KVH k heads, then KVH v
+// heads; out and dout (B, T, NH, HS); stats and the backward's row sums (B, NH, T) float.
+// stats = natural log-sum-exp of each scaled, masked score row.
 #pragma once
 #include <math.h>
 #include "llmc/base/cuda_common.cuh"
@@ -125,10 +131,11 @@ __device__ __forceinline__ float attn_quad_sum(float x) {
 // ----------------------------------------------------------------------------------------------
 // kernels
 
-// Forward. grid (ceil(T/64), B*NH); block 128. Heaviest query tiles (most keys) launch first.
+// Forward. grid (ceil(T/64), B*NH): a block per query tile of a query head; block 128. Heaviest query
+// tiles (most keys) launch first. The block reads K and V of its query head's key/value head.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int NH, float scale_log2) {
+attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int NH, int KVH, float scale_log2) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;  // +8: no bank conflicts
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sQ = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -136,8 +143,11 @@ attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int
     floatX* sVt = sK + ATTN_TILE * LD;                     // HS x LDT (V transposed)
 
     const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * ATTN_TILE;
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, stride = 3 * C;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, stride = (NH + 2 * KVH) * HS;
+    const int kvh = h / (NH / KVH);
     const floatX* q = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k = qkv + (size_t)b * T * stride + C + kvh * HS;   // KVH == NH: q + C
+    const floatX* v = k + KVH * HS;                                  // KVH == NH: q + 2 C
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
 
@@ -154,8 +164,8 @@ attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int
 
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();
-        attn_load_tile<HS>(sK, LD, nullptr, 0, q + C, stride, kt * ATTN_TILE, T);
-        attn_load_tile<HS>(nullptr, 0, sVt, LDT, q + 2 * C, stride, kt * ATTN_TILE, T);
+        attn_load_tile<HS>(sK, LD, nullptr, 0, k, stride, kt * ATTN_TILE, T);
+        attn_load_tile<HS>(nullptr, 0, sVt, LDT, v, stride, kt * ATTN_TILE, T);
         __syncthreads();
         float s[8][4];
         attn_mma_rows<HS>(s, qf, sK, LD);
@@ -226,13 +236,15 @@ __global__ void attn_own_dsum_kernel(float* dsum, const floatX* dout, const floa
     }
 }
 
-// Backward step 2: dK and dV. grid (ceil(T/64), B*NH): a block per key tile, looping over the query
+// Backward step 2: dK and dV. grid (ceil(T/64), B*KVH): a block per key tile of a key/value head,
+// looping over the NH/KVH query heads of its group (in head order) and, for each, over the query
 // tiles at or below the diagonal. Works in the transposed frame: S^T = K.Q^T, dP^T = V.dO^T, so the
-// key rows stay in registers and dV = P^T.dO, dK = dS^T.Q accumulate in registers.
+// key rows stay in registers and dV = P^T.dO, dK = dS^T.Q accumulate in FP32 registers over the whole
+// group, rounded to BF16 once at the end.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                              const float* dsum, int T, int NH, float scale, float scale_log2) {
+                              const float* dsum, int T, int NH, int KVH, float scale, float scale_log2) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sQ = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -243,17 +255,17 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
     float* sD = sL + ATTN_TILE;                            // 64: dsum of the query tile
 
     const int kt = blockIdx.x, k0 = kt * ATTN_TILE;
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, stride = 3 * C;
-    const floatX* q = qkv + (size_t)b * T * stride + h * HS;
-    const floatX* dob = dout + (size_t)b * T * C + h * HS;
-    const float* L = stats + (size_t)blockIdx.y * T;
-    const float* Dr = dsum + (size_t)blockIdx.y * T;
+    const int b = blockIdx.y / KVH, kvh = blockIdx.y % KVH, group = NH / KVH;
+    const int C = NH * HS, stride = (NH + 2 * KVH) * HS;
+    const floatX* qb = qkv + (size_t)b * T * stride;                 // token 0 of batch row b
+    const floatX* k = qb + C + kvh * HS;
+    const floatX* v = k + KVH * HS;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;
 
     // this block's K and V rows as A fragments (staged through the Q / dO buffers)
-    attn_load_tile<HS>(sQ, LD, nullptr, 0, q + C, stride, k0, T);
-    attn_load_tile<HS>(sdO, LD, nullptr, 0, q + 2 * C, stride, k0, T);
+    attn_load_tile<HS>(sQ, LD, nullptr, 0, k, stride, k0, T);
+    attn_load_tile<HS>(sdO, LD, nullptr, 0, v, stride, k0, T);
     __syncthreads();
     uint32_t kf[KS][4], vf[KS][4];
     #pragma unroll
@@ -267,54 +279,62 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
     const int nq = (T + ATTN_TILE - 1) / ATTN_TILE;
-    for (int qt = kt; qt < nq; qt++) {
-        const int q0 = qt * ATTN_TILE;
-        __syncthreads();
-        attn_load_tile<HS>(sQ, LD, sQt, LDT, q, stride, q0, T);
-        attn_load_tile<HS>(sdO, LD, sdOt, LDT, dob, C, q0, T);
-        if (threadIdx.x < ATTN_TILE) {
-            const int i = q0 + threadIdx.x;
-            sL[threadIdx.x] = i < T ? L[i] * ATTN_LOG2E : 0.0f;
-            sD[threadIdx.x] = i < T ? Dr[i] : 0.0f;
-        }
-        __syncthreads();
-        float p[8][4], ds[8][4];
-        attn_mma_rows<HS>(p, kf, sQ, LD);     // S^T (unscaled)
-        attn_mma_rows<HS>(ds, vf, sdO, LD);   // dP^T
-        #pragma unroll
-        for (int n = 0; n < 8; n++) {
-            #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int il = n * 8 + 2 * t + (e & 1), i = q0 + il, j = e < 2 ? key0 : key1;
-                const float pv = (i >= j && i < T) ? exp2f(p[n][e] * scale_log2 - sL[il]) : 0.0f;
-                p[n][e] = pv;
-                ds[n][e] = pv * (ds[n][e] - sD[il]);
+    for (int hg = 0; hg < group; hg++) {          // the query heads of this key/value head, in order
+        const int h = kvh * group + hg;
+        const floatX* q = qb + h * HS;
+        const floatX* dob = dout + (size_t)b * T * C + h * HS;
+        const float* L = stats + ((size_t)b * NH + h) * T;
+        const float* Dr = dsum + ((size_t)b * NH + h) * T;
+        for (int qt = kt; qt < nq; qt++) {
+            const int q0 = qt * ATTN_TILE;
+            __syncthreads();
+            attn_load_tile<HS>(sQ, LD, sQt, LDT, q, stride, q0, T);
+            attn_load_tile<HS>(sdO, LD, sdOt, LDT, dob, C, q0, T);
+            if (threadIdx.x < ATTN_TILE) {
+                const int i = q0 + threadIdx.x;
+                sL[threadIdx.x] = i < T ? L[i] * ATTN_LOG2E : 0.0f;
+                sD[threadIdx.x] = i < T ? Dr[i] : 0.0f;
             }
+            __syncthreads();
+            float p[8][4], ds[8][4];
+            attn_mma_rows<HS>(p, kf, sQ, LD);     // S^T (unscaled)
+            attn_mma_rows<HS>(ds, vf, sdO, LD);   // dP^T
+            #pragma unroll
+            for (int n = 0; n < 8; n++) {
+                #pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int il = n * 8 + 2 * t + (e & 1), i = q0 + il, j = e < 2 ? key0 : key1;
+                    const float pv = (i >= j && i < T) ? exp2f(p[n][e] * scale_log2 - sL[il]) : 0.0f;
+                    p[n][e] = pv;
+                    ds[n][e] = pv * (ds[n][e] - sD[il]);
+                }
+            }
+            attn_mma_pv<HS>(dv, p, sdOt, LDT);    // dV += P^T . dO
+            attn_mma_pv<HS>(dk, ds, sQt, LDT);    // dK += dS^T . Q   (scale applied at the end)
         }
-        attn_mma_pv<HS>(dv, p, sdOt, LDT);    // dV += P^T . dO
-        attn_mma_pv<HS>(dk, ds, sQt, LDT);    // dK += dS^T . Q   (scale applied at the end)
     }
     #pragma unroll
     for (int n = 0; n < NS; n++) {
-        floatX* d0 = dqkv + ((size_t)b * T + key0) * stride + h * HS + n * 8 + 2 * t;
-        floatX* d1 = dqkv + ((size_t)b * T + key1) * stride + h * HS + n * 8 + 2 * t;
+        // dK at column C + kvh HS of the token's row, dV KVH HS further (KVH == NH: C + h HS, 2 C + h HS)
+        floatX* d0 = dqkv + ((size_t)b * T + key0) * stride + C + kvh * HS + n * 8 + 2 * t;
+        floatX* d1 = dqkv + ((size_t)b * T + key1) * stride + C + kvh * HS + n * 8 + 2 * t;
         if (key0 < T) {
-            *reinterpret_cast<uint32_t*>(d0 + C) = attn_pack(dk[n][0] * scale, dk[n][1] * scale);
-            *reinterpret_cast<uint32_t*>(d0 + 2 * C) = attn_pack(dv[n][0], dv[n][1]);
+            *reinterpret_cast<uint32_t*>(d0) = attn_pack(dk[n][0] * scale, dk[n][1] * scale);
+            *reinterpret_cast<uint32_t*>(d0 + KVH * HS) = attn_pack(dv[n][0], dv[n][1]);
         }
         if (key1 < T) {
-            *reinterpret_cast<uint32_t*>(d1 + C) = attn_pack(dk[n][2] * scale, dk[n][3] * scale);
-            *reinterpret_cast<uint32_t*>(d1 + 2 * C) = attn_pack(dv[n][2], dv[n][3]);
+            *reinterpret_cast<uint32_t*>(d1) = attn_pack(dk[n][2] * scale, dk[n][3] * scale);
+            *reinterpret_cast<uint32_t*>(d1 + KVH * HS) = attn_pack(dv[n][2], dv[n][3]);
         }
     }
 }
 
-// Backward step 3: dQ. grid (ceil(T/64), B*NH): a block per query tile, looping over the key tiles
-// up to the diagonal; dQ = scale * dS.K accumulates in registers.
+// Backward step 3: dQ. grid (ceil(T/64), B*NH): a block per query tile of a query head, looping over
+// the key tiles (of its key/value head) up to the diagonal; dQ = scale * dS.K accumulates in registers.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                            const float* dsum, int T, int NH, float scale, float scale_log2) {
+                            const float* dsum, int T, int NH, int KVH, float scale, float scale_log2) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sK = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -322,8 +342,11 @@ attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
     floatX* sKt = sV + ATTN_TILE * LD;                     // HS x LDT
 
     const int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * ATTN_TILE;
-    const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, stride = 3 * C;
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH, C = NH * HS, stride = (NH + 2 * KVH) * HS;
+    const int kvh = h / (NH / KVH);
     const floatX* q = qkv + (size_t)b * T * stride + h * HS;
+    const floatX* k = qkv + (size_t)b * T * stride + C + kvh * HS;   // KVH == NH: q + C
+    const floatX* v = k + KVH * HS;                                  // KVH == NH: q + 2 C
     const floatX* dob = dout + (size_t)b * T * C + h * HS;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
@@ -347,8 +370,8 @@ attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
 
     for (int kt = 0; kt <= qt; kt++) {
         __syncthreads();
-        attn_load_tile<HS>(sK, LD, sKt, LDT, q + C, stride, kt * ATTN_TILE, T);
-        attn_load_tile<HS>(sV, LD, nullptr, 0, q + 2 * C, stride, kt * ATTN_TILE, T);
+        attn_load_tile<HS>(sK, LD, sKt, LDT, k, stride, kt * ATTN_TILE, T);
+        attn_load_tile<HS>(sV, LD, nullptr, 0, v, stride, kt * ATTN_TILE, T);
         __syncthreads();
         float s[8][4], dp[8][4];
         attn_mma_rows<HS>(s, qf, sK, LD);
@@ -384,52 +407,55 @@ static void attn_smem_opt_in(K kernel, size_t bytes, bool* done) {
 }
 
 template <int HS>
-static void attn_own_forward_hs(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, cudaStream_t stream) {
+static void attn_own_forward_hs(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH, cudaStream_t stream) {
     const size_t smem = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
     static bool opted = false;
     attn_smem_opt_in(attn_own_forward_kernel<HS>, smem, &opted);
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
     dim3 grid((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));
-    attn_own_forward_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, stats, qkv, T, NH, scale_log2);
+    attn_own_forward_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, stats, qkv, T, NH, KVH, scale_log2);
     cuda_check_last();
 }
 
 template <int HS>
 static void attn_own_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                                 const float* dsum, int B, int T, int NH, cudaStream_t stream) {
+                                 const float* dsum, int B, int T, int NH, int KVH, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
-    dim3 grid((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));
+    dim3 grid_kv((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * KVH));   // a block per key tile of a kv head
+    dim3 grid_q((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));     // a block per query tile of a q head
     const size_t smem_kv = (size_t)(2 * ATTN_TILE * (HS + 8) + 2 * HS * (ATTN_TILE + 8)) * sizeof(floatX) + 2 * ATTN_TILE * sizeof(float);
     static bool opted_kv = false;
     attn_smem_opt_in(attn_own_backward_dkdv_kernel<HS>, smem_kv, &opted_kv);
-    attn_own_backward_dkdv_kernel<HS><<<grid, ATTN_THREADS, smem_kv, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, scale, scale_log2);
+    attn_own_backward_dkdv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, KVH, scale, scale_log2);
     cuda_check_last();
     const size_t smem_q = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
     static bool opted_q = false;
     attn_smem_opt_in(attn_own_backward_dq_kernel<HS>, smem_q, &opted_q);
-    attn_own_backward_dq_kernel<HS><<<grid, ATTN_THREADS, smem_q, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, scale, scale_log2);
+    attn_own_backward_dq_kernel<HS><<<grid_q, ATTN_THREADS, smem_q, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, KVH, scale, scale_log2);
     cuda_check_last();
 }
 
-static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
+// qkv (B, T, NH + 2 KVH, HS); NH % KVH == 0 (checked by the caller, attention.cuh).
+static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
     switch (HS) {
-        case 32: attn_own_forward_hs<32>(out, stats, qkv, B, T, NH, stream); break;
-        case 64: attn_own_forward_hs<64>(out, stats, qkv, B, T, NH, stream); break;
-        case 128: attn_own_forward_hs<128>(out, stats, qkv, B, T, NH, stream); break;
+        case 32: attn_own_forward_hs<32>(out, stats, qkv, B, T, NH, KVH, stream); break;
+        case 64: attn_own_forward_hs<64>(out, stats, qkv, B, T, NH, KVH, stream); break;
+        case 128: attn_own_forward_hs<128>(out, stats, qkv, B, T, NH, KVH, stream); break;
         default: fail("attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
     }
 }
 
-// dsum: scratch of B*NH*T floats.
+// dsum: scratch of B*NH*T floats. dqkv: every element written (dK and dV of a key/value head hold the
+// sums over its NH/KVH query heads), none accumulated into.
 static void attn_own_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
-                              float* dsum, int B, int T, int NH, int HS, cudaStream_t stream) {
+                              float* dsum, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
     fail_if(!attn_own_supported_head_size(HS), "attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
     const int rows = B * T * NH, warps_per_block = 8;
     attn_own_dsum_kernel<<<(unsigned)ceil_div(rows, warps_per_block), 32 * warps_per_block, 0, stream>>>(dsum, dout, out, B, T, NH, HS);
     cuda_check_last();
     switch (HS) {
-        case 32: attn_own_backward_hs<32>(dqkv, dout, qkv, stats, dsum, B, T, NH, stream); break;
-        case 64: attn_own_backward_hs<64>(dqkv, dout, qkv, stats, dsum, B, T, NH, stream); break;
-        case 128: attn_own_backward_hs<128>(dqkv, dout, qkv, stats, dsum, B, T, NH, stream); break;
+        case 32: attn_own_backward_hs<32>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
+        case 64: attn_own_backward_hs<64>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
+        case 128: attn_own_backward_hs<128>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
     }
 }
