@@ -22,7 +22,10 @@
 #include "llmc/base/matmul.cuh"          // defines: matmul_forward, matmul_dgrad, matmul_wgrad
 #include "llmc/adamw.cuh"                // defines: adamw_update
 #include "llmc/model/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check
-#include "llmc/model/gpt2.h"             // defines: GPT2_PARAMS, GPT2_LINEARS (the model family's tables), P_*, LIN_*
+#include "llmc/model/models.h"           // defines: ModelFamily, model_family, param_sizes; GPT-2's and Llama's tables
+#include "llmc/model/rmsnorm.cuh"        // defines: rmsnorm_forward, fused_residual_rmsnorm_forward, rmsnorm_backward
+#include "llmc/model/rope.cuh"           // defines: rope_table_fill, rope_forward, rope_backward
+#include "llmc/model/swiglu.cuh"         // defines: swiglu_forward, swiglu_backward
 #include "llmc/model/encoder.cuh"        // defines: encoder_forward, encoder_backward
 #include "llmc/model/layernorm.cuh"      // defines: layernorm_forward, fused_residual_layernorm_forward, layernorm_backward
 #include "llmc/model/gelu.cuh"           // defines: gelu_forward, gelu_backward_inplace
@@ -54,44 +57,58 @@ static void config_require(const GPTConfig* c, const char* where) {
     fail("%s", err);
 }
 
+// The recipe's shape checks (llmc/fp4/recipe.h) over this model's linears (its family's table), for N tokens.
+static int recipe_check_model(const Recipe* r, int64_t N, const GPTConfig* c, int backward, char* err, size_t n) {
+    const ModelFamily* f = model_family(c);
+    RecipeLinear lin[NUM_LINEARS];
+    for (int k = 0; k < NUM_LINEARS; k++) {
+        const LinearRow* row = &f->linears[k];
+        lin[k] = {row->name, dim_value(c, row->in), dim_value(c, row->out), dim_value(c, row->qk_split)};
+    }
+    return recipe_check_linears(r, N, lin, NUM_LINEARS, backward, err, n);
+}
+
 // ----------------------------------------------------------------------------------------------
-// Parameters: a registry of named tensors (GPT2_PARAMS in llmc/model/gpt2.h: names, shapes, decay, init), laid out
-// in one allocation in that order (the same order as the PyTorch reference dump, dev/ref/gpt_ref.py).
+// Parameters: a registry of named tensors (the model family's table, llmc/model/gpt2.h or llama.h: names, shapes,
+// decay, init), laid out in one allocation in that order (the order of the PyTorch reference dump, dev/ref/gpt_ref.py).
 
 // Typed views into one flat buffer of parameters (or gradients).
 template <typename T>
 struct ParamTensors {
-    T* t[NUM_PARAM_TENSORS];
+    T* t[MAX_PARAM_TENSORS];
     // layer l's slice of a per-layer tensor
     T* layer(int id, int l, size_t per_layer) const { return t[id] + (size_t)l * per_layer; }
 };
 
 template <typename T>
-static void point_params(ParamTensors<T>* p, T* base, const size_t sizes[NUM_PARAM_TENSORS]) {
+static void point_params(ParamTensors<T>* p, T* base, const size_t* sizes, int n) {
     size_t off = 0;
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) { p->t[i] = base + off; off += sizes[i]; }
+    for (int i = 0; i < n; i++) { p->t[i] = base + off; off += sizes[i]; }
 }
 
 // ----------------------------------------------------------------------------------------------
-// Activations kept for the backward pass, per layer unless noted. N = B*T tokens.
+// Activations kept for the backward pass, per layer unless noted. N = B*T tokens; the widths are the linears':
+// QKV = the qkv linear's outputs (GPT-2 3C, Llama (NH + 2 KVH) HS), FC = the MLP's first linear's (GPT-2 4C, Llama
+// 2H: gate and up), ACT = the MLP's activation (GPT-2 4C, Llama H). The norms are LayerNorms (GPT-2: mean and rstd
+// kept) or RMSNorms (Llama: rstd only).
 
 typedef struct {
-    floatX* encoded;     // (N, C) token + position embeddings
+    floatX* encoded;     // (N, C) token (+ position) embeddings
     floatX* ln1;         // (L, N, C)
-    float* ln1_mean;     // (L, N)
+    float* ln1_mean;     // (L, N) GPT-2 only
     float* ln1_rstd;     // (L, N)
-    floatX* qkv;         // (L, N, 3C)
+    floatX* qkv;         // (L, N, QKV) (Llama: q and k rotated)
     floatX* atty;        // (L, N, C) attention output before the projection
     float* att_stats;    // (L, B, NH, T) softmax log-sum-exp
     floatX* residual2;   // (L, N, C) after the attention block
     floatX* ln2;         // (L, N, C)
-    float* ln2_mean;     // (L, N)
+    float* ln2_mean;     // (L, N) GPT-2 only
     float* ln2_rstd;     // (L, N)
-    floatX* fch;         // (L, N, 4C) MLP hidden, before GELU
-    floatX* fch_gelu;    // (L, N, 4C)
+    floatX* fch;         // (L, N, FC) MLP hidden, before the activation
+    floatX* fch_gelu;    // (L, N, ACT) after it (GELU, or SwiGLU's silu(g) * u)
     floatX* residual3;   // (L, N, C) after the MLP block
     floatX* lnf;         // (N, C)
-    float* lnf_mean;     // (N)
+    float* lnf_mean;     // (N) GPT-2 only
     float* lnf_rstd;     // (N)
     floatX* logits;      // (N, Vp); the classifier overwrites it with dlogits
     float* losses;       // (N)
@@ -99,14 +116,19 @@ typedef struct {
     // backward scratch
     floatX* dresidual;   // (N, C) gradient of the residual stream
     floatX* dbuf_c;      // (N, C)
-    floatX* dbuf_3c;     // (N, 3C)
-    floatX* dbuf_4c;     // (N, 4C)
+    floatX* dbuf_3c;     // (N, QKV)
+    floatX* dbuf_4c;     // (N, FC)
+    floatX* dbuf_act;    // (N, ACT) Llama only: the activation's gradient (GPT-2's GELU backward runs in place)
+    float* rope_cos;     // (maxT, HS/2) Llama only: RoPE's table (rope_table_fill)
+    float* rope_sin;
 } Activations;
 
 typedef struct {
     GPTConfig config;
+    const ModelFamily* family;      // the tables of the model's family (llmc/model/gpt2.h, llama.h)
     int B, T;                       // largest batch the buffers hold
-    size_t param_sizes[NUM_PARAM_TENSORS];
+    int num_tensors;                // the family's parameter tensors
+    size_t param_sizes[MAX_PARAM_TENSORS];
     size_t num_parameters;
     ParamTensors<floatX> params;    // BF16 weights used by the forward pass
     ParamTensors<float> grads;      // FP32, accumulated over micro-steps
@@ -147,19 +169,66 @@ static T* device_alloc(size_t count, size_t* total_bytes) {
     return p;
 }
 
-// The executor's table of this model's linears (GPT2_LINEARS): shapes, weights, gradients. Its copies may use the
+// The executor's table of this model's linears (the family's): shapes, weights, gradients. Its copies may use the
 // logits buffer, idle between the classifier's forward and backward.
 static void gpt_bind_linears(GPT* m) {
     const GPTConfig* c = &m->config;
     LinearDesc kinds[NUM_LINEARS];
     for (int k = 0; k < NUM_LINEARS; k++) {
-        const LinearRow* row = &GPT2_LINEARS[k];
+        const LinearRow* row = &m->family->linears[k];
         kinds[k] = {row->name, (int)dim_value(c, row->in), (int)dim_value(c, row->out), (int)dim_value(c, row->qk_split),
                     m->params.t[row->weight], row->bias >= 0 ? m->params.t[row->bias] : NULL, m->grads.t[row->weight]};
     }
     const size_t N = (size_t)m->B * m->T;
     linear_exec_init(&m->lin, kinds, NUM_LINEARS, c->num_layers, (int)N, m->acts.logits,
                      N * c->padded_vocab_size * sizeof(floatX), m->stream);
+}
+
+static void gpt_allocate_activations(GPT* m, size_t* bytes) {
+    const GPTConfig* c = &m->config;
+    const int llama = c->arch == ARCH_LLAMA;
+    const size_t L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size, B = m->B, T = m->T;
+    const size_t N = B * T, QKV = config_qkv_channels(c);
+    const size_t FC = dim_value(c, m->family->linears[LIN_FC].out), ACT = dim_value(c, m->family->linears[LIN_FCPROJ].in);
+    Activations* a = &m->acts;
+    a->encoded = device_alloc<floatX>(N * C, bytes);
+    a->ln1 = device_alloc<floatX>(L * N * C, bytes);
+    a->ln1_mean = llama ? NULL : device_alloc<float>(L * N, bytes);
+    a->ln1_rstd = device_alloc<float>(L * N, bytes);
+    a->qkv = device_alloc<floatX>(L * N * QKV, bytes);
+    a->atty = device_alloc<floatX>(L * N * C, bytes);
+    a->att_stats = device_alloc<float>(L * B * NH * T, bytes);
+    a->residual2 = device_alloc<floatX>(L * N * C, bytes);
+    a->ln2 = device_alloc<floatX>(L * N * C, bytes);
+    a->ln2_mean = llama ? NULL : device_alloc<float>(L * N, bytes);
+    a->ln2_rstd = device_alloc<float>(L * N, bytes);
+    a->fch = device_alloc<floatX>(L * N * FC, bytes);
+    a->fch_gelu = device_alloc<floatX>(L * N * ACT, bytes);
+    a->residual3 = device_alloc<floatX>(L * N * C, bytes);
+    a->lnf = device_alloc<floatX>(N * C, bytes);
+    a->lnf_mean = llama ? NULL : device_alloc<float>(N, bytes);
+    a->lnf_rstd = device_alloc<float>(N, bytes);
+    a->logits = device_alloc<floatX>(N * Vp, bytes);
+    a->losses = device_alloc<float>(N, bytes);
+    a->proj_out = device_alloc<floatX>(N * C, bytes);
+    a->dresidual = device_alloc<floatX>(N * C, bytes);
+    a->dbuf_c = device_alloc<floatX>(N * C, bytes);
+    a->dbuf_3c = device_alloc<floatX>(N * QKV, bytes);
+    a->dbuf_4c = device_alloc<floatX>(N * FC, bytes);
+    a->dbuf_act = llama ? device_alloc<floatX>(N * ACT, bytes) : NULL;
+    m->ln_scratch = device_alloc<char>(llama ? rmsnorm_backward_scratch_bytes((int)N, (int)C)
+                                             : layernorm_backward_scratch_bytes((int)N, (int)C), bytes);
+    m->bias_scratch = llama ? NULL : device_alloc<char>(bias_backward_scratch_bytes((int)N, (int)(4 * C)), bytes);
+    if (llama) {   // RoPE's cos/sin table, computed once on the host (in double, rounded to float)
+        const size_t HS = config_head_size(c), cells = (size_t)c->max_seq_len * (HS / 2);
+        float* host = (float*)xmalloc(2 * cells * sizeof(float));
+        rope_table_fill(host, host + cells, c->max_seq_len, (int)HS, c->rope_theta);
+        a->rope_cos = device_alloc<float>(cells, bytes);
+        a->rope_sin = device_alloc<float>(cells, bytes);
+        cuda_check(cudaMemcpy(a->rope_cos, host, cells * sizeof(float), cudaMemcpyHostToDevice));
+        cuda_check(cudaMemcpy(a->rope_sin, host + cells, cells * sizeof(float), cudaMemcpyHostToDevice));
+        free(host);
+    }
 }
 
 static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int world) {
@@ -169,47 +238,19 @@ static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int worl
     m->config = *config;
     m->B = B;
     m->T = T;
-    param_sizes(config, m->param_sizes);
-    for (int i = 0; i < NUM_PARAM_TENSORS; i++) m->num_parameters += m->param_sizes[i];
+    m->family = model_family(config);
+    m->num_tensors = param_sizes(config, m->param_sizes);
+    for (int i = 0; i < m->num_tensors; i++) m->num_parameters += m->param_sizes[i];
     size_t n = m->num_parameters, bytes = 0;
     m->params_padded = shard_padded_size(n, world);
     m->params_memory = device_alloc<floatX>(m->params_padded, &bytes);
     m->grads_memory = device_alloc<float>(n, &bytes);
     cuda_check(cudaMemset(m->params_memory, 0, m->params_padded * sizeof(floatX)));
     cuda_check(cudaMemset(m->grads_memory, 0, n * sizeof(float)));
-    point_params(&m->params, m->params_memory, m->param_sizes);
-    point_params(&m->grads, m->grads_memory, m->param_sizes);
-
-    size_t L = config->num_layers, C = config->channels, NH = config->num_heads, Vp = config->padded_vocab_size;
-    size_t N = (size_t)B * T;
-    Activations* a = &m->acts;
-    a->encoded = device_alloc<floatX>(N * C, &bytes);
-    a->ln1 = device_alloc<floatX>(L * N * C, &bytes);
-    a->ln1_mean = device_alloc<float>(L * N, &bytes);
-    a->ln1_rstd = device_alloc<float>(L * N, &bytes);
-    a->qkv = device_alloc<floatX>(L * N * 3 * C, &bytes);
-    a->atty = device_alloc<floatX>(L * N * C, &bytes);
-    a->att_stats = device_alloc<float>(L * B * NH * T, &bytes);
-    a->residual2 = device_alloc<floatX>(L * N * C, &bytes);
-    a->ln2 = device_alloc<floatX>(L * N * C, &bytes);
-    a->ln2_mean = device_alloc<float>(L * N, &bytes);
-    a->ln2_rstd = device_alloc<float>(L * N, &bytes);
-    a->fch = device_alloc<floatX>(L * N * 4 * C, &bytes);
-    a->fch_gelu = device_alloc<floatX>(L * N * 4 * C, &bytes);
-    a->residual3 = device_alloc<floatX>(L * N * C, &bytes);
-    a->lnf = device_alloc<floatX>(N * C, &bytes);
-    a->lnf_mean = device_alloc<float>(N, &bytes);
-    a->lnf_rstd = device_alloc<float>(N, &bytes);
-    a->logits = device_alloc<floatX>(N * Vp, &bytes);
-    a->losses = device_alloc<float>(N, &bytes);
-    a->proj_out = device_alloc<floatX>(N * C, &bytes);
-    a->dresidual = device_alloc<floatX>(N * C, &bytes);
-    a->dbuf_c = device_alloc<floatX>(N * C, &bytes);
-    a->dbuf_3c = device_alloc<floatX>(N * 3 * C, &bytes);
-    a->dbuf_4c = device_alloc<floatX>(N * 4 * C, &bytes);
-
-    m->ln_scratch = device_alloc<char>(layernorm_backward_scratch_bytes((int)N, (int)C), &bytes);
-    m->bias_scratch = device_alloc<char>(bias_backward_scratch_bytes((int)N, (int)(4 * C)), &bytes);
+    point_params(&m->params, m->params_memory, m->param_sizes, m->num_tensors);
+    point_params(&m->grads, m->grads_memory, m->param_sizes, m->num_tensors);
+    gpt_allocate_activations(m, &bytes);
+    const size_t N = (size_t)B * T;
     m->norm_scratch = device_alloc<char>(sum_squares_scratch_bytes(n), &bytes);
     m->norm_device = device_alloc<float>(1, &bytes);
     m->inputs_device = device_alloc<int>(N, &bytes);
@@ -218,10 +259,18 @@ static void gpt_allocate(GPT* m, const GPTConfig* config, int B, int T, int worl
     encoder_backward_init(&m->encoder_bw, B, T, config->channels);
     cuda_check(cudaStreamCreate(&m->stream));
     gpt_bind_linears(m);
-    printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters; "
-           "GPU memory for parameters, gradients and activations: %.2f GiB\n", config->num_layers,
-           config->num_heads, config->channels, config->vocab_size, config->padded_vocab_size, n,
-           bytes / (double)(1 << 30));
+    if (config->arch == ARCH_GPT2)
+        printf("model: %d layers, %d heads, %d channels, vocab %d (padded %d), %zu parameters; "
+               "GPU memory for parameters, gradients and activations: %.2f GiB\n", config->num_layers,
+               config->num_heads, config->channels, config->vocab_size, config->padded_vocab_size, n,
+               bytes / (double)(1 << 30));
+    else {
+        char shape[256];
+        printf("model: %s (padded vocab %d), %zu parameters (%zu without the embeddings); GPU memory for parameters, "
+               "gradients and activations: %.2f GiB\n", config_describe(config, shape, sizeof(shape)),
+               config->padded_vocab_size, n, n - m->param_sizes[0] - (config->tied ? 0 : m->param_sizes[LP_LM_HEAD]),
+               bytes / (double)(1 << 30));
+    }
 }
 
 __global__ void bf16_to_float_kernel(float* out, const floatX* in, size_t n) {
@@ -276,8 +325,8 @@ static void gpt_free(GPT* m) {
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
                     a->lnf_rstd, a->logits, a->losses, a->proj_out, a->dresidual, a->dbuf_c, a->dbuf_3c,
-                    a->dbuf_4c, m->ln_scratch, m->bias_scratch, m->norm_scratch, m->norm_device,
-                    m->inputs_device, m->targets_device};
+                    a->dbuf_4c, a->dbuf_act, a->rope_cos, a->rope_sin, m->ln_scratch, m->bias_scratch, m->norm_scratch,
+                    m->norm_device, m->inputs_device, m->targets_device};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
     encoder_backward_free(&m->encoder_bw);
     free(m->losses_host);
@@ -310,10 +359,11 @@ __global__ void fill_kernel(floatX* p, size_t n, float value) {
 static void gpt_init_random(GPT* m, uint64_t seed) {
     const int block = 256;
     float residual_std = 0.02f / sqrtf(2.0f * m->config.num_layers);
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+    for (int id = 0; id < m->num_tensors; id++) {
         size_t n = m->param_sizes[id];
+        if (n == 0) continue;   // a tied LM head
         unsigned grid = (unsigned)ceil_div((int64_t)n, block);
-        const ParamInit init = GPT2_PARAMS[id].init;
+        const ParamInit init = m->family->params[id].init;
         if (init == INIT_NORMAL || init == INIT_RESIDUAL) {
             float std = init == INIT_RESIDUAL ? residual_std : 0.02f;
             init_normal_kernel<<<grid, block>>>(m->params.t[id], n, std, rng_key(seed, 0, (uint32_t)id));
@@ -322,11 +372,12 @@ static void gpt_init_random(GPT* m, uint64_t seed) {
         }
         cuda_check_last();
     }
-    // the padded vocabulary rows are never a target: keep them zero
+    // the padded vocabulary rows are never a target: keep them zero (the embedding's, and an untied head's)
     const GPTConfig* c = &m->config;
     size_t pad = (size_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
     size_t start = (size_t)c->vocab_size * c->channels;
-    cuda_check(cudaMemset(m->params.t[P_WTE] + start, 0, pad * sizeof(floatX)));
+    cuda_check(cudaMemset(m->params.t[0] + start, 0, pad * sizeof(floatX)));
+    if (c->arch == ARCH_LLAMA && !c->tied) cuda_check(cudaMemset(m->params.t[LP_LM_HEAD] + start, 0, pad * sizeof(floatX)));
     cuda_check(cudaDeviceSynchronize());
     gpt_init_master_from_params(m);
 }
@@ -345,14 +396,110 @@ static void gpt_set_bf16_forward(GPT* m, const Recipe* r, int bf16_forward, uint
 // ----------------------------------------------------------------------------------------------
 // Forward pass. With targets, also the per-token losses (and, when `backward` is set, the
 // classifier writes dlogits in place, scaled by dloss); returns the mean loss (NAN without targets).
+// The blocks of each family: gpt2_block_forward, llama_block_forward; the embedding and the head around them.
+
+// Where layer l's activations live (the per-layer slices of Activations).
+typedef struct {
+    const floatX* residual;   // the block's input: the embeddings, or the previous block's output
+    floatX *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *stats;
+} LayerActs;
+
+static LayerActs layer_acts(GPT* m, int l, int B, int T) {
+    const GPTConfig* c = &m->config;
+    Activations* a = &m->acts;
+    const size_t N = (size_t)B * T, nc = N * c->channels;
+    const size_t fc = dim_value(c, m->family->linears[LIN_FC].out), act = dim_value(c, m->family->linears[LIN_FCPROJ].in);
+    LayerActs x;
+    x.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * nc;
+    x.ln1 = a->ln1 + l * nc;
+    x.qkv = a->qkv + l * N * config_qkv_channels(c);
+    x.atty = a->atty + l * nc;
+    x.residual2 = a->residual2 + l * nc;
+    x.ln2 = a->ln2 + l * nc;
+    x.fch = a->fch + l * N * fc;
+    x.fch_gelu = a->fch_gelu + l * N * act;
+    x.residual3 = a->residual3 + l * nc;
+    x.ln1_mean = a->ln1_mean ? a->ln1_mean + l * N : NULL;
+    x.ln1_rstd = a->ln1_rstd + l * N;
+    x.ln2_mean = a->ln2_mean ? a->ln2_mean + l * N : NULL;
+    x.ln2_rstd = a->ln2_rstd + l * N;
+    x.stats = a->att_stats + (size_t)l * B * c->num_heads * T;
+    return x;
+}
+
+static AttnShape attn_shape(const GPT* m, int B, int T) {
+    const GPTConfig* c = &m->config;
+    return AttnShape{B, T, c->num_heads, config_kv_heads(c), config_head_size(c)};
+}
+
+static void gpt2_block_forward(GPT* m, int l, int B, int T) {
+    const GPTConfig* c = &m->config;
+    const int L = c->num_layers, C = c->channels, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    LayerActs x = layer_acts(m, l, B, T);
+    linear_forward(&m->lin, l, LIN_QKV, x.qkv, x.ln1);
+    attention_forward(x.atty, x.stats, x.qkv, attn_shape(m, B, T), s);
+    linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
+    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj_out,
+                                     p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
+    linear_forward(&m->lin, l, LIN_FC, x.fch, x.ln2);
+    gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C, s);
+    linear_forward(&m->lin, l, LIN_FCPROJ, a->proj_out, x.fch_gelu);
+    // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
+    if (l + 1 < L) {
+        LayerActs next = layer_acts(m, l + 1, B, T);
+        fused_residual_layernorm_forward(x.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, x.residual2, a->proj_out,
+                                         p->layer(P_LN1W, l + 1, C), p->layer(P_LN1B, l + 1, C), N, C, s);
+    } else {
+        fused_residual_layernorm_forward(x.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, x.residual2, a->proj_out,
+                                         p->t[P_LNFW], p->t[P_LNFB], N, C, s);
+    }
+}
+
+static void llama_block_forward(GPT* m, int l, int B, int T) {
+    const GPTConfig* c = &m->config;
+    const int L = c->num_layers, C = c->channels, N = B * T;
+    const float eps = c->norm_eps;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    LayerActs x = layer_acts(m, l, B, T);
+    const AttnShape sh = attn_shape(m, B, T);
+    linear_forward(&m->lin, l, LIN_QKV, x.qkv, x.ln1);
+    rope_forward(x.qkv, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
+    attention_forward(x.atty, x.stats, x.qkv, sh, s);
+    linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
+    fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, x.residual, a->proj_out, p->layer(LP_LN2W, l, C), N,
+                                   C, eps, s);
+    linear_forward(&m->lin, l, LIN_FC, x.fch, x.ln2);
+    swiglu_forward(x.fch_gelu, x.fch, N, c->mlp_hidden, s);
+    linear_forward(&m->lin, l, LIN_FCPROJ, a->proj_out, x.fch_gelu);
+    // the residual add of this block, fused with the RMSNorm that opens the next one (or the final one)
+    if (l + 1 < L) {
+        LayerActs next = layer_acts(m, l + 1, B, T);
+        fused_residual_rmsnorm_forward(x.residual3, next.ln1, next.ln1_rstd, x.residual2, a->proj_out,
+                                       p->layer(LP_LN1W, l + 1, C), N, C, eps, s);
+    } else {
+        fused_residual_rmsnorm_forward(x.residual3, a->lnf, a->lnf_rstd, x.residual2, a->proj_out, p->t[LP_LNFW], N, C,
+                                       eps, s);
+    }
+}
+
+// The LM head's weights: the token embedding (tied) or a matrix of its own.
+static int head_tensor(const GPT* m) {
+    return m->config.arch == ARCH_LLAMA && !m->config.tied ? LP_LM_HEAD : 0;
+}
 
 static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, int T, int backward, float dloss) {
     // any B x T within the buffers: evaluation runs more, shorter rows than training (eval_shape)
     fail_if(T > m->T || (int64_t)B * T > (int64_t)m->B * m->T, "internal: batch %dx%d exceeds the allocated %dx%d",
             B, T, m->B, m->T);
     const GPTConfig* c = &m->config;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, V = c->vocab_size, Vp = c->padded_vocab_size;
-    int N = B * T;
+    const int L = c->num_layers, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size, N = B * T;
+    const int llama = c->arch == ARCH_LLAMA;
     cudaStream_t s = m->stream;
     Activations* a = &m->acts;
     ParamTensors<floatX>* p = &m->params;
@@ -360,40 +507,19 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     linear_begin_forward(&m->lin, N, backward);
     if (targets) cuda_check(cudaMemcpyAsync(m->targets_device, targets, N * sizeof(int), cudaMemcpyHostToDevice, s));
 
-    encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, a->encoded, p->t[P_LN1W], p->t[P_LN1B], N, C, s);
-    for (int l = 0; l < L; l++) {
-        size_t nc = (size_t)N * C;
-        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * nc;
-        floatX* ln1 = a->ln1 + l * nc;
-        floatX* qkv = a->qkv + l * 3 * nc;
-        floatX* atty = a->atty + l * nc;
-        float* stats = a->att_stats + (size_t)l * B * NH * T;
-        floatX* residual2 = a->residual2 + l * nc;
-        floatX* ln2 = a->ln2 + l * nc;
-        floatX* fch = a->fch + l * 4 * nc;
-        floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
-        floatX* residual3 = a->residual3 + l * nc;
-
-        linear_forward(&m->lin, l, LIN_QKV, qkv, ln1);
-        attention_forward(atty, stats, qkv, B, T, NH, C / NH, s);
-        linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, atty);
-        fused_residual_layernorm_forward(residual2, ln2, a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N,
-                                         residual, a->proj_out, p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
-        linear_forward(&m->lin, l, LIN_FC, fch, ln2);
-        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
-        linear_forward(&m->lin, l, LIN_FCPROJ, a->proj_out, fch_gelu);
-        // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
-        if (l + 1 < L) {
-            fused_residual_layernorm_forward(residual3, a->ln1 + (l + 1) * nc, a->ln1_mean + (size_t)(l + 1) * N,
-                                             a->ln1_rstd + (size_t)(l + 1) * N, residual2, a->proj_out,
-                                             p->layer(P_LN1W, l + 1, C), p->layer(P_LN1B, l + 1, C), N, C, s);
-        } else {
-            fused_residual_layernorm_forward(residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, a->proj_out,
-                                             p->t[P_LNFW], p->t[P_LNFB], N, C, s);
-        }
+    LayerActs first = layer_acts(m, 0, B, T);
+    if (llama) {
+        encoder_forward(a->encoded, m->inputs_device, p->t[LP_WTE], NULL, B, T, C, s);
+        rmsnorm_forward(first.ln1, first.ln1_rstd, a->encoded, p->t[LP_LN1W], N, C, c->norm_eps, s);
+    } else {
+        encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);
+        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a->encoded, p->t[P_LN1W], p->t[P_LN1B], N, C, s);
     }
-    matmul_forward(a->logits, a->lnf, p->t[P_WTE], NULL, N, C, Vp, NULL, s);
+    for (int l = 0; l < L; l++) {
+        if (llama) llama_block_forward(m, l, B, T);
+        else gpt2_block_forward(m, l, B, T);
+    }
+    matmul_forward(a->logits, a->lnf, p->t[head_tensor(m)], NULL, N, C, Vp, NULL, s);
     if (!targets) return NAN;
     fused_classifier(a->logits, a->losses, dloss, m->targets_device, N, V, Vp, backward, s);
     cuda_check(cudaMemcpyAsync(m->losses_host, a->losses, N * sizeof(float), cudaMemcpyDeviceToHost, s));
@@ -419,45 +545,90 @@ static void gpt_reduce_grads_async(GPT* m, float* const* bufs, const size_t* cou
     else dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
 }
 
-// One layer's gradient slices, as soon as the backward pass has finished them.
-static void gpt_reduce_layer_grads(GPT* m, int l) {
-    float* bufs[NUM_PARAM_TENSORS];
-    size_t counts[NUM_PARAM_TENSORS];
+// The gradient slices of the per-layer tensors of layer l (per_layer = 1), or of the other tensors (per_layer = 0).
+static int gpt_grad_slices(GPT* m, int per_layer, int l, float** bufs, size_t* counts) {
     int n = 0;
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        if (!GPT2_PARAMS[id].per_layer) continue;
-        counts[n] = gpt_per_layer(m, id);
-        bufs[n] = m->grads.layer(id, l, counts[n]);
+    for (int id = 0; id < m->num_tensors; id++) {
+        if (m->family->params[id].per_layer != per_layer || m->param_sizes[id] == 0) continue;
+        counts[n] = per_layer ? gpt_per_layer(m, id) : m->param_sizes[id];
+        bufs[n] = per_layer ? m->grads.layer(id, l, counts[n]) : m->grads.t[id];
         n++;
     }
-    gpt_reduce_grads_async(m, bufs, counts, n);
+    return n;
 }
 
-// The tensors outside the layers (embeddings, final LayerNorm), after the encoder's backward, then the
-// compute stream waits for all of the step's reductions.
+// One layer's gradient slices, as soon as the backward pass has finished them.
+static void gpt_reduce_layer_grads(GPT* m, int l) {
+    float* bufs[MAX_PARAM_TENSORS];
+    size_t counts[MAX_PARAM_TENSORS];
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, bufs, counts));
+}
+
+// The tensors outside the layers (embeddings, final norm, head), after the embedding's backward, then the compute
+// stream waits for all of the step's reductions.
 static void gpt_reduce_other_grads(GPT* m) {
-    float* bufs[NUM_PARAM_TENSORS];
-    size_t counts[NUM_PARAM_TENSORS];
-    int n = 0;
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
-        if (GPT2_PARAMS[id].per_layer) continue;
-        counts[n] = m->param_sizes[id];
-        bufs[n] = m->grads.t[id];
-        n++;
-    }
-    gpt_reduce_grads_async(m, bufs, counts, n);
+    float* bufs[MAX_PARAM_TENSORS];
+    size_t counts[MAX_PARAM_TENSORS];
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 0, 0, bufs, counts));
     dist_wait(m->dist, m->stream);
 }
 
 // Layer l's linear `kind` in the backward: its bias gradient (from BF16 dout, where the table gives it a bias), then
 // the executor's data and weight gradients.
 static void gpt_linear_backward(GPT* m, int l, int kind, floatX* dinp, const floatX* dout, const floatX* inp, int N) {
-    const LinearRow* row = &GPT2_LINEARS[kind];
+    const LinearRow* row = &m->family->linears[kind];
     if (row->bias >= 0) {
         const int OC = m->lin.kind[kind].OC;
         bias_backward(m->grads.layer(row->bias, l, OC), m->bias_scratch, dout, N, OC, m->stream);
     }
     linear_backward(&m->lin, l, kind, dinp, dout, inp);
+}
+
+// dresidual holds the gradient of the block's output; leaves the gradient of its input there.
+static void gpt2_block_backward(GPT* m, int l, int B, int T) {
+    const GPTConfig* c = &m->config;
+    const int C = c->channels, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    ParamTensors<float>* g = &m->grads;
+    LayerActs x = layer_acts(m, l, B, T);
+    // MLP: dresidual is the gradient of residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+    gpt_linear_backward(m, l, LIN_FCPROJ, a->dbuf_4c, a->dresidual, x.fch_gelu, N);
+    gelu_backward_inplace(a->dbuf_4c, x.fch, (size_t)N * 4 * C, s);
+    gpt_linear_backward(m, l, LIN_FC, a->dbuf_c, a->dbuf_4c, x.ln2, N);
+    layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
+                       x.residual2, p->layer(P_LN2W, l, C), x.ln2_mean, x.ln2_rstd, N, C, s);
+    // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
+    gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
+    attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, attn_shape(m, B, T), s);
+    gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
+    layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
+                       x.residual, p->layer(P_LN1W, l, C), x.ln1_mean, x.ln1_rstd, N, C, s);
+}
+
+static void llama_block_backward(GPT* m, int l, int B, int T) {
+    const GPTConfig* c = &m->config;
+    const int C = c->channels, N = B * T;
+    cudaStream_t s = m->stream;
+    Activations* a = &m->acts;
+    ParamTensors<floatX>* p = &m->params;
+    ParamTensors<float>* g = &m->grads;
+    LayerActs x = layer_acts(m, l, B, T);
+    const AttnShape sh = attn_shape(m, B, T);
+    // MLP: dresidual is the gradient of residual3 = residual2 + down(silu(gate) * up), (gate | up) = fc(rms2(residual2))
+    gpt_linear_backward(m, l, LIN_FCPROJ, a->dbuf_act, a->dresidual, x.fch_gelu, N);
+    swiglu_backward(a->dbuf_4c, a->dbuf_act, x.fch, N, c->mlp_hidden, s);
+    gpt_linear_backward(m, l, LIN_FC, a->dbuf_c, a->dbuf_4c, x.ln2, N);
+    rmsnorm_backward(a->dresidual, g->layer(LP_LN2W, l, C), m->ln_scratch, a->dbuf_c, x.residual2,
+                     p->layer(LP_LN2W, l, C), x.ln2_rstd, N, C, s);
+    // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(rope(qkv(rms1(residual)))))
+    gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
+    attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, sh, s);
+    rope_backward(a->dbuf_3c, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
+    gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
+    rmsnorm_backward(a->dresidual, g->layer(LP_LN1W, l, C), m->ln_scratch, a->dbuf_c, x.residual,
+                     p->layer(LP_LN1W, l, C), x.ln1_rstd, N, C, s);
 }
 
 // reduce: this is the last micro-step of the optimizer step, so the gradients are summed over ranks
@@ -466,9 +637,9 @@ static void gpt_linear_backward(GPT* m, int l, int kind, floatX* dinp, const flo
 static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
     reduce = reduce && m->dist && (m->dist->world > 1 || m->zero);
     const GPTConfig* c = &m->config;
-    int L = c->num_layers, C = c->channels, NH = c->num_heads, Vp = c->padded_vocab_size;
-    int N = B * T;
-    size_t nc = (size_t)N * C;
+    const int L = c->num_layers, C = c->channels, Vp = c->padded_vocab_size, N = B * T;
+    const int llama = c->arch == ARCH_LLAMA;
+    const size_t nc = (size_t)N * C;
     cudaStream_t s = m->stream;
     Activations* a = &m->acts;
     ParamTensors<floatX>* p = &m->params;
@@ -476,38 +647,22 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
     fail_if(N != m->lin.tokens, "internal: a backward of %d tokens after a forward of %d", N, m->lin.tokens);
 
     // classifier: a->logits holds dlogits
-    matmul_dgrad(a->dbuf_c, a->logits, p->t[P_WTE], N, C, Vp, NULL, s);
-    matmul_wgrad(g->t[P_WTE], a->logits, a->lnf, N, C, Vp, NULL, s);
+    const int head = head_tensor(m);
+    matmul_dgrad(a->dbuf_c, a->logits, p->t[head], N, C, Vp, NULL, s);
+    matmul_wgrad(g->t[head], a->logits, a->lnf, N, C, Vp, NULL, s);
     cuda_check(cudaMemsetAsync(a->dresidual, 0, nc * sizeof(floatX), s));
-    layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], m->ln_scratch, a->dbuf_c,
-                       a->residual3 + (L - 1) * nc, p->t[P_LNFW], a->lnf_mean, a->lnf_rstd, N, C, s);
-
+    const floatX* last = a->residual3 + (L - 1) * nc;
+    if (llama)
+        rmsnorm_backward(a->dresidual, g->t[LP_LNFW], m->ln_scratch, a->dbuf_c, last, p->t[LP_LNFW], a->lnf_rstd, N, C, s);
+    else
+        layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], m->ln_scratch, a->dbuf_c, last, p->t[P_LNFW],
+                           a->lnf_mean, a->lnf_rstd, N, C, s);
     for (int l = L - 1; l >= 0; l--) {
-        const floatX* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * nc;
-        const floatX* ln1 = a->ln1 + l * nc;
-        const floatX* qkv = a->qkv + l * 3 * nc;
-        const floatX* atty = a->atty + l * nc;
-        const float* stats = a->att_stats + (size_t)l * B * NH * T;
-        const floatX* residual2 = a->residual2 + l * nc;
-        const floatX* ln2 = a->ln2 + l * nc;
-        const floatX* fch = a->fch + l * 4 * nc;
-        const floatX* fch_gelu = a->fch_gelu + l * 4 * nc;
-
-        // MLP: dresidual is the gradient of residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        gpt_linear_backward(m, l, LIN_FCPROJ, a->dbuf_4c, a->dresidual, fch_gelu, N);
-        gelu_backward_inplace(a->dbuf_4c, fch, (size_t)N * 4 * C, s);
-        gpt_linear_backward(m, l, LIN_FC, a->dbuf_c, a->dbuf_4c, ln2, N);
-        layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
-                           residual2, p->layer(P_LN2W, l, C), a->ln2_mean + (size_t)l * N, a->ln2_rstd + (size_t)l * N, N, C, s);
-        // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
-        gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, atty, N);
-        attention_backward(a->dbuf_3c, a->dbuf_c, qkv, atty, stats, B, T, NH, C / NH, s);
-        gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, ln1, N);
-        layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
-                           residual, p->layer(P_LN1W, l, C), a->ln1_mean + (size_t)l * N, a->ln1_rstd + (size_t)l * N, N, C, s);
+        if (llama) llama_block_backward(m, l, B, T);
+        else gpt2_block_backward(m, l, B, T);
         if (reduce) gpt_reduce_layer_grads(m, l);
     }
-    encoder_backward(&m->encoder_bw, g->t[P_WTE], g->t[P_WPE], a->dresidual, inputs, B, T, C, s);
+    encoder_backward(&m->encoder_bw, g->t[0], llama ? NULL : g->t[P_WPE], a->dresidual, inputs, B, T, C, s);
     if (reduce) gpt_reduce_other_grads(m);
     linear_end_backward(&m->lin);   // this micro-step's amaxes are the next one's (the delayed rule)
 }
@@ -547,11 +702,11 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
     // Each tensor's part inside [opt_begin, opt_begin + opt_count); the element index within the
     // tensor keys the stochastic rounding, so the result does not depend on the sharding.
     size_t lo = m->opt_begin, hi = m->opt_begin + m->opt_count;
-    for (int id = 0; id < NUM_PARAM_TENSORS; id++) {
+    for (int id = 0; id < m->num_tensors; id++) {
         size_t off = m->params.t[id] - m->params_memory;
         size_t b = off > lo ? off : lo, e = off + m->param_sizes[id] < hi ? off + m->param_sizes[id] : hi;
         if (b >= e) continue;
-        a.weight_decay = GPT2_PARAMS[id].decay ? o->weight_decay : 0.0f;
+        a.weight_decay = m->family->params[id].decay ? o->weight_decay : 0.0f;
         a.rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)id);
         adamw_update(m->params_memory + b, m->master ? m->master + (b - lo) : NULL, m->grads_memory + b,
                      m->adam_m + (b - lo), m->adam_v + (b - lo), e - b, b - off, &a, m->stream);
@@ -1109,6 +1264,10 @@ typedef struct {
     const char* tokenizer;
     const char* out_dir;
     const char* model;
+    const char* arch;
+    int n_layer, n_embd, n_head, kv_heads, mlp_hidden;
+    float rope_theta, norm_eps;
+    const char* tie_embeddings;
     const char* init_from;
     const char* resume;
     int batch_size, seq_len, total_batch, steps;
@@ -1149,7 +1308,9 @@ static TrainConfig default_config(void) {
     t.val_data = "data/tinyshakespeare/tiny_shakespeare_val.bin";
     t.tokenizer = "data/gpt2_tokenizer.bin";
     t.out_dir = "out";
-    t.model = "";   // d12 for a new run; with --resume / --init-from the checkpoint's
+    t.model = "";   // d12 (llama-30m with --arch llama) for a new run; with --resume / --init-from the checkpoint's
+    t.arch = "auto";
+    t.tie_embeddings = "default";   // (0 values of the shape flags: the model's own)
     t.init_from = "";
     t.resume = "";
     t.batch_size = 8; t.seq_len = 1024; t.total_batch = 0; t.steps = 100;
@@ -1187,7 +1348,16 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"val-data", 'j', OPT_STRING, &tc->val_data, NULL, "validation shards (glob pattern); empty: no validation"},
         {"tokenizer", 0, OPT_STRING, &tc->tokenizer, NULL, "tokenizer file for decoding samples"},
         {"out-dir", 'o', OPT_STRING, &tc->out_dir, NULL, "directory for log.jsonl and checkpoints"},
-        {"model", 'e', OPT_CHOICE, &tc->model, "d6|d12|d24|d36|d48", "model size (GPT-2 shapes; d12 = 124M); default d12, or with --resume/--init-from the checkpoint's (which must agree with --model if both are given)"},
+        {"model", 'e', OPT_CHOICE, &tc->model, "d6|d12|d24|d36|d48|llama-tiny|llama-30m|llama-50m|llama-100m|llama-200m", "model: GPT-2 by depth (d12 = 124M) or Llama by non-embedding parameters (docs/MODELS.md); default d12 (llama-30m with --arch llama), or with --resume/--init-from the checkpoint's (which must agree with --model if both are given)"},
+        {"arch", 0, OPT_CHOICE, &tc->arch, "auto|gpt2|llama", "model family (auto: the --model's, or the checkpoint's): GPT-2 (LayerNorm, GELU, learned positions, tied head) or Llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases)"},
+        {"n-layer", 0, OPT_INT, &tc->n_layer, NULL, "layers (0: the model's)"},
+        {"n-embd", 0, OPT_INT, &tc->n_embd, NULL, "channels (0: the model's)"},
+        {"n-head", 0, OPT_INT, &tc->n_head, NULL, "query heads (0: the model's)"},
+        {"kv-heads", 0, OPT_INT, &tc->kv_heads, NULL, "Llama: key/value heads, grouped-query attention (0: the model's; with --n-head, as many as query heads)"},
+        {"mlp-hidden", 0, OPT_INT, &tc->mlp_hidden, NULL, "Llama: the SwiGLU MLP's width (0: the model's, or 2/3 of 4C rounded up to a multiple of 256)"},
+        {"rope-theta", 0, OPT_FLOAT, &tc->rope_theta, NULL, "Llama: RoPE's base (0: the model's, 10000)"},
+        {"norm-eps", 0, OPT_FLOAT, &tc->norm_eps, NULL, "Llama: the RMSNorm epsilon (0: the model's, 1e-5)"},
+        {"tie-embeddings", 0, OPT_CHOICE, &tc->tie_embeddings, "default|on|off", "Llama: the LM head is the token embedding (default: off, a head of its own)"},
         {"init-from", 0, OPT_STRING, &tc->init_from, NULL, "start from this checkpoint's weights (fresh optimizer)"},
         {"resume", 0, OPT_STRING, &tc->resume, NULL, "resume a run: a checkpoint path, or 'latest' in --out-dir"},
         {"batch-size", 'b', OPT_INT, &tc->batch_size, NULL, "micro-batch size (sequences per GPU per micro-step)"},
@@ -1272,6 +1442,10 @@ static void check_options(const TrainConfig* tc) {
     fail_if(tc->peak_tflops <= 0.0f, "--peak-tflops must be positive (the GPU's dense BF16 peak, for the MFU)");
     fail_if(tc->bf16_first_layers < -1 || tc->bf16_last_layers < -1,
             "--bf16-first-layers and --bf16-last-layers must be >= 0, or -1 for the recipe's rule");
+    fail_if(tc->n_layer < 0 || tc->n_embd < 0 || tc->n_head < 0 || tc->kv_heads < 0 || tc->mlp_hidden < 0 ||
+            tc->rope_theta < 0.0f || tc->norm_eps < 0.0f,
+            "--n-layer, --n-embd, --n-head, --kv-heads, --mlp-hidden, --rope-theta and --norm-eps must be >= 0 "
+            "(0: the model's)");
     fail_if(tc->eval_only && !tc->init_from[0], "--eval-only evaluates a checkpoint: give it with --init-from CKPT%s",
             tc->resume[0] ? " (not --resume)" : "");
 }
@@ -1358,6 +1532,30 @@ static void check_resume(const Run* r, const CheckpointReader* ckr) {
     if (r->rank != 0 && r->zero) check_shard_file(path, ckr, r->rank);
 }
 
+// --arch: ARCH_* or -1 (auto).
+static int arch_asked(const TrainConfig* tc) {
+    for (int a = 0; a < NUM_ARCHS; a++)
+        if (!strcmp(tc->arch, ARCH_NAMES[a])) return a;
+    return -1;
+}
+
+// A new model's shape: --model's preset (or the family's default), then the shape flags.
+static GPTConfig new_model_config(const TrainConfig* tc) {
+    const int arch = arch_asked(tc);
+    GPTConfig c = config_from_descriptor(tc->model[0] ? tc->model : arch == ARCH_LLAMA ? "llama-30m" : GPT_DEFAULT_MODEL);
+    fail_if(arch >= 0 && arch != c.arch, "--arch %s conflicts with --model %s, a %s model: leave one out", tc->arch,
+            tc->model, ARCH_NAMES[c.arch]);
+    const int tie = !strcmp(tc->tie_embeddings, "on") ? 1 : !strcmp(tc->tie_embeddings, "off") ? 0 : -1;
+    char err[512];
+    fail_if(config_apply_shape(&c, tc->n_layer, tc->n_embd, tc->n_head, tc->kv_heads, tc->mlp_hidden, tc->rope_theta,
+                               tc->norm_eps, tie, err, sizeof(err)), "%s", err);
+    char where[64];
+    snprintf(where, sizeof(where), "the model's shape flags (--n-layer ... --kv-heads ...)");
+    config_require(&c, tc->n_layer > 0 || tc->n_embd > 0 || tc->n_head > 0 || tc->kv_heads > 0 || tc->mlp_hidden > 0
+                           ? where : NULL);
+    return c;
+}
+
 // The model: a checkpoint's (its header and, for a resume, its run state), or --model's.
 static void plan_model(Run* r) {
     const TrainConfig* tc = &r->tc;
@@ -1369,9 +1567,15 @@ static void plan_model(Run* r) {
             snprintf(r->resume_path, sizeof(r->resume_path), "%s", tc->resume);
     }
     const char* weights_from = r->resume_path[0] ? r->resume_path : tc->init_from;
+    const int shape_flags = tc->n_layer > 0 || tc->n_embd > 0 || tc->n_head > 0 || tc->kv_heads > 0 ||
+                            tc->mlp_hidden > 0 || tc->rope_theta > 0 || tc->norm_eps > 0 ||
+                            strcmp(tc->tie_embeddings, "default") != 0;
     if (!weights_from[0]) {
-        r->config = config_from_descriptor(tc->model[0] ? tc->model : GPT_DEFAULT_MODEL);
+        r->config = new_model_config(tc);
     } else {
+        fail_if(shape_flags, "a checkpoint's weights fix the model's shape: leave --n-layer, --n-embd, --n-head, "
+                "--kv-heads, --mlp-hidden, --rope-theta, --norm-eps and --tie-embeddings out with --%s",
+                r->resume_path[0] ? "resume" : "init-from");
         CheckpointReader ckr;
         r->config = open_checkpoint(&ckr, weights_from);
         const int32_t* ch = ckr.header;
@@ -1390,6 +1594,9 @@ static void plan_model(Run* r) {
                     "without --%s", tc->model, weights_from, name ? name : "custom",
                     config_describe(&r->config, shape, sizeof(shape)), r->resume_path[0] ? "resume" : "init-from");
         }
+        const int arch = arch_asked(tc);
+        fail_if(arch >= 0 && arch != r->config.arch, "--arch %s conflicts with checkpoint '%s', which holds a %s model",
+                tc->arch, weights_from, ARCH_NAMES[r->config.arch]);
         check_checkpoint_sizes(&ckr, param_count(&r->config));
         if (r->resume_path[0]) {
             read_run_state(&ckr, &r->saved, r->saved_recipe, sizeof(r->saved_recipe));
@@ -1449,9 +1656,12 @@ static void plan_recipe(Run* r) {
             "delay", tc->recipe);
     if (r->quantizes) {
         char err[2048];
-        int rc = recipe_check_shapes(recipe, r->batch.micro_tokens, config->channels, 1, err, sizeof(err));
+        int rc = recipe_check_model(recipe, r->batch.micro_tokens, config, 1, err, sizeof(err));
         fail_if(rc == 1, "recipe %s with --batch-size %d x --seq-len %d: %s. Change --batch-size or --seq-len",
                 tc->recipe, r->B, r->T, err);
+        if (config->arch == ARCH_LLAMA)
+            fail_if(rc == 2, "recipe %s on a Llama model of %d channels, %d QKV outputs and an MLP of %d: %s", tc->recipe,
+                    config->channels, config_qkv_channels(config), config->mlp_hidden, err);
         fail_if(rc == 2, "recipe %s on a model of %d channels: %s", tc->recipe, config->channels, err);
     }
     recipe_describe(recipe, r->recipe_text, sizeof(r->recipe_text));
@@ -1475,7 +1685,7 @@ static void open_tasks(Run* r) {
     char err[2048];
     for (int k = 0; k < held->n_tasks && r->quantizes && !held->bf16; k++) {
         const EvalShape* es = &held->shape[k];
-        fail_if(recipe_check_shapes(&r->recipe, (int64_t)es->rows * es->seq, r->config.channels, 0, err, sizeof(err)),
+        fail_if(recipe_check_model(&r->recipe, (int64_t)es->rows * es->seq, &r->config, 0, err, sizeof(err)),
                 "recipe %s: the %s evaluation runs the forward on %d rows of %d tokens: %s. Change --batch-size or "
                 "--seq-len, or evaluate with --eval-precision bf16", tc->recipe, held->task[k].name, es->rows,
                 es->seq, err);
@@ -1506,7 +1716,7 @@ static void open_data(Run* r) {
         // text samples run the forward on one sequence of min(T, 256) tokens (sample_text)
         char err[2048];
         int T_gen = T < 256 ? T : 256;
-        fail_if(recipe_check_shapes(&r->recipe, T_gen, r->config.channels, 0, err, sizeof(err)),
+        fail_if(recipe_check_model(&r->recipe, T_gen, &r->config, 0, err, sizeof(err)),
                 "recipe %s: text samples run the forward on %d tokens (one sequence of --seq-len, at most 256): %s. "
                 "Change --seq-len, or turn samples off with --sample-every 0", tc->recipe, T_gen, err);
     }
@@ -1634,7 +1844,8 @@ static void open_log(Run* r) {
         "\"eps\":%g,\"weight_decay\":%g,\"grad_clip\":%g,\"master_weights\":\"%s\",\"seed\":%d,\"recipe\":\"%s\","
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
-        "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d}",
+        "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d,\"arch\":\"%s\",\"kv_heads\":%d,"
+        "\"mlp_hidden\":%d,\"tied\":%d}",
         model_name ? model_name : "custom", config->num_layers, config->num_heads, config->channels, config->vocab_size,
         model->num_parameters, r->B, r->T, (long long)r->total_batch, r->grad_accum, r->world, tc->steps, tc->lr,
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
@@ -1642,7 +1853,8 @@ static void open_log(Run* r) {
         r->schedule.bf16_forward_step, json_escape(tc->train_data, esc[0], sizeof(esc[0])),
         json_escape(tc->val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
-        cublasLtGetVersion(), attention_cudnn_version(), r->rs.step);
+        cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
+        (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied);
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);

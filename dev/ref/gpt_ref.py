@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for the GPT-2 training program: writes the dump that test_gpt_fp4 compares to.
+"""PyTorch reference for the GPT-2 / Llama training program: writes the dumps that test_gpt_fp4 compares to.
 
 The model is GPT-2 (pre-LayerNorm blocks, learned position embedding, tied output head, tanh GELU)
 with the parameter layout of the C/CUDA program: one flat float32 block holding, in this order,
@@ -7,6 +7,7 @@ with the parameter layout of the C/CUDA program: one flat float32 block holding,
   attprojb (L,C) ln2w (L,C) ln2b (L,C) fcw (L,4C,C) fcb (L,4C) fcprojw (L,C,4C) fcprojb (L,C)
   lnfw (C) lnfb (C)
 Rows V..Vp-1 of wte are zero padding: never an input, never a target, and their logits are cut off.
+--arch llama: docs/MODELS.md's Llama family instead (see "Llama" below).
 
 The script initializes from a seed, runs forward/backward once (logits, loss, grads), then
 `nsteps` AdamW steps on the same batch, and writes everything to one little-endian file:
@@ -20,6 +21,9 @@ The script initializes from a seed, runs forward/backward once (logits, loss, gr
                              8 quartet2-4o6),
                         [16]=bf16_first, [17]=bf16_last (resolved block counts kept in BF16),
                         [18]=number of transformer blocks that run quantized GEMMs (0 for bf16),
+                        [19]=arch (0 gpt2, 1 llama); Llama dumps only (GPT-2 dumps keep 0 in [19..24]):
+                             [20]=KVH, [21]=H (MLP hidden), [22]=tied (0/1), [23]=RoPE theta as float32 bits,
+                             [24]=RMSNorm eps as float32 bits,
                         [32..63]  recipe name, ASCII, NUL padded (128 bytes),
                         [64+8s..71+8s] slot s spec string (32 bytes, NUL padded), s = 0..5 in the order
                              fprop.x fprop.w dgrad.dy dgrad.w wgrad.dy wgrad.x; rest 0
@@ -33,11 +37,10 @@ The script initializes from a seed, runs forward/backward once (logits, loss, gr
   float32 grad_norms[nsteps]            global gradient norm before clipping, at each step
   float32 params_after[num_parameters]  after nsteps updates
 
-Default run (seed 1337, lr 1e-3, grad_clip 2.0): loss 6.952 -> 4.793 over 10 steps; the gradient
-norm exceeds 2.0 on steps 3-6 only (2.03, 2.65, 2.72, 2.16; smallest margin 1.5%), so both the
-clipped and the unclipped branch are exercised. The file is ~7.5 MB (three parameter blocks of
-536,064 floats plus 256,000 logits); --channels 64 --vocab 500 --padded-vocab 512 gives ~2.2 MB.
-Check a dump without torch: python3 dev/ref/read_dump.py PATH
+Default run (L 2, C 64, V 500, Vp 512, B 4, T 64, seed 1337, lr 1e-3, grad_clip 1.0): loss 6.2267 -> 5.3048
+before the 10th update; the gradient norm exceeds 1.0 on step 4 only (1.088), so both the clipped and the
+unclipped branch are exercised. The file is ~2.2 MB (three parameter blocks of 136,960 floats plus 128,000
+logits). Check a dump without torch: python3 dev/ref/read_dump.py PATH
 
 Numerics: computed in float64 by default (--dtype float32 to match an fp32 program instead). The
 initial parameters and tokens are drawn in float32 on the CPU from a seeded generator, so they are
@@ -85,6 +88,36 @@ quartet2 (MS-EDEN's 128-point rotations need 128 | C) has its own model (~4 MB):
     -> dev/ref/gpt_ref_quartet2.bin  (src=fprop slots: the forward's dequantized copy, re-made with its key;
        MS-EDEN signs keyed on the linear's dgrad.dy key, as train_gpt_fp4.cu)
 Check the FP4 machinery: python3 dev/ref/gpt_ref.py --self-test   (read_dump.py checks any dump)
+
+Llama (--arch llama, docs/MODELS.md; llmc/model/llama.h). Flags: --kv-heads KVH (default NH/2 here, so the
+test model exercises GQA; the trainer's default is NH), --mlp-hidden H (default 2C here), --rope-theta
+(10000), --norm-eps (1e-5), --tie-embeddings (off); theta and eps are rounded to float32 as the C program
+holds them. Defaults --vocab 250 --padded-vocab 256 for llama. Parameters, in this order:
+  wte (Vp,C) ln1w (L,C) qkvw (L,(NH+2KVH)HS,C) attprojw (L,C,C) ln2w (L,C) fcw (L,2H,C) fcprojw (L,C,H)
+  lnfw (C) lm_head (Vp,C)           (lm_head absent with --tie-embeddings; HS = C/NH)
+Init as GPT-2's above: matrices N(0, 0.02), attprojw/fcprojw N(0, 0.02/sqrt(2L)), norm weights 1 + N(0, 0.02),
+all BF16-representable, drawn in storage order, padding rows of wte and lm_head zero. Weight decay on wte
+qkvw attprojw fcw fcprojw lm_head, not on the norms. Block l on the residual x (float64 like the rest):
+  qkv = rmsnorm(x; ln1w) @ qkvw^T                     q heads | k heads | v heads, the linear's output pre-RoPE
+  q, k = rope(q), rope(k)                             rotate halves: (x_i, x_{i+HS/2}) at position t turn by
+                                                      t * theta^(-2i/HS); cos/sin computed in double, rounded to
+                                                      float32 (rope_table_fill), used as those float32 values
+  a = causal softmax(q k^T / sqrt(HS)) v              GQA: query head h reads kv head h // (NH / KVH)
+  x = x + a @ attprojw^T
+  gu = rmsnorm(x; ln2w) @ fcw^T;  g, u = gu[:, :H], gu[:, H:];  x = x + (silu(g) * u) @ fcprojw^T
+logits = rmsnorm(x; lnfw) @ lm_head^T (wte^T when tied); rmsnorm(x; w) = x / sqrt(mean(x^2) + eps) * w. No
+biases, no position embedding. The FP4 recipes apply to the four linears exactly as for GPT-2 (kinds qkv 0,
+attproj 1, fc = gate/up 2, fcproj = down 3; same SR keys, same BF16 first/last block rule), with no bias and
+so no db. recipe_fits checks every reduction/blocking dimension: C, (NH+2KVH)HS, 2H, H and N = B*T.
+The committed Llama dumps (~1.5 MB; quartet2 ~4.6 MB):
+  python3 dev/ref/gpt_ref.py --arch llama --recipe all
+    -> dev/ref/llama_ref.bin (bf16), llama_ref_nvfp4.bin, llama_ref_mxfp4-2d.bin   (L 2, C 64, NH 2, KVH 1,
+       H 128, V 250, Vp 256; B, T, maxT, steps, seeds and hyperparameters as the GPT-2 default)
+  python3 dev/ref/gpt_ref.py --arch llama --recipe quartet2 --channels 128 --heads 4
+    -> dev/ref/llama_ref_quartet2.bin   (C 128, NH 4, KVH 2, H 256: MS-EDEN's 128 divides every dimension)
+Check: python3 dev/ref/gpt_ref.py --arch llama --self-test (items 4-5 on the Llama model, and, when transformers
+is installed, logits against LlamaForCausalLM holding the same weights: qkvw split into q/k/v_proj as is, fcw
+rows [0, H) gate_proj and [H, 2H) up_proj, attprojw o_proj, fcprojw down_proj; agree to ~1e-7).
 """
 import argparse
 import math
@@ -104,6 +137,7 @@ MAGIC = 20261129
 VERSION = 1
 HEADER_INTS = 256
 HYPER_FLOATS = 16
+ARCH_IDS = {"gpt2": 0, "llama": 1}  # header word [19]
 
 # (name, shape as a function of the config, is_matrix i.e. weight-decayed)
 def param_specs(L, C, Vp, maxT):
@@ -127,21 +161,46 @@ def param_specs(L, C, Vp, maxT):
     ]
 
 
+def llama_param_specs(L, C, Vp, NH, KVH, H, tied):
+    """docs/MODELS.md's Llama layout (llmc/model/llama.h): no biases, no positions, lm_head unless tied."""
+    HS = C // NH
+    specs = [
+        ("wte", (Vp, C), True),
+        ("ln1w", (L, C), False),
+        ("qkvw", (L, (NH + 2 * KVH) * HS, C), True),
+        ("attprojw", (L, C, C), True),
+        ("ln2w", (L, C), False),
+        ("fcw", (L, 2 * H, C), True),
+        ("fcprojw", (L, C, H), True),
+        ("lnfw", (C,), False),
+    ]
+    if not tied:
+        specs.append(("lm_head", (Vp, C), True))
+    return specs
+
+
+def model_specs(cfg):
+    """The parameter table of cfg's architecture, in storage order."""
+    if cfg.get("arch", "gpt2") == "llama":
+        return llama_param_specs(cfg["L"], cfg["C"], cfg["Vp"], cfg["NH"], cfg["KVH"], cfg["H"], cfg["tied"])
+    return param_specs(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"])
+
+
 def init_params(cfg, gen):
     """Float32 CPU tensors holding BF16-representable values, drawn in layout order from `gen`."""
-    L, C, V, Vp, maxT = cfg["L"], cfg["C"], cfg["V"], cfg["Vp"], cfg["maxT"]
+    L, V = cfg["L"], cfg["V"]
     std = 0.02
     proj_std = 0.02 / math.sqrt(2 * L)  # residual projections, as in GPT-2
-    perturb = 0.02  # LayerNorm and bias perturbation so their gradients are not trivial
+    perturb = 0.02  # LayerNorm/RMSNorm and bias perturbation so their gradients are not trivial
 
     def normal(shape, s):
         return torch.randn(shape, generator=gen, dtype=torch.float32) * s
 
     p = {}
-    for name, shape, _ in param_specs(L, C, Vp, maxT):
+    for name, shape, _ in model_specs(cfg):
         if name in ("attprojw", "fcprojw"):
             t = normal(shape, proj_std)
-        elif name in ("wte", "wpe", "qkvw", "fcw"):
+        elif name in ("wte", "wpe", "qkvw", "fcw", "lm_head"):
             t = normal(shape, std)
         elif name in ("ln1w", "ln2w", "lnfw"):
             t = 1.0 + normal(shape, perturb)
@@ -151,6 +210,8 @@ def init_params(cfg, gen):
         # then measures its arithmetic, not the rounding of its inputs
         p[name] = t.to(torch.bfloat16).to(torch.float32)
     p["wte"][V:] = 0.0
+    if "lm_head" in p:
+        p["lm_head"][V:] = 0.0
     return p
 
 
@@ -162,6 +223,27 @@ def layernorm(x, w, b, eps=1e-5):
 
 def gelu_tanh(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_table(maxT, HS, theta):
+    """cos, sin (maxT, HS/2) float32: angle t * theta^(-2i/HS) and its cos/sin in double, rounded to float
+    (the C program's rope_table_fill). The float64 reference uses these float32 values as they are."""
+    i = np.arange(HS // 2, dtype=np.float64)
+    inv_freq = np.power(np.float64(theta), -2.0 * i / HS)
+    ang = np.arange(maxT, dtype=np.float64)[:, None] * inv_freq[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rope(t, cos, sin):
+    """Rotate halves (transformers LlamaForCausalLM, GPT-NeoX): within each head, element i < HS/2 pairs
+    with i + HS/2. t: (B, heads, T, HS); cos, sin: (T, HS/2) in t's dtype."""
+    half = t.shape[-1] // 2
+    x1, x2 = t[..., :half], t[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -192,12 +274,26 @@ DUMPED_RECIPES = ["bf16", "nvfp4", "mxfp4-2d", "ufp4"]
 # default model's 64 channels do not fill: its dump is written on its own, on a model with 128 channels
 # (dev/ref/gpt_ref_quartet2.bin, see QUARTET2_DUMP_ARGS); --recipe all trains only the presets that fit.
 QUARTET2_DUMP_ARGS = "--recipe quartet2 --channels 128 --vocab 250 --padded-vocab 256"
+# The Llama dumps (dev/ref/llama_ref*.bin): --arch llama --recipe all writes these three on the default Llama
+# test model (L 2, C 64, NH 2, KVH 1, H 128, V 250, Vp 256); quartet2 on its own 128-channel model.
+LLAMA_DUMPED_RECIPES = ["bf16", "nvfp4", "mxfp4-2d"]
+LLAMA_QUARTET2_DUMP_ARGS = "--arch llama --recipe quartet2 --channels 128 --heads 4"
 
 
-def recipe_fits(rec, C):
-    """Whether every quantized slot's block and Hadamard lengths divide this model's channel counts."""
+def linear_dims(cfg):
+    """Every dimension a linear's GEMMs reduce over or block along: the input and output widths of the
+    four linears of a block, and the token count N = B*T (wgrad's reduction)."""
+    C, N = cfg["C"], cfg["B"] * cfg["T"]
+    if cfg.get("arch", "gpt2") == "llama":
+        HS = C // cfg["NH"]
+        return (C, (cfg["NH"] + 2 * cfg["KVH"]) * HS, 2 * cfg["H"], cfg["H"], N)
+    return (C, 3 * C, 4 * C, N)
+
+
+def recipe_fits(rec, dims):
+    """Whether every quantized slot's block and Hadamard lengths divide this model's dimensions (linear_dims)."""
     for s in rec["specs"]:
-        if s is not None and any(n % max(s["l"], s["hadamard"]) for n in (C, 3 * C, 4 * C)):
+        if s is not None and any(n % max(s["l"], s["hadamard"]) for n in dims):
             return False
     return True
 
@@ -350,7 +446,7 @@ class QuantState:
                 f"quantize_fast != fp4_ref.quantize: {sp['text']} l={l} kind={kind} slot={slot}"
             self.checked += 1
         q = F.bf16_to_f32(fake).astype(np.float64) * np.float64(sdec)  # exact: 8 x 24 significant bits
-        return torch.from_numpy(q).to(t2d.device)
+        return torch.from_numpy(q).to(t2d.device, t2d.dtype)   # (--dtype float32: rounded to float32)
 
 
 class QLinear(torch.autograd.Function):
@@ -364,7 +460,8 @@ class QLinear(torch.autograd.Function):
         a2 = a.reshape(-1, K)
         xq = st.operand(a2, l, kind, 0, 1)
         wq = st.operand(w, l, kind, 1, 1)
-        return (xq @ wq.T).view(*a.shape[:-1], w.shape[0]) + b
+        out = (xq @ wq.T).view(*a.shape[:-1], w.shape[0])
+        return out if b is None else out + b
 
     @staticmethod
     def backward(ctx, g):
@@ -378,7 +475,7 @@ class QLinear(torch.autograd.Function):
         x_w = st.operand(a2, l, kind, 5, 0)
         da = (dy_d @ w_d).view(a.shape)
         dw = dy_w.t() @ x_w           # the form autograd uses for a @ w.T, so BF16 slots match it exactly
-        db = g.sum(tuple(range(g.dim() - 1)))
+        db = g.sum(tuple(range(g.dim() - 1))) if ctx.needs_input_grad[2] else None   # no bias (Llama): None
         return da, dw, db, None, None, None
 
 
@@ -395,11 +492,13 @@ def make_linear(st):
 
 
 def plain_linear(a, w, b, l, kind):
-    return a @ w.T + b
+    return a @ w.T if b is None else a @ w.T + b
 
 
 def forward(p, x, cfg, lin=plain_linear):
     """Returns logits (B,T,V) with the padded vocabulary columns removed."""
+    if cfg.get("arch", "gpt2") == "llama":
+        return forward_llama(p, x, cfg, lin)
     L, NH, C, V = cfg["L"], cfg["NH"], cfg["C"], cfg["V"]
     B, T = x.shape
     HS = C // NH
@@ -423,6 +522,41 @@ def forward(p, x, cfg, lin=plain_linear):
         h = h + lin(f, p["fcprojw"][l], p["fcprojb"][l], l, 3)
     h = layernorm(h, p["lnfw"], p["lnfb"])
     logits = h @ p["wte"].T  # (B,T,Vp), tied head
+    return logits[..., :V]
+
+
+def forward_llama(p, x, cfg, lin=plain_linear):
+    """docs/MODELS.md's Llama block: RMSNorm, qkv linear (pre-RoPE output), RoPE on q and k, causal GQA,
+    attproj, RMSNorm, fc (gate rows then up rows), SwiGLU, fcproj; no biases, no positions."""
+    L, NH, KVH, C, V, H = cfg["L"], cfg["NH"], cfg["KVH"], cfg["C"], cfg["V"], cfg["H"]
+    eps = cfg["eps"]
+    B, T = x.shape
+    HS = C // NH
+    dt = p["wte"].dtype
+    cos, sin = (torch.from_numpy(a[:T]).to(x.device, dt) for a in rope_table(cfg["maxT"], HS, cfg["theta"]))
+    h = p["wte"][x]  # (B,T,C)
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+    for l in range(L):
+        a = rmsnorm(h, p["ln1w"][l], eps)
+        qkv = lin(a, p["qkvw"][l], None, l, 0)  # (B,T,(NH+2KVH)HS): q heads | k heads | v heads
+        q, k, v = qkv.split([NH * HS, KVH * HS, KVH * HS], dim=-1)
+        q = apply_rope(q.view(B, T, NH, HS).transpose(1, 2), cos, sin)  # (B,NH,T,HS)
+        k = apply_rope(k.view(B, T, KVH, HS).transpose(1, 2), cos, sin)  # (B,KVH,T,HS)
+        v = v.view(B, T, KVH, HS).transpose(1, 2)
+        # GQA: query head hq reads key/value head hq // (NH / KVH)
+        k = k.repeat_interleave(NH // KVH, dim=1)
+        v = v.repeat_interleave(NH // KVH, dim=1)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        h = h + lin(y, p["attprojw"][l], None, l, 1)
+        a = rmsnorm(h, p["ln2w"][l], eps)
+        gu = lin(a, p["fcw"][l], None, l, 2)  # (B,T,2H): gate g | up u
+        g, u = gu[..., :H], gu[..., H:]
+        f = g / (1.0 + torch.exp(-g)) * u  # silu(g) * u
+        h = h + lin(f, p["fcprojw"][l], None, l, 3)
+    h = rmsnorm(h, p["lnfw"], eps)
+    logits = h @ (p["wte"] if cfg["tied"] else p["lm_head"]).T  # (B,T,Vp)
     return logits[..., :V]
 
 
@@ -476,7 +610,8 @@ def setup_determinism(device):
 def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None):
     """Forward/backward at the initial params, then nsteps AdamW steps; st: QuantState or None (plain)."""
     lin = make_linear(st)
-    p = {k: t.to(dev, dtype).requires_grad_(True) for k, t in p0.items()}
+    # a copy (with --dtype float32 on the CPU, .to() would return p0's own tensors and the steps would move p0)
+    p = {k: t.to(dev, dtype, copy=True).requires_grad_(True) for k, t in p0.items()}
     xd, yd = x.to(dev), y.to(dev)
     m = {k: torch.zeros_like(t) for k, t in p.items()}
     v = {k: torch.zeros_like(t) for k, t in p.items()}
@@ -507,11 +642,18 @@ def ascii_words(text, nwords):
     return np.frombuffer(b.ljust(4 * nwords, b"\0"), dtype="<i4")
 
 
+def f32_bits(v):
+    return int(np.array([v], dtype="<f4").view("<i4")[0])
+
+
 def make_header(cfg, num_parameters, seed, dtype, recipe, seed_q):
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:14] = [MAGIC, VERSION, cfg["L"], cfg["NH"], cfg["C"], cfg["V"], cfg["Vp"], cfg["maxT"],
                    cfg["B"], cfg["T"], cfg["nsteps"], num_parameters, seed, 64 if dtype == torch.float64 else 32]
     header[14:19] = [seed_q, recipe["index"], recipe["bf16_first"], recipe["bf16_last"], sum(recipe["layers"])]
+    if cfg.get("arch", "gpt2") == "llama":  # GPT-2 dumps keep 0 in [19..24] (arch 0 = gpt2)
+        header[19:25] = [ARCH_IDS["llama"], cfg["KVH"], cfg["H"], int(cfg["tied"]), f32_bits(cfg["theta"]),
+                         f32_bits(cfg["eps"])]
     header[32:64] = ascii_words(recipe["name"], 32)
     for s in range(NUM_SLOTS):
         header[64 + 8 * s:72 + 8 * s] = ascii_words(recipe["texts"][s], 8)
@@ -535,9 +677,10 @@ def write_dump(path, header, hp, init_flat, x, y, res, names):
     return os.path.getsize(path)
 
 
-def default_out(recipe_name):
+def default_out(recipe_name, arch="gpt2"):
     here = os.path.join("dev", "ref")
-    return os.path.join(here, "gpt_ref.bin" if recipe_name == "bf16" else f"gpt_ref_{recipe_name}.bin")
+    stem = "llama_ref" if arch == "llama" else "gpt_ref"
+    return os.path.join(here, f"{stem}.bin" if recipe_name == "bf16" else f"{stem}_{recipe_name}.bin")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -554,8 +697,12 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
 
     print("self test:")
     # 1. The presets agree with llmc/fp4/recipe.h (parsed from its text).
-    rh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "llmc", "recipe.h")
-    if os.path.exists(rh):
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    rh = next((f for f in (os.path.join(root, "llmc", "fp4", "recipe.h"), os.path.join(root, "llmc", "recipe.h"))
+               if os.path.exists(f)), None)
+    if rh is None:
+        report("presets", False, "llmc/fp4/recipe.h not found: RECIPE_PRESETS not checked")
+    else:
         import re
         txt = open(rh).read()
         body = txt[txt.index("RECIPE_PRESETS[] = {"):]
@@ -573,8 +720,13 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
         for t in texts:
             if t != "bf16":
                 cases += [(t, 64, 96, a, k) for a in (0, 1) for k in ("normal", "heavy", "outlier", "zeros")]
+    n_direct = 0
     for spec, rows, cols, axis, kind in cases:
         if kind == "outlier" and (rows if axis == 0 else cols) % 16:
+            continue
+        sp0 = F.parse_spec(spec)
+        if sp0["scale"] == "4o6" or sp0["rounding"] == "eden":   # QuantState.quantize runs fp4_ref.quantize itself
+            n_direct += 1
             continue
         xb = F.make_data(kind, rows, cols, rng, axis)
         key = int(F.rng_key(0x5EED, rows, cols + axis))
@@ -584,8 +736,8 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
         n_cases += 1
         if not (np.array_equal(r["fake"], fake) and r["scale_dec"].tobytes() == sdec.tobytes()):
             bad.append(f"{spec}/{kind}/axis{axis}")
-    report("quantize_fast", not bad, f"bit-identical to fp4_ref.quantize on {n_cases} cases"
-           + (f"; differs on {bad[:5]}" if bad else ""))
+    report("quantize_fast", not bad, f"bit-identical to fp4_ref.quantize on {n_cases} cases ({n_direct} 4o6/eden "
+           "cases skipped: those slots call fp4_ref.quantize itself)" + (f"; differs on {bad[:5]}" if bad else ""))
     # 3. A no-SR, no-Hadamard quantized linear against a direct numpy computation (small example).
     for rname in ("nvfp4-naive", "mxfp4"):
         rec = make_recipe(rname, 1)
@@ -639,8 +791,71 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
              for k in ("qkvw", "fcw"))
     report("SR seeds", det and 0 < gd < 0.5, f"same seed bit-identical; seed+1 changes qkvw/fcw grads by {gd:.3f} "
            "(relative L2); nvfp4 step 0 also checked quantize_fast == fp4_ref.quantize on every call")
+    # 6. Llama: the float64 reference against transformers' LlamaForCausalLM (when installed) with the same
+    # weights, at the initial and at the trained parameters: proves the RoPE convention (rotate halves, no
+    # permutation), GQA head mapping, the gate/up order of fcw, RMSNorm eps and theta of the HF export.
+    if cfg.get("arch", "gpt2") == "llama":
+        try:
+            r = compare_transformers(cfg, [p0, {k: t.detach().cpu().float() for k, t in plain["p"].items()}], x)
+        except ImportError as e:
+            print(f"  skip transformers: not importable ({e})")
+        else:
+            good = all(e < 1e-4 for _, e in r)
+            report("transformers", good, "LlamaForCausalLM logits vs this reference, max |diff| / max |logit|: "
+                   + ", ".join(f"{n} {e:.1e}" for n, e in r))
     print("self test:", "OK" if ok else "FAILED")
     return ok
+
+
+def hf_llama(cfg, p, dtype):
+    """transformers' LlamaForCausalLM holding the parameters p (our layout): qkvw split into q/k/v_proj,
+    fcw into gate_proj (rows [0, H)) and up_proj (rows [H, 2H)), as they are (no RoPE permutation)."""
+    import transformers
+    L, NH, KVH, C, H, Vp = cfg["L"], cfg["NH"], cfg["KVH"], cfg["C"], cfg["H"], cfg["Vp"]
+    HS = C // NH
+    kw = dict(vocab_size=Vp, hidden_size=C, intermediate_size=H, num_hidden_layers=L, num_attention_heads=NH,
+              num_key_value_heads=KVH, head_dim=HS, max_position_embeddings=cfg["maxT"], rms_norm_eps=cfg["eps"],
+              hidden_act="silu", attention_bias=False, mlp_bias=False, tie_word_embeddings=cfg["tied"],
+              rope_theta=cfg["theta"], rope_scaling=None)
+    hc = transformers.LlamaConfig(**kw)
+    if getattr(hc, "rope_parameters", None) is not None:  # transformers >= 5 keeps theta there
+        hc.rope_parameters = {"rope_type": "default", "rope_theta": cfg["theta"]}
+    hc._attn_implementation = "eager"
+    m = transformers.LlamaForCausalLM(hc).to(dtype).eval()
+    sd = {"model.embed_tokens.weight": p["wte"], "model.norm.weight": p["lnfw"]}
+    if not cfg["tied"]:
+        sd["lm_head.weight"] = p["lm_head"]
+    q1, k1 = NH * HS, (NH + KVH) * HS
+    for l in range(L):
+        pre = f"model.layers.{l}."
+        sd.update({pre + "input_layernorm.weight": p["ln1w"][l],
+                   pre + "post_attention_layernorm.weight": p["ln2w"][l],
+                   pre + "self_attn.q_proj.weight": p["qkvw"][l][:q1],
+                   pre + "self_attn.k_proj.weight": p["qkvw"][l][q1:k1],
+                   pre + "self_attn.v_proj.weight": p["qkvw"][l][k1:],
+                   pre + "self_attn.o_proj.weight": p["attprojw"][l],
+                   pre + "mlp.gate_proj.weight": p["fcw"][l][:H],
+                   pre + "mlp.up_proj.weight": p["fcw"][l][H:],
+                   pre + "mlp.down_proj.weight": p["fcprojw"][l]})
+    missing, unexpected = m.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False)
+    missing = [k for k in missing if not (cfg["tied"] and k == "lm_head.weight") and "rotary_emb" not in k]
+    assert not missing and not unexpected, (missing, unexpected)
+    return m
+
+
+def compare_transformers(cfg, param_sets, x):
+    """[(label, max |logits_hf - logits_ref| / max |logits_ref|)] in float64 and float32 per parameter set."""
+    import transformers  # noqa: F401  (ImportError: the caller skips)
+    out = []
+    for i, p in enumerate(param_sets):
+        for dtype in (torch.float64, torch.float32):
+            pd = {k: t.to(dtype) for k, t in p.items()}
+            with torch.no_grad():
+                ref = forward(pd, x, cfg)
+                hf = hf_llama(cfg, pd, dtype)(input_ids=x).logits[..., :cfg["V"]]
+            err = ((hf.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
+            out.append((f"{'init' if i == 0 else 'trained'}/{str(dtype).split('.')[-1]}", err))
+    return out
 
 
 def main():
@@ -650,7 +865,8 @@ def main():
                     "for bf16, dev/ref/gpt_ref_<recipe>.bin otherwise")
     ap.add_argument("--recipe", default="bf16", choices=RECIPE_NAMES + ["all"],
                     help="precision recipe of the linear layers (llmc/fp4/recipe.h); all: every preset, dumps of "
-                    + " ".join(DUMPED_RECIPES) + " to the default paths")
+                    + " ".join(DUMPED_RECIPES) + " (llama: " + " ".join(LLAMA_DUMPED_RECIPES)
+                    + ") to the default paths")
     ap.add_argument("--quant-seed", type=int, default=1337, help="seed_q of the SR keys (header word [14])")
     ap.add_argument("--check-quant", action="store_true",
                     help="check quantize_fast against fp4_ref.quantize on every quantizer call (slow)")
@@ -659,12 +875,21 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64",
                     help="compute precision (params are stored as float32 either way)")
+    ap.add_argument("--arch", choices=list(ARCH_IDS), default="gpt2",
+                    help="model family (docs/MODELS.md); llama dumps go to dev/ref/llama_ref*.bin")
     ap.add_argument("--layers", type=int, default=2, help="L")
     ap.add_argument("--heads", type=int, default=2, help="NH")
     ap.add_argument("--channels", type=int, default=64, help="C")
-    ap.add_argument("--vocab", type=int, default=500, help="V, real vocabulary size")
-    ap.add_argument("--padded-vocab", type=int, default=512, help="Vp >= V, rows of wte")
-    ap.add_argument("--max-seq-len", type=int, default=64, help="maxT, rows of wpe")
+    ap.add_argument("--vocab", type=int, default=None, help="V, real vocabulary size (default 500; llama 250)")
+    ap.add_argument("--padded-vocab", type=int, default=None,
+                    help="Vp >= V, rows of wte (and lm_head) (default 512; llama 256)")
+    ap.add_argument("--max-seq-len", type=int, default=64, help="maxT, rows of wpe (llama: of the RoPE table)")
+    ap.add_argument("--kv-heads", type=int, default=None,
+                    help="llama: KVH, key/value heads (default NH/2, NH when NH is odd, so the test model uses GQA)")
+    ap.add_argument("--mlp-hidden", type=int, default=None, help="llama: H, the SwiGLU width (default 2C)")
+    ap.add_argument("--rope-theta", type=float, default=10000.0, help="llama: RoPE base (held as float32)")
+    ap.add_argument("--norm-eps", type=float, default=1e-5, help="llama: RMSNorm eps (held as float32)")
+    ap.add_argument("--tie-embeddings", action="store_true", help="llama: logits from wte (no lm_head)")
     ap.add_argument("--batch", type=int, default=4, help="B")
     ap.add_argument("--seq-len", type=int, default=64, help="T <= maxT")
     ap.add_argument("--steps", type=int, default=10, help="AdamW steps on the same batch")
@@ -677,8 +902,29 @@ def main():
                     help="0 disables clipping; the default clips step 4 of the default run only (norm 1.09), so both branches are tested")
     args = ap.parse_args()
 
+    llama = args.arch == "llama"
+    if args.vocab is None:
+        args.vocab = 250 if llama else 500
+    if args.padded_vocab is None:
+        args.padded_vocab = 256 if llama else 512
     cfg = dict(L=args.layers, NH=args.heads, C=args.channels, V=args.vocab, Vp=args.padded_vocab,
                maxT=args.max_seq_len, B=args.batch, T=args.seq_len, nsteps=args.steps)
+    if llama:
+        NH = cfg["NH"]
+        KVH = args.kv_heads if args.kv_heads is not None else (NH // 2 if NH % 2 == 0 else NH)
+        H = args.mlp_hidden if args.mlp_hidden is not None else 2 * cfg["C"]
+        # theta and eps as the float32 values the C program holds (header words [23], [24])
+        cfg.update(arch="llama", KVH=KVH, H=H, tied=bool(args.tie_embeddings),
+                   theta=float(np.float32(args.rope_theta)), eps=float(np.float32(args.norm_eps)))
+        if KVH < 1 or NH % KVH:
+            sys.exit(f"--kv-heads ({KVH}) must divide --heads ({NH})")
+        if H < 1:
+            sys.exit("--mlp-hidden must be >= 1")
+        if (cfg["C"] // NH) % 2:
+            sys.exit(f"head size C/NH ({cfg['C'] // NH}) must be even (RoPE rotates pairs)")
+    elif (args.kv_heads is not None or args.mlp_hidden is not None or args.tie_embeddings
+          or args.rope_theta != 10000.0 or args.norm_eps != 1e-5):
+        sys.exit("--kv-heads --mlp-hidden --rope-theta --norm-eps --tie-embeddings are for --arch llama")
     hp = dict(lr=args.lr, beta1=args.beta1, beta2=args.beta2, eps=args.eps,
               weight_decay=args.weight_decay, grad_clip=args.grad_clip)
     if cfg["C"] % cfg["NH"]:
@@ -705,7 +951,7 @@ def main():
     tok = torch.randint(0, V, (B, T + 1), generator=gen, dtype=torch.int64)
     x, y = tok[:, :T], tok[:, 1:]  # y[b,t] = x[b,t+1]; the last target is one more random token
 
-    specs = param_specs(cfg["L"], cfg["C"], cfg["Vp"], cfg["maxT"])
+    specs = model_specs(cfg)
     names = [n for n, _, _ in specs]
     decayed = {n: d for n, _, d in specs}
     num_parameters = sum(int(np.prod(s)) for _, s, _ in specs)
@@ -715,33 +961,42 @@ def main():
     if args.self_test:
         sys.exit(0 if self_test(cfg, hp, p0, x, y, dev, dtype, decayed, args.quant_seed) else 1)
 
-    print(f"gpt_ref: L={cfg['L']} NH={cfg['NH']} C={cfg['C']} V={V} Vp={cfg['Vp']} maxT={cfg['maxT']} "
-          f"B={B} T={T} steps={cfg['nsteps']} seed={args.seed} device={args.device} dtype={args.dtype} "
-          f"torch={torch.__version__}")
+    print(f"gpt_ref: arch={args.arch} L={cfg['L']} NH={cfg['NH']} C={cfg['C']} V={V} Vp={cfg['Vp']} "
+          f"maxT={cfg['maxT']} B={B} T={T} steps={cfg['nsteps']} seed={args.seed} device={args.device} "
+          f"dtype={args.dtype} torch={torch.__version__}")
+    if llama:
+        print(f"llama: KVH={cfg['KVH']} HS={cfg['C'] // cfg['NH']} H={cfg['H']} tied={int(cfg['tied'])} "
+              f"rope_theta={cfg['theta']} norm_eps={cfg['eps']!r} num_parameters={num_parameters}")
     print(f"hyper: lr={hp['lr']} b1={hp['beta1']} b2={hp['beta2']} eps={hp['eps']} "
           f"wd={hp['weight_decay']} grad_clip={hp['grad_clip']}")
     names_to_run = RECIPE_NAMES if args.recipe == "all" else [args.recipe]
     if args.recipe != "bf16" and "bf16" not in names_to_run:
         names_to_run = ["bf16"] + names_to_run  # the baseline of the loss gaps (its dump is not written)
     results = {}
+    dumped = LLAMA_DUMPED_RECIPES if llama else DUMPED_RECIPES
+    q2_args = LLAMA_QUARTET2_DUMP_ARGS if llama else QUARTET2_DUMP_ARGS
     for rname in names_to_run:
         rec = make_recipe(rname, cfg["L"])
-        if not recipe_fits(rec, cfg["C"]):
-            assert args.recipe == "all", f"recipe {rname} does not fit C={cfg['C']} (e.g. {QUARTET2_DUMP_ARGS})"
-            print(f"\nrecipe {rname}: skipped, its blocks or Hadamard do not fit C={cfg['C']} ({QUARTET2_DUMP_ARGS})")
+        if not recipe_fits(rec, linear_dims(cfg)):
+            assert args.recipe == "all", \
+                f"recipe {rname} does not fit the dimensions {linear_dims(cfg)} (e.g. {q2_args})"
+            print(f"\nrecipe {rname}: skipped, its blocks or Hadamard do not fit the dimensions {linear_dims(cfg)} "
+                  f"({q2_args})")
             continue
         st = QuantState(rec, args.quant_seed, cfg["L"], check=args.check_quant) if rec["fp4_any"] else None
         res = train(cfg, hp, p0, x, y, dev, dtype, decayed, st)
         results[rname] = res
         grads_flat = flatten(res["grads0"], names)
         assert not grads_flat[cfg["V"] * cfg["C"]:cfg["Vp"] * cfg["C"]].any(), "padded wte rows got gradient"
+        if "lm_head" in res["grads0"]:
+            assert not res["grads0"]["lm_head"][cfg["V"]:].any(), "padded lm_head rows got gradient"
         print(f"\nrecipe {rname} (index {rec['index']}): " + "; ".join(f"{s}={t}" for s, t in zip(SLOT_NAMES, rec["texts"]))
               + f"; bf16 blocks first {rec['bf16_first']} last {rec['bf16_last']}; quantized blocks "
               f"{[l for l in range(cfg['L']) if rec['layers'][l]]}; seed_q {args.quant_seed}")
         if st is not None:
             print(f"  {st.calls} quantizer calls" + (f", {st.checked} checked against fp4_ref.quantize" if st.checked else ""))
-        if (args.recipe == "all" and rname in DUMPED_RECIPES) or rname == args.recipe:
-            out = args.out or default_out(rname)
+        if (args.recipe == "all" and rname in dumped) or rname == args.recipe:
+            out = args.out or default_out(rname, args.arch)
             header = make_header(cfg, num_parameters, args.seed, dtype, rec, args.quant_seed)
             size = write_dump(out, header, hp, init_flat, x, y, res, names)
             print(f"  num_parameters={num_parameters}  wrote {out} ({size} bytes)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads a gpt_ref.py dump with numpy only, prints what it holds, and checks it independently.
+"""Reads a gpt_ref.py dump (GPT-2 or Llama) with numpy only, prints what it holds, and checks it independently.
 
 The checks do not use torch: a plain numpy float64 forward pass (written separately from the
 torch reference) recomputes logits and loss from the stored initial parameters, and central
@@ -8,6 +8,9 @@ For an FP4 recipe dump (header word [15] > 0) the numpy forward quantizes the GE
 quantized blocks with dev/fp4_ref.py's quantize itself (not gpt_ref.py's vectorized copy), using the
 recipe, seed_q and block range stored in the header; finite differences do not apply there (the
 quantized loss is piecewise constant), so the gradients are only checked against grad_norms[0].
+Llama dumps (header word [19] = 1; [20] KVH, [21] MLP hidden H, [22] tied, [23] RoPE theta and [24] RMSNorm
+eps as float32 bits) get the same checks with a numpy Llama forward (RMSNorm, RoPE rotate-halves from a
+float32-rounded cos/sin table, GQA, SwiGLU, untied lm_head unless tied; docs/MODELS.md).
 Exit status is nonzero when a check fails.
 
   python3 dev/ref/read_dump.py [dev/ref/gpt_ref.bin] [--no-check]
@@ -25,6 +28,8 @@ import fp4_ref as F  # noqa: E402  (dev/fp4_ref.py)
 MAGIC = 20261129
 NAMES = ["wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
          "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"]
+LLAMA_NAMES = ["wte", "ln1w", "qkvw", "attprojw", "ln2w", "fcw", "fcprojw", "lnfw", "lm_head"]
+ARCHS = {0: "gpt2", 1: "llama"}
 
 
 def shapes(L, C, Vp, maxT):
@@ -32,6 +37,18 @@ def shapes(L, C, Vp, maxT):
             "qkvw": (L, 3 * C, C), "qkvb": (L, 3 * C), "attprojw": (L, C, C), "attprojb": (L, C),
             "ln2w": (L, C), "ln2b": (L, C), "fcw": (L, 4 * C, C), "fcb": (L, 4 * C),
             "fcprojw": (L, C, 4 * C), "fcprojb": (L, C), "lnfw": (C,), "lnfb": (C,)}
+
+
+def layout(d):
+    """(names in storage order, shapes) of the dump's architecture."""
+    if d["arch"] == "gpt2":
+        return NAMES, shapes(d["L"], d["C"], d["Vp"], d["maxT"])
+    L, C, Vp, NH, KVH, H = d["L"], d["C"], d["Vp"], d["NH"], d["KVH"], d["H"]
+    HS = C // NH
+    shp = {"wte": (Vp, C), "ln1w": (L, C), "qkvw": (L, (NH + 2 * KVH) * HS, C), "attprojw": (L, C, C),
+           "ln2w": (L, C), "fcw": (L, 2 * H, C), "fcprojw": (L, C, H), "lnfw": (C,), "lm_head": (Vp, C)}
+    names = [n for n in LLAMA_NAMES if not (d["tied"] and n == "lm_head")]
+    return names, {n: shp[n] for n in names}
 
 
 def read(path):
@@ -60,6 +77,16 @@ def read(path):
     d["seed_q"], d["recipe_index"] = int(h[14]), int(h[15])
     d["bf16_first"], d["bf16_last"], d["fp4_blocks"] = int(h[16]), int(h[17]), int(h[18])
     d["recipe"] = text(32, 64) or "bf16"
+    # model family words (0 in GPT-2 dumps: arch gpt2)
+    if int(h[19]) not in ARCHS:
+        sys.exit(f"{path}: unknown arch {h[19]} in header word [19]")
+    d["arch"] = ARCHS[int(h[19])]
+    if d["arch"] == "llama":
+        d["KVH"], d["H"], d["tied"] = int(h[20]), int(h[21]), bool(h[22])
+        d["theta"] = float(h[23:24].view("<f4")[0])
+        d["eps"] = float(h[24:25].view("<f4")[0])
+        if d["KVH"] < 1 or NH % d["KVH"] or C % NH or (C // NH) % 2 or d["H"] < 1:
+            sys.exit(f"{path}: inconsistent Llama shape NH={NH} KVH={d['KVH']} C={C} H={d['H']}")
     d["slots"] = [text(64 + 8 * s, 72 + 8 * s) or "bf16" for s in range(6)]
     d["params"] = take("<f4", N)
     d["x"] = take("<i4", B * T).reshape(B, T)
@@ -78,7 +105,7 @@ def read(path):
 
 def split(flat, shp):
     out, off = {}, 0
-    for n in NAMES:
+    for n in shp:
         k = int(np.prod(shp[n]))
         out[n] = flat[off:off + k].reshape(shp[n])
         off += k
@@ -94,7 +121,7 @@ def np_layernorm(x, w, b):
 
 
 def np_linear(a, w, b, l, kind):
-    return a @ w.T + b
+    return a @ w.T if b is None else a @ w.T + b
 
 
 def np_qlinear(d):
@@ -113,13 +140,16 @@ def np_qlinear(d):
 
     def lin(a, w, b, l, kind):
         if not (fp4_any and d["bf16_first"] <= l < L - d["bf16_last"]):
-            return a @ w.T + b
+            return np_linear(a, w, b, l, kind)
         a2 = a.reshape(-1, a.shape[-1])
-        return (q(a2, l, kind, 0) @ q(w, l, kind, 1).T).reshape(a.shape[:-1] + (w.shape[0],)) + b
+        out = (q(a2, l, kind, 0) @ q(w, l, kind, 1).T).reshape(a.shape[:-1] + (w.shape[0],))
+        return out if b is None else out + b
     return lin
 
 
 def np_forward(p, x, d, lin=np_linear):
+    if d["arch"] == "llama":
+        return np_forward_llama(p, x, d, lin)
     L, NH, C, V = d["L"], d["NH"], d["C"], d["V"]
     B, T = x.shape
     HS = C // NH
@@ -148,6 +178,46 @@ def np_forward(p, x, d, lin=np_linear):
     return (h @ p["wte"].T)[:, :, :V]
 
 
+def np_rmsnorm(x, w, eps):
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * w
+
+
+def np_forward_llama(p, x, d, lin=np_linear):
+    """docs/MODELS.md's Llama, written with explicit per-head loops (independent of gpt_ref.py's torch code)."""
+    L, NH, KVH, C, V, H, eps = d["L"], d["NH"], d["KVH"], d["C"], d["V"], d["H"], d["eps"]
+    B, T = x.shape
+    HS, half = C // NH, C // NH // 2
+    # RoPE table: angle t * theta^(-2i/HS) in double, cos and sin rounded to float32 (rope_table_fill)
+    ang = np.outer(np.arange(T, dtype=np.float64), float(d["theta"]) ** (-2.0 * np.arange(half) / HS))
+    cos = np.cos(ang).astype(np.float32).astype(np.float64)
+    sin = np.sin(ang).astype(np.float32).astype(np.float64)
+
+    def rope(t):  # (B,T,HS), one head: element i < HS/2 pairs with i + HS/2
+        a, b = t[..., :half], t[..., half:]
+        return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+    h = p["wte"][x]
+    mask = np.triu(np.ones((T, T), dtype=bool), 1)
+    for l in range(L):
+        qkv = lin(np_rmsnorm(h, p["ln1w"][l], eps), p["qkvw"][l], None, l, 0)
+        out = np.empty((B, T, C))
+        for hd in range(NH):
+            kv = hd // (NH // KVH)
+            q = rope(qkv[:, :, hd * HS:(hd + 1) * HS])
+            k = rope(qkv[:, :, (NH + kv) * HS:(NH + kv + 1) * HS])
+            v = qkv[:, :, (NH + KVH + kv) * HS:(NH + KVH + kv + 1) * HS]
+            s = np.einsum("btd,bsd->bts", q, k) / math.sqrt(HS)
+            s[:, mask] = -np.inf
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            out[:, :, hd * HS:(hd + 1) * HS] = np.einsum("bts,bsd->btd", s, v)
+        h = h + lin(out, p["attprojw"][l], None, l, 1)
+        gu = lin(np_rmsnorm(h, p["ln2w"][l], eps), p["fcw"][l], None, l, 2)
+        g, u = gu[..., :H], gu[..., H:]
+        h = h + lin(g / (1 + np.exp(-g)) * u, p["fcprojw"][l], None, l, 3)
+    h = np_rmsnorm(h, p["lnfw"], eps)
+    return (h @ (p["wte"] if d["tied"] else p["lm_head"]).T)[:, :, :V]
+
+
 def np_loss(logits, y):
     z = logits - logits.max(-1, keepdims=True)
     lse = np.log(np.exp(z).sum(-1))
@@ -163,7 +233,7 @@ def check(d, rng):
         ok &= bool(good)
         print(f"  {'ok  ' if good else 'FAIL'} {name}: {msg}")
 
-    shp = shapes(d["L"], d["C"], d["Vp"], d["maxT"])
+    names, shp = layout(d)
     flat = d["params"].astype(np.float64)
     p = split(flat, shp)
     x, y = d["x"].astype(np.int64), d["y"].astype(np.int64)
@@ -172,8 +242,12 @@ def check(d, rng):
            f"x in [{x.min()},{x.max()}], y in [{y.min()},{y.max()}]")
     report("targets", np.array_equal(y[:, :-1], x[:, 1:]), "y[b,t] == x[b,t+1] for t < T-1")
     pad = slice(d["V"] * d["C"], d["Vp"] * d["C"])
-    report("padding", not d["params"][pad].any() and not d["grads"][pad].any()
-           and not d["params_after"][pad].any(), "padded wte rows are zero in params, grads, params_after")
+    pads = [pad]
+    if "lm_head" in names:  # the last tensor of the Llama layout
+        n_head = d["Vp"] * d["C"]
+        pads.append(slice(d["N"] - n_head + d["V"] * d["C"], d["N"]))
+    report("padding", all(not d[k][s].any() for s in pads for k in ("params", "grads", "params_after")),
+           "padded wte" + (" and lm_head" if len(pads) > 1 else "") + " rows are zero in params, grads, params_after")
     fp4 = d["recipe_index"] > 0 or any(s != "bf16" for s in d["slots"])
     logits = np_forward(p, x, d, np_qlinear(d) if fp4 else np_linear)
     err = np.abs(logits - d["logits"]).max()
@@ -193,12 +267,12 @@ def check(d, rng):
     # Central differences at a few entries per tensor, picked among the largest gradients so the
     # difference quotient is well above float64 noise; plus one random entry.
     offsets, off = {}, 0
-    for n in NAMES:
+    for n in names:
         offsets[n] = off
         off += int(np.prod(shp[n]))
     h = 1e-5
     worst = 0.0
-    for n in NAMES:
+    for n in names:
         k = int(np.prod(shp[n]))
         g = d["grads"][offsets[n]:offsets[n] + k]
         idx = list(np.argsort(-np.abs(g))[:2]) + [int(rng.integers(k))]
@@ -217,7 +291,7 @@ def check(d, rng):
             if rel > 1e-2 and abs(fd - g[i]) > 1e-6:
                 report(f"grad {n}[{i}]", False, f"finite difference {fd:.6e} dump {g[i]:.6e}")
     report("grads", True if worst < 1e-2 else False,
-           f"finite differences at {3 * len(NAMES)} entries, worst relative error {worst:.2e}")
+           f"finite differences at {3 * len(names)} entries, worst relative error {worst:.2e}")
     return ok
 
 
@@ -231,17 +305,21 @@ def main():
     print(f"{args.path}: {d['size']} bytes, version {d['header'][1]}, computed in float{d['dtype_bits']}")
     print(f"  L={d['L']} NH={d['NH']} C={d['C']} V={d['V']} Vp={d['Vp']} maxT={d['maxT']} "
           f"B={d['B']} T={d['T']} nsteps={d['nsteps']} num_parameters={d['N']} seed={d['seed']}")
+    if d["arch"] == "llama":
+        print(f"  arch llama: KVH={d['KVH']} HS={d['C'] // d['NH']} H={d['H']} tied={int(d['tied'])} "
+              f"rope_theta={d['theta']:g} norm_eps={d['eps']:g}")
     print(f"  lr={hy[0]:g} beta1={hy[1]:g} beta2={hy[2]:g} eps={hy[3]:g} wd={hy[4]:g} grad_clip={hy[5]:g}")
     print(f"  recipe {d['recipe']} (index {d['recipe_index']}), seed_q {d['seed_q']}, bf16 blocks first "
           f"{d['bf16_first']} last {d['bf16_last']}, quantized blocks {d['fp4_blocks']}; slots "
           + "; ".join(f"{n}={s}" for n, s in zip(["fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy",
                                                    "wgrad.x"], d["slots"])))
-    p = split(d["params"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
-    g = split(d["grads"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
-    pa = split(d["params_after"], shapes(d["L"], d["C"], d["Vp"], d["maxT"]))
+    names, shp = layout(d)
+    p = split(d["params"], shp)
+    g = split(d["grads"], shp)
+    pa = split(d["params_after"], shp)
     print(f"  {'tensor':9s} {'shape':>15s} {'param std':>10s} {'param mean':>10s} {'|grad| max':>10s} "
           f"{'grad rms':>10s} {'|delta| max':>11s}")
-    for n in NAMES:
+    for n in names:
         print(f"  {n:9s} {str(p[n].shape):>15s} {p[n].std():10.4g} {p[n].mean():10.4g} "
               f"{np.abs(g[n]).max():10.4g} {np.sqrt((g[n].astype(np.float64) ** 2).mean()):10.4g} "
               f"{np.abs(pa[n] - p[n]).max():11.4g}")

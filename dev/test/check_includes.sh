@@ -19,9 +19,12 @@ top=$(cd llmc && ls -p | grep -v / | LC_ALL=C sort | tr '\n' ' ')
 want="adamw.cuh hadamard.cuh nvfp4.cuh stochastic_round.cuh "
 if [ "$top" = "$want" ]; then passed=$((passed + 1)); else bad "llmc/ holds at its top '$top', not the public headers '$want'"; fi
 
-files=$(git ls-files '*.h' '*.cuh' '*.cu' '*.c' 2>/dev/null || find . -name '*.h' -o -name '*.cuh' -o -name '*.cu' -o -name '*.c')
+# tracked files and new ones not ignored (a file deleted but not yet committed is left out)
+files=$(git ls-files --cached --others --exclude-standard '*.h' '*.cuh' '*.cu' '*.c' 2>/dev/null ||
+        find . -name '*.h' -o -name '*.cuh' -o -name '*.cu' -o -name '*.c')
 for f in $files; do
     f=${f#./}
+    [ -f "$f" ] || continue
     while IFS= read -r inc; do
         [ -n "$inc" ] || continue
         ok=1

@@ -10,6 +10,7 @@
 #include <time.h>
 #include "llmc/run/checkpoint.h"
 #include "llmc/model/gpt_config.h"
+#include "llmc/model/models.h"
 #include "llmc/run/ckpt_fields.h"
 #include "llmc/run/dataloader.h"
 #include "llmc/fp4/recipe.h"
@@ -103,12 +104,11 @@ static void write_shard(const char* path, int64_t ntok) {
 // The tiny model the checkpoints hold, and its parameter count as the trainer's param_sizes gives it:
 // wte Vp*C, wpe maxT*C, per layer 12*C*C + 13*C (LayerNorms, QKV, projection, MLP), final LayerNorm 2*C.
 static GPTConfig tiny_config(void) {
-    GPTConfig c;
-    c.num_layers = 1; c.num_heads = 1; c.channels = 8; c.vocab_size = 128; c.padded_vocab_size = 128; c.max_seq_len = 16;
-    return c;
+    return config_gpt2(1, 1, 8, 128, 128, 16);
 }
 static size_t num_parameters(const GPTConfig* c) {
     size_t C = c->channels, L = c->num_layers;
+    if (c->arch == ARCH_LLAMA) return param_count(c);   // (the model tables' count; test_export checks the layout)
     return (size_t)c->padded_vocab_size * C + (size_t)c->max_seq_len * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
@@ -259,6 +259,52 @@ static void test_recipes(void) {
         EXPECT("(f) text samples: 16x16 X tiles over T=200", NULL, "text samples run the forward on 200 tokens",
                "--sample-every 0", "-i", train_shard, "-j", "", "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d",
                "-b", "16", "-t", "200", "--tokenizer", "data/gpt2_tokenizer.bin");
+}
+
+// The model families' options (docs/MODELS.md): each refusal before the GPU, and valid Llama shapes reaching it.
+static void test_models(void) {
+    EXPECT("llama-30m with nvfp4 reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--model", "llama-30m", "--recipe", "nvfp4", "-b", "4", "-t", "64");
+    EXPECT("llama-tiny with quartet2 and GQA reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--model", "llama-tiny", "--recipe", "quartet2", "-b", "8", "-t", "16");
+    EXPECT("Llama 3.1-8B's shape reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           "-i", train_shard, "-j", "", "-o", tmpdir, "--arch", "llama", "--n-layer", "32", "--n-embd", "4096",
+           "--n-head", "32", "--kv-heads", "8", "--mlp-hidden", "14336", "--rope-theta", "500000", "-b", "1", "-t", "16");
+    EXPECT("--kv-heads on a GPT-2 model", NULL, "are Llama's options", "pick a llama model",
+           "-i", train_shard, "--kv-heads", "2");
+    EXPECT("--tie-embeddings off on a GPT-2 model", NULL, "are Llama's options", NULL,
+           "-i", train_shard, "--model", "d6", "--tie-embeddings", "off");
+    EXPECT("--arch gpt2 with a llama model", NULL, "--arch gpt2 conflicts with --model llama-tiny", NULL,
+           "-i", train_shard, "--arch", "gpt2", "--model", "llama-tiny");
+    EXPECT("heads not a multiple of kv heads", NULL, "heads 5 must be a multiple of kv heads 2", NULL,
+           "-i", train_shard, "--model", "llama-30m", "--kv-heads", "2");
+    EXPECT("a Llama head size the kernels lack", NULL, "a Llama head size must be 32, 64 or 128", "24",
+           "-i", train_shard, "--model", "llama-tiny", "--n-embd", "96");
+    EXPECT("a negative shape flag", NULL, "must be >= 0 (0: the model's)", NULL,
+           "-i", train_shard, "--model", "llama-tiny", "--mlp-hidden", "-8");
+    EXPECT("an MLP width not a multiple of 8", NULL, "the MLP width must be a multiple of 8", NULL,
+           "-i", train_shard, "--model", "llama-tiny", "--mlp-hidden", "100");
+    EXPECT("an MLP width nvfp4 cannot block", NULL, "fcproj", "not a multiple of 16",
+           "-i", train_shard, "--model", "llama-tiny", "--mlp-hidden", "200", "--recipe", "nvfp4-naive", "-b", "4",
+           "-t", "16");
+    EXPECT("--model: a name of neither family", NULL, "--model", "llama-30m", "-i", train_shard, "--model", "llama-7b");
+
+    // a Llama checkpoint fixes its shape and family
+    char ck[128];
+    snprintf(ck, sizeof(ck), "%s/llama.bin", tmpdir);
+    GPTConfig tiny = config_llama(1, 2, 64, 128, 128, 16);
+    tiny.kv_heads = 1;
+    tiny.mlp_hidden = 64;
+    CkptSpec spec = {tiny, 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(ck, &spec);
+    EXPECT("valid resume of a llama checkpoint reaches the GPU check", NULL, "no CUDA GPU found", NULL,
+           RESUME_ARGS, "--resume", ck);
+    EXPECT("shape flags with --resume", NULL, "a checkpoint's weights fix the model's shape", "--resume",
+           RESUME_ARGS, "--resume", ck, "--kv-heads", "2");
+    EXPECT("--arch gpt2 with a llama checkpoint", NULL, "--arch gpt2 conflicts with checkpoint", "a llama model",
+           RESUME_ARGS, "--resume", ck, "--arch", "gpt2");
+    EXPECT("--model d6 with a llama checkpoint", NULL, "--model d6 conflicts with checkpoint", "llama",
+           RESUME_ARGS, "--init-from", ck, "--model", "d6");
 }
 
 static void test_data_files(void) {
@@ -554,6 +600,7 @@ int main(int argc, char** argv) {
     write_shard(val_shard, 4 * 16 * 2 + 1);
     test_options_and_batch();
     test_recipes();
+    test_models();
     test_data_files();
     test_checkpoints();
     test_heldout();

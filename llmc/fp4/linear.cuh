@@ -554,7 +554,8 @@ static void quantize_pass(LinearExec* x, LinearRun* r, const QuantPass* pass, in
     if (backward && pass->ntargets == 1 && r->plan->op[pass->target[0]].from_fprop)
         from = fprop_copy_again(x, r, pass->target[0], &t[0]);
     // no amax pass for a delayed copy (never src=fprop): every copy of the pass delayed, the apply pass of all of them
-    // in one call (a dual pass's copies from one read where qf_dual_ok takes them); else a copy that is not runs alone
+    // in one call (a dual pass's copies from one read where the route takes them, quant/route.h); else a copy that is not
+    // runs alone
     if (delayed[0] && (pass->ntargets == 1 || delayed[1]))
         quantize_view(x, v, t, pass->ntargets, NULL, /*have_amax=*/1);
     else if (any_delayed)

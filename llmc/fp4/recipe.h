@@ -1,7 +1,7 @@
 // recipe.h: an FP4 training recipe as data: one quantization spec per GEMM operand slot, plus which
 // transformer blocks stay in BF16.
 // defines: Slot, SLOT_NAMES, Recipe, recipe_preset(), recipe_set_slot(), recipe_disable_gemm(),
-//          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(),
+//          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(), recipe_check_linears(),
 //          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
 //
 // A linear layer y = x W^T runs three GEMMs, each with two operands (docs/RECIPES.md):
@@ -262,29 +262,43 @@ static inline int recipe_check_operand_(const Recipe* r, const QuantSpec* q, int
     return bad_n ? 1 : 2;
 }
 
-// Whether every quantized slot can quantize the linear layers' operands of a model with C channels
-// for N tokens (backward = 0: the forward only, as evaluation and text samples run). Returns 0, or 1
-// when N is the problem and 2 when C is, with err saying which slot and what would fit. Call it for a
-// recipe that quantizes something (recipe_quantizes).
-static inline int recipe_check_shapes(const Recipe* r, int64_t N, int C, int backward, char* err, size_t n) {
-    static const char* const names[4] = {"qkv", "attproj", "fc", "fcproj"};
-    const int64_t shapes[4][2] = {{C, 3 * (int64_t)C}, {C, C}, {C, 4 * (int64_t)C}, {4 * (int64_t)C, C}};  // {K, OC}
-    for (int l = 0; l < 4; l++) {
+// One linear layer as the shape checks see it: K inputs, OC outputs, and where --qk-fp8 splits its outputs (0: never).
+typedef struct {
+    const char* name;
+    int64_t K, OC, qk_split;
+} RecipeLinear;
+
+// Whether every quantized slot can quantize the operands of these linear layers for N tokens (backward = 0: the
+// forward only, as evaluation and text samples run). Returns 0, or 1 when N is the problem and 2 when a channel count
+// is, with err saying which slot and what would fit. Call it for a recipe that quantizes something (recipe_quantizes).
+static inline int recipe_check_linears(const Recipe* r, int64_t N, const RecipeLinear* lin, int nlin, int backward,
+                                       char* err, size_t n) {
+    for (int l = 0; l < nlin; l++) {
         for (int s = 0; s < (backward ? NUM_SLOTS : 2); s++) {
-            int64_t K = shapes[l][0], OC = shapes[l][1];
+            const int64_t K = lin[l].K, OC = lin[l].OC, qk = lin[l].qk_split;
+            char what[96];
             int rc;
-            if (l == 0 && r->qk_fp8) {
-                // the QKV layer splits into the Q/K part (2C outputs, recipe_qk_spec) and the V part (C, the recipe's)
-                QuantSpec qk = recipe_qk_spec(r, (Slot)s);
-                rc = recipe_check_operand_(r, &qk, 1, (Slot)s, "qkv (q/k part)", N, K, 2 * (int64_t)C, backward, err, n);
-                if (!rc) rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, "qkv (v part)", N, K, C, backward, err, n);
+            if (qk > 0 && r->qk_fp8) {
+                // the layer splits into the Q/K part (recipe_qk_spec) and the V part (the recipe's own)
+                QuantSpec q = recipe_qk_spec(r, (Slot)s);
+                snprintf(what, sizeof(what), "%s (q/k part)", lin[l].name);
+                rc = recipe_check_operand_(r, &q, 1, (Slot)s, what, N, K, qk, backward, err, n);
+                snprintf(what, sizeof(what), "%s (v part)", lin[l].name);
+                if (!rc) rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, what, N, K, OC - qk, backward, err, n);
             } else {
-                rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, names[l], N, K, OC, backward, err, n);
+                rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, lin[l].name, N, K, OC, backward, err, n);
             }
             if (rc) return rc;
         }
     }
     return 0;
+}
+
+// The same for a GPT-2 model of C channels (qkv C -> 3C, attproj C -> C, fc C -> 4C, fcproj 4C -> C).
+static inline int recipe_check_shapes(const Recipe* r, int64_t N, int C, int backward, char* err, size_t n) {
+    const RecipeLinear lin[4] = {{"qkv", C, 3 * (int64_t)C, 2 * (int64_t)C}, {"attproj", C, C, 0},
+                                 {"fc", C, 4 * (int64_t)C, 0}, {"fcproj", 4 * (int64_t)C, C, 0}};
+    return recipe_check_linears(r, N, lin, 4, backward, err, n);
 }
 
 static inline int recipe_layer_is_fp4(const Recipe* r, int l, int L) {

@@ -11,8 +11,8 @@
 #include "llmc/base/vec128.cuh"
 
 // ---------------------------------------------------------------------------------------------
-// forward: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], summed in fp32 and rounded once.
-// One thread per 8 channels.
+// forward: out[b,t,:] = wte[inp[b,t],:] + wpe[t,:], summed in fp32 and rounded once (wpe NULL: a model without
+// learned positions, Llama's; out = wte's row). One thread per 8 channels.
 
 #define ENC_THREADS 256
 
@@ -25,9 +25,11 @@ encoder_forward_kernel(floatX* out, const int* inp, const floatX* wte, const flo
     int token = inp[row];
     float a[8], p[8];
     bf16x8_to_float(load_bf16x8(wte + (size_t)token * C + c), a);
-    bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
-    #pragma unroll
-    for (int k = 0; k < 8; k++) a[k] += p[k];
+    if (wpe) {
+        bf16x8_to_float(load_bf16x8(wpe + (size_t)t * C + c), p);
+        #pragma unroll
+        for (int k = 0; k < 8; k++) a[k] += p[k];
+    }
     store_bf16x8(out + (size_t)row * C + c, float_to_bf16x8(a));
 }
 
@@ -173,7 +175,7 @@ encoder_backward_wpe_kernel(float* dwpe, const floatX* dout, int B, int T, int C
     d4[0] = lo; d4[1] = hi;
 }
 
-// dwte[v,:] += sum of dout[b,t,:] over the (b,t) with inp==v;  dwpe[t,:] += sum_b dout[b,t,:].
+// dwte[v,:] += sum of dout[b,t,:] over the (b,t) with inp==v;  dwpe[t,:] += sum_b dout[b,t,:] (dwpe NULL: none).
 // inp_host: the B*T token ids on the host (the same ids encoder_forward saw on the device).
 void encoder_backward(EncoderBackward* eb, float* dwte, float* dwpe, const floatX* dout, const int* inp_host,
                       int B, int T, int C, cudaStream_t s) {
@@ -244,6 +246,7 @@ void encoder_backward(EncoderBackward* eb, float* dwte, float* dwpe, const float
             dwte, eb->partials, (const int4*)d_merges, nmerges, C);
         cuda_check_last();
     }
+    if (!dwpe) return;
     int64_t threads = (int64_t)T * (C / 8);
     encoder_backward_wpe_kernel<<<(unsigned)ceil_div(threads, ENC_THREADS), ENC_THREADS, 0, s>>>(dwpe, dout, B, T, C);
     cuda_check_last();

@@ -16,18 +16,28 @@ enum {
     H_B, H_T, H_GRAD_ACCUM, H_WORLD, H_ZERO,
     H_RANK,          // the rank that wrote the file: 0 for the main file, r for ckpt_XXXXXXXX.rankRRR.bin
     H_HAS_PARAMS,    // the weights section holds the BF16 parameters (main file only)
-    H_OPT_BEGIN_LO, H_OPT_BEGIN_HI, H_OPT_COUNT_LO, H_OPT_COUNT_HI   // the parameters the optimizer state covers
+    H_OPT_BEGIN_LO, H_OPT_BEGIN_HI, H_OPT_COUNT_LO, H_OPT_COUNT_HI,  // the parameters the optimizer state covers
+    // the model family's own fields, written for Llama models only (0 in every GPT-2 checkpoint, which the
+    // checkpoints written before the Llama family already were): the architecture, GQA's key/value heads, the MLP
+    // width, a tied head, RoPE's theta and the RMSNorm epsilon (float bits)
+    H_ARCH, H_KV_HEADS, H_MLP_HIDDEN, H_TIED, H_ROPE_THETA, H_NORM_EPS
 };
 
 static inline void config_to_header(const GPTConfig* c, int32_t* h) {
     h[H_LAYERS] = c->num_layers; h[H_HEADS] = c->num_heads; h[H_CHANNELS] = c->channels;
     h[H_VOCAB] = c->vocab_size; h[H_PADDED_VOCAB] = c->padded_vocab_size; h[H_MAX_T] = c->max_seq_len;
+    if (c->arch == ARCH_GPT2) return;
+    h[H_ARCH] = c->arch; h[H_KV_HEADS] = c->kv_heads; h[H_MLP_HIDDEN] = c->mlp_hidden; h[H_TIED] = c->tied;
+    memcpy(&h[H_ROPE_THETA], &c->rope_theta, 4);
+    memcpy(&h[H_NORM_EPS], &c->norm_eps, 4);
 }
 
 static inline GPTConfig config_from_header(const int32_t* h) {
-    GPTConfig c;
-    c.num_layers = h[H_LAYERS]; c.num_heads = h[H_HEADS]; c.channels = h[H_CHANNELS];
-    c.vocab_size = h[H_VOCAB]; c.padded_vocab_size = h[H_PADDED_VOCAB]; c.max_seq_len = h[H_MAX_T];
+    GPTConfig c = config_gpt2(h[H_LAYERS], h[H_HEADS], h[H_CHANNELS], h[H_VOCAB], h[H_PADDED_VOCAB], h[H_MAX_T]);
+    if (h[H_ARCH] == ARCH_GPT2) return c;
+    c.arch = h[H_ARCH]; c.kv_heads = h[H_KV_HEADS]; c.mlp_hidden = h[H_MLP_HIDDEN]; c.tied = h[H_TIED];
+    memcpy(&c.rope_theta, &h[H_ROPE_THETA], 4);
+    memcpy(&c.norm_eps, &h[H_NORM_EPS], 4);
     return c;
 }
 
