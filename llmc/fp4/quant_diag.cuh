@@ -1,8 +1,8 @@
 // quant_diag.cuh: the quantization diagnostics on the GPU: sums of QuantStats and QuantCompare
 // (fp4/quant_cpu.h, which defines them per element and has their CPU twins).
 // defines: quant_warp_sum(), quant_stats_warp_flush(), quant_compare_gpu()
-// The statistics of a quantization come from the quantizer's own statistics pass (quant_fast_stats_gpu in
-// quant/patch.cuh), which adds each warp's sums with quant_stats_warp_flush. Counts are exact; the double
+// The statistics of a quantization come from the quantizer's own statistics pass (quant_fast_stats_gpu, quant/dispatch.cuh,
+// its kernels in quant/), which add each warp's sums with quant_stats_warp_flush. Counts are exact; the double
 // sums are added with atomics, so their last bits depend on the order.
 #pragma once
 #include "llmc/base/cuda_common.cuh"
