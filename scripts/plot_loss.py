@@ -4,9 +4,18 @@
   python3 scripts/plot_loss.py bf16=runs/bf16/log.jsonl nvfp4=runs/nvfp4/log.jsonl --out loss.png --table gaps.md
   python3 scripts/plot_loss.py bf16=s1/bf16/log.jsonl bf16=s2/bf16/log.jsonl nvfp4=s1/nvfp4/log.jsonl nvfp4=s2/nvfp4/log.jsonl
 
-Each run is LABEL=PATH or PATH (the label is then the name of the file's parent directory). Runs that share
-a label are seeds of one configuration: its curves are the mean over its seeds, with a band from the lowest
-to the highest seed. The first label is the baseline. Lines read from each log (others are ignored):
+Each run is LABEL=PATH or PATH. Runs that share a label are seeds of one configuration: its curves are the
+mean over its seeds, with a band from the lowest to the highest seed. The first label is the baseline.
+Logs under one label must really be seeds (scripts/runlabels.py has the rule): their first config lines
+must agree on everything but the seed and the run's environment (resumed_at, device, sms, cuda_runtime,
+cublaslt, cudnn, attention; the data paths do count), and no seed may come twice; otherwise the script
+stops with an `error:` line naming the two logs and the first field they differ in. Without a label, a run
+is labelled from its config line: the recipe's preset name ("nvfp4"), plus the model where the runs' models
+differ ("nvfp4 d12"), plus what else tells configurations with alike labels apart ("nvfp4 lr=0.0003"),
+never the seed; unlabeled logs whose config lines agree on everything but the seed become seeds of one
+configuration, and two with the same seed are refused (the same run twice?). A log without a config line
+is labelled by its directory's name, with a warning. One line per configuration (label, logs, seeds) is
+printed before the plot. Lines read from each log (others are ignored):
   {"type":"train","step":S,"tokens":N,"loss":L}   {"type":"val","step":S,"tokens":N,"val_loss":L}
   {"type":"eval","step":S,"tokens":N,"hellaswag_acc":A,"lambada_acc":A,...}   (train_gpt_fp4 --eval-every)
 A step logged twice (a resumed run) keeps its last record.
@@ -32,16 +41,23 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlabels  # noqa: E402
+
 EVAL_KEYS = ("hellaswag_acc", "lambada_acc")
 
 
 def parse_run(spec):
+    """LABEL=PATH -> (LABEL, PATH); PATH -> (None, PATH): the label comes from the log's config line."""
     if "=" in spec and not os.path.exists(spec):
         label, path = spec.split("=", 1)
-    else:
-        path = spec
-        label = os.path.basename(os.path.dirname(os.path.abspath(path))) or path
-    return label, path
+        return label or None, path
+    return None, spec
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
 
 
 def load(path):
@@ -360,9 +376,12 @@ def plot(configs, out, args):
 
 def main():
     ap = argparse.ArgumentParser(description="Plot and compare training runs from JSONL logs; the first label is the "
-                                             "baseline, runs sharing a label are seeds.",
+                                             "baseline, runs sharing a label are seeds (of one configuration: "
+                                             "their config lines must agree but for the seed); a run without a "
+                                             "label is labelled from its config line.",
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("runs", nargs="+", metavar="[LABEL=]PATH", help="JSONL log of one run")
+    ap.add_argument("runs", nargs="+", metavar="[LABEL=]PATH",
+                    help="JSONL log of one run (no LABEL: its recipe, and what else tells it from the others)")
     ap.add_argument("--out", default="loss.png", help="PNG to write")
     ap.add_argument("--table", default=None, help="also write the Markdown gap table here")
     ap.add_argument("--smooth", type=float, default=0.95,
@@ -375,23 +394,32 @@ def main():
     ap.add_argument("--gap-of", choices=["val", "train", "both"], default="both", help="what the gap panel compares")
     args = ap.parse_args()
 
-    groups = {}
+    runs = []
     for spec in args.runs:
         label, path = parse_run(spec)
         if not os.path.isfile(path):
-            sys.exit(f"plot_loss: no such log file: {path} (give LABEL=PATH or PATH)")
-        (tt, tl), (vt, vl), ev = load(path)
-        if not tt.size and not vt.size:
-            print(f"warning: {path}: no train or val records", file=sys.stderr)
-        nonfinite = int((~np.isfinite(tl)).sum())
-        if nonfinite:
-            print(f"warning: {label}: {nonfinite} non-finite train loss value(s)", file=sys.stderr)
-        groups.setdefault(label, []).append(dict(label=label, path=path, tt=tt, tl=tl, ts=smooth(tl, args.smooth),
-                                                 vt=vt, vl=vl, ev=ev))
-        last = f"{fmt_tokens(tt[-1])} tokens, {len(tt)} train / {len(vt)} val / {len(next(iter(ev.values()), ([],))[0])} " \
-               f"eval points" if tt.size else "no train points"
-        print(f"{label}: {path} ({last})")
-    configs = [Config(label, runs) for label, runs in groups.items()]
+            die(f"no such log file: {path} (give LABEL=PATH or PATH)")
+        runs.append(dict(label=label, path=path))
+    try:
+        groups = runlabels.group_runs(runs)
+    except runlabels.RunError as e:
+        die(str(e))
+    for line in runlabels.describe(groups):
+        print(line)
+    for label, members in groups:
+        for run in members:
+            path = run["path"]
+            (tt, tl), (vt, vl), ev = load(path)
+            if not tt.size and not vt.size:
+                print(f"warning: {path}: no train or val records", file=sys.stderr)
+            nonfinite = int((~np.isfinite(tl)).sum())
+            if nonfinite:
+                print(f"warning: {label}: {nonfinite} non-finite train loss value(s)", file=sys.stderr)
+            run.update(tt=tt, tl=tl, ts=smooth(tl, args.smooth), vt=vt, vl=vl, ev=ev)
+            last = f"{fmt_tokens(tt[-1])} tokens, {len(tt)} train / {len(vt)} val / " \
+                   f"{len(next(iter(ev.values()), ([],))[0])} eval points" if tt.size else "no train points"
+            print(f"{label}: {path} ({last})")
+    configs = [Config(label, members) for label, members in groups]
     if not any(c.evals for c in configs):
         print("note: no eval lines (train_gpt_fp4 --eval-every) in these logs: the accuracy panel is left out")
     fractions = [float(f) for f in args.fractions.split(",") if f.strip()]

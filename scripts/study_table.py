@@ -14,6 +14,16 @@ line of the highest step (train_gpt_fp4 logs it before the last step's update). 
 counted, not used. With --at-step N, the value compared is the val line of step N instead, and a run
 counts when it has one (the runs of dev/study/early_probe.sh stop there).
 
+The seeds of a recipe must be seeds of one configuration (scripts/runlabels.py, as scripts/plot_loss.py
+checks its labels): the first config lines of RECIPE/seed*/log.jsonl must agree on everything but the seed
+and the run's environment (resumed_at, device, sms, cuda_runtime, cublaslt, cudnn, attention; steps, lr,
+model, data paths and the recipe text do count; "seed=N" of the run's own seed in the recipe text counts
+as the seed), and each config line's seed must be its folder's (seedN). Otherwise the script stops with an
+`error:` line naming the two logs and the first field they differ in (e.g. a run that study.sh reports as
+"finished under other settings than the plan's": delete it or move it elsewhere). A log without a config
+line is unchecked and unfinished, with a warning. Two recipes whose logs agree on everything but the seed get a
+warning (the same configuration under two names).
+
 Output (--out DIR, printed too):
   table.md      per recipe: finished seeds, mean final val loss, std over seeds (n-1), spread (max-min),
                 gap to the baseline's mean in %, each seed's value; then each recipe against the baseline
@@ -36,6 +46,9 @@ import math
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runlabels  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------------
@@ -144,8 +157,9 @@ def paired(da, db):
 # the logs
 
 def read_log(path):
-    """-> dict(steps, finished, final_val, final_tokens, last_step, val={step: (tokens, loss)})"""
-    cfg_steps, train, val, bad = None, {}, {}, 0
+    """-> dict(steps, finished, final_val, final_tokens, last_step, val={step: (tokens, loss)},
+    cfg=the first config line or None)"""
+    cfg_steps, cfg, train, val, bad = None, None, {}, {}, 0
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -159,6 +173,7 @@ def read_log(path):
             kind = r.get("type") if isinstance(r, dict) else None
             try:
                 if kind == "config":
+                    cfg = r if cfg is None else cfg
                     cfg_steps = int(r["steps"])
                 elif kind == "train":
                     train[int(r["step"])] = float(r["loss"])
@@ -172,7 +187,7 @@ def read_log(path):
     finished = cfg_steps is not None and cfg_steps > 0 and last >= cfg_steps and bool(val)
     fv = val[max(val)] if val else (float("nan"), float("nan"))
     return dict(steps=cfg_steps, finished=finished, final_val=fv[1], final_tokens=fv[0], last_step=last,
-                val=val)
+                val=val, cfg=cfg)
 
 
 def collect(study_dir):
@@ -188,6 +203,31 @@ def collect(study_dir):
         run["path"] = path
         runs.setdefault(recipe, {})[int(m.group(1))] = run
     return runs
+
+
+def check_seeds(runs):
+    """Each recipe's runs are seeds of one configuration (scripts/runlabels.py); raises runlabels.RunError."""
+    for recipe in sorted(runs):
+        members = [dict(path=runs[recipe][s]["path"], cfg=runs[recipe][s]["cfg"], seed=s, warned=False)
+                   for s in sorted(runs[recipe])]
+        for m in members:
+            cs = runlabels.seed_of(m["cfg"])
+            if m["cfg"] is not None and "seed" in m["cfg"] and cs != m["seed"]:
+                raise runlabels.RunError(f"{m['path']}: its config line says seed {m['cfg']['seed']}, its folder "
+                                         f"seed{m['seed']}")
+            if m["cfg"] is None:
+                runlabels.warn(f"{m['path']}: no config line: not checked against the other seeds of {recipe}, and "
+                               f"unfinished (its step count is the config line's)")
+                m["warned"] = True
+        runlabels.check_group(recipe, members, remedy="the seeds of a recipe may differ in the seed only (move "
+                                                      "or delete the log that does not belong)")
+    firsts = [(r, next(run for run in runs[r].values() if run["cfg"] is not None)) for r in sorted(runs)
+              if any(run["cfg"] is not None for run in runs[r].values())]
+    for i, (ra, a) in enumerate(firsts):
+        for rb, b in firsts[i + 1:]:
+            if runlabels.first_difference(a["cfg"], b["cfg"]) is None:
+                runlabels.warn(f"recipes '{ra}' and '{rb}' have the same configuration ({a['path']} and {b['path']} "
+                               f"agree on everything but the seed)")
 
 
 def at_step(runs, step):
@@ -373,7 +413,13 @@ def main():
 
     runs = collect(args.study_dir)
     if not runs:
-        sys.exit(f"study_table: no RECIPE/seedN/log.jsonl under {args.study_dir}")
+        print(f"error: no RECIPE/seedN/log.jsonl under {args.study_dir}", file=sys.stderr)
+        sys.exit(1)
+    try:
+        check_seeds(runs)
+    except runlabels.RunError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     if args.at_step is not None:
         at_step(runs, args.at_step)
     order = recipe_order(args.study_dir, runs, args.baseline, args.reference)
