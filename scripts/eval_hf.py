@@ -14,7 +14,9 @@ model's positions). Scoring:
              exp(summed loss of the word, averaged over passages).
 Prints one line per task and, with --json, writes the numbers; --dump DIR writes every row's summed
 loss, token count and greedy hit as <task>_rows.tsv, the format of train_gpt_fp4 --eval-dump.
-Needs torch and transformers.
+Needs numpy, torch and transformers (requirements.txt; torch and transformers are its optional part).
+Expected failures (a missing package, model directory or token file, a directory given for a file) end in
+one line "error: ..." on stderr and exit status 1.
 """
 import argparse
 import json
@@ -23,7 +25,11 @@ import os
 import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print("error: scripts/eval_hf.py needs numpy: python3 -m pip install -r requirements.txt", file=sys.stderr)
+    sys.exit(1)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "dev", "data"))
@@ -31,6 +37,34 @@ from eval_prepro import KIND_CHOICE, read_eval_file   # noqa: E402
 
 EOT = 50256
 TASK_FILES = {"hellaswag": "hellaswag_val.bin", "lambada": "lambada_test.bin"}
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def missing_packages(names):
+    """The names of those packages that do not import (a broken install counts as missing)."""
+    missing = []
+    for name in names:
+        try:
+            __import__(name)
+        except (ImportError, OSError):
+            missing.append(name)
+    return missing
+
+
+def check_model_dir(path):
+    """One error line for a path that cannot be a Hugging Face model directory."""
+    if not os.path.exists(path):
+        die(f"model directory {path} not found; give a Hugging Face model directory "
+            f"(scripts/export_hf.py writes one: python3 scripts/export_hf.py CKPT hf/NAME)")
+    if not os.path.isdir(path):
+        die(f"{path} is not a directory; give a Hugging Face model directory (config.json and the weights), "
+            f"e.g. one written by scripts/export_hf.py")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        die(f"{path} holds no config.json: not a Hugging Face model directory (scripts/export_hf.py writes one)")
 
 
 def row_of(ctx, cand, seq):
@@ -161,27 +195,63 @@ def main():
     ap.add_argument("--json", default=None, help="write the numbers to this file")
     ap.add_argument("--dump", default=None, help="directory for <task>_rows.tsv")
     args = ap.parse_args()
+    missing = missing_packages(["torch", "transformers"])
+    if missing:
+        die(f"scripts/eval_hf.py needs torch and transformers ({' and '.join(missing)} missing here): "
+            f"python3 -m pip install torch transformers (the optional part of requirements.txt)")
+    tasks = [t for t in args.tasks.split(",") if t]
+    for name in tasks:
+        if name not in TASK_FILES:
+            die(f"unknown task '{name}' in --tasks (hellaswag, lambada)")
+    if not tasks:
+        die("--tasks names no task (hellaswag, lambada)")
+    for name in tasks:
+        path = os.path.join(args.data_dir, TASK_FILES[name])
+        if os.path.isdir(path):
+            die(f"{path} is a directory, not an eval token file")
+        if not os.path.isfile(path):
+            die(f"{path} not found; build it with python3 dev/data/eval_prepro.py, or pass --data_dir "
+                f"(the folder of hellaswag_val.bin and lambada_test.bin; the repo ships them in data/eval)")
+    if args.items < 0 or args.batch < 1 or (args.seq_len is not None and args.seq_len < 2):
+        die("--items must be 0 or more, --batch 1 or more, --seq-len 2 or more")
+    if args.json and os.path.isdir(args.json):
+        die(f"--json {args.json} is a directory; give a file path")
+    if args.dump and os.path.exists(args.dump) and not os.path.isdir(args.dump):
+        die(f"--dump {args.dump} exists and is not a directory")
+    check_model_dir(args.model)
+
     import torch
     device = args.device if torch.cuda.is_available() or not args.device.startswith("cuda") else "cpu"
     dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
-    model = load_model(args.model, device)
+    try:
+        model = load_model(args.model, device)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        die(f"{args.model}: transformers cannot load the model: {first}")
     out = {"model": args.model, "dtype": args.dtype}
-    for name in [t for t in args.tasks.split(",") if t]:
-        if name not in TASK_FILES:
-            sys.exit(f"eval_hf: unknown task '{name}' (hellaswag, lambada)")
-        res, table = evaluate_task(model, name, os.path.join(args.data_dir, TASK_FILES[name]), args.seq_len,
-                                   args.items, args.batch, device, dtype)
+    for name in tasks:
+        try:
+            res, table = evaluate_task(model, name, os.path.join(args.data_dir, TASK_FILES[name]), args.seq_len,
+                                       args.items, args.batch, device, dtype)
+        except ValueError as e:   # a damaged token file, or a candidate longer than --seq-len
+            die(str(e))
         out.update({k: v for k, v in res.items() if k != "seconds"})
         line = f"{name}: accuracy {100 * res[name + '_acc']:.2f}% of {res[name + '_items']}"
         if name + "_ppl" in res:
             line += f", perplexity {res[name + '_ppl']:.2f}"
         print(f"{line} (rows of {res[name + '_seq']} tokens, {res['seconds']:.1f} s)")
         if args.dump:
-            os.makedirs(args.dump, exist_ok=True)
-            write_rows(os.path.join(args.dump, f"{name}_rows.tsv"), name, res[name + "_seq"], table)
+            try:
+                os.makedirs(args.dump, exist_ok=True)
+                write_rows(os.path.join(args.dump, f"{name}_rows.tsv"), name, res[name + "_seq"], table)
+            except OSError as e:
+                die(f"{e.filename or args.dump}: {e.strerror or e}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        try:
+            with open(args.json, "w") as f:
+                json.dump(out, f, indent=2)
+        except OSError as e:
+            die(f"{args.json}: {e.strerror or e}")
 
 
 if __name__ == "__main__":

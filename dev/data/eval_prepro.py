@@ -8,6 +8,8 @@ Inputs (--eval_dir, default ../shared/data/eval next to the repository; README t
                               the correct ending, then the 4 endings
   lambada_test.jsonl          5,153 passages {"text": ...}; the task is the passage's last word
 Outputs (--out_dir, default data/eval): hellaswag_val.bin and lambada_test.bin.
+Where the raw files come from, and their licences: data/README.md. Expected failures (a missing package,
+file or folder) end in one line "error: ..." on stderr and exit status 1.
 
 Every item is a context and one or more candidate continuations, already in GPT-2 tokens, so the C
 side never tokenizes (llmc/run/eval_tasks.h reads them; scripts/eval_hf.py reads them through read_eval_file
@@ -33,7 +35,12 @@ import os
 import sys
 import zlib
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    print(f"error: {os.path.basename(sys.argv[0]) or 'eval_prepro.py'} needs numpy: "
+          f"python3 -m pip install -r requirements.txt", file=sys.stderr)
+    sys.exit(1)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -52,8 +59,13 @@ def die(msg):
 # the raw files -> items (context text, candidate texts, label)
 
 def hellaswag_items(path):
-    with lzma.open(path, "rt", encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    try:
+        with lzma.open(path, "rt", encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (lzma.LZMAError, EOFError) as e:
+        die(f"{path}: not a readable .xz file ({e or 'truncated'})")
+    except UnicodeDecodeError:
+        die(f"{path}: not UTF-8 text")
     if lines and lines[-1] == "":
         lines.pop()
     if len(lines) % 6:
@@ -69,12 +81,15 @@ def hellaswag_items(path):
 
 def lambada_items(path):
     items = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="strict") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            text = json.loads(line)["text"]
-            if " " not in text:
+            try:
+                text = json.loads(line)["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                die(f"{path}:{lineno}: not a JSON object with a \"text\" field")
+            if not isinstance(text, str) or " " not in text:
                 die(f"{path}:{lineno}: a passage without a space has no last word to predict")
             ctx, word = text.rsplit(" ", 1)
             items.append((ctx, [" " + word], 0))
@@ -159,28 +174,46 @@ def read_eval_file(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--eval_dir", default=os.path.join(REPO, "..", "shared", "data", "eval"), help="the raw files")
+    ap.add_argument("--eval_dir", default=os.path.join(REPO, "..", "shared", "data", "eval"), help="the raw files (data/README.md: where they come from)")
     ap.add_argument("--out_dir", default=os.path.join(REPO, "data", "eval"))
     ap.add_argument("--bpe_dir", default=os.path.join(REPO, "data", "gpt2"), help="encoder.json and vocab.bpe")
     ap.add_argument("--verify", action="store_true", help="only re-read the written files and print their statistics")
     args = ap.parse_args()
     outputs = {"hellaswag": os.path.join(args.out_dir, "hellaswag_val.bin"),
                "lambada": os.path.join(args.out_dir, "lambada_test.bin")}
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        die(f"--out_dir {args.out_dir} is not a directory")
     if not args.verify:
+        sources = {"hellaswag": (os.path.join(args.eval_dir, "hellaswag_val_full.txt.xz"), hellaswag_items, KIND_CHOICE),
+                   "lambada": (os.path.join(args.eval_dir, "lambada_test.jsonl"), lambada_items, KIND_LASTWORD)}
+        if not os.path.isdir(args.eval_dir):
+            die(f"--eval_dir {args.eval_dir} is not a directory; give the one holding hellaswag_val_full.txt.xz "
+                f"and lambada_test.jsonl (data/README.md says where they come from)")
+        for src, _, _ in sources.values():   # all checked before any output is written
+            if not os.path.isfile(src):
+                die(f"{src} not found; pass --eval_dir, the directory of hellaswag_val_full.txt.xz and "
+                    f"lambada_test.jsonl (data/README.md says where they come from)")
         sys.path.insert(0, HERE)
         from prepro import gpt2_encoding   # tiktoken's GPT-2 encoding from the local BPE files
         enc = gpt2_encoding(args.bpe_dir)
-        sources = {"hellaswag": (os.path.join(args.eval_dir, "hellaswag_val_full.txt.xz"), hellaswag_items, KIND_CHOICE),
-                   "lambada": (os.path.join(args.eval_dir, "lambada_test.jsonl"), lambada_items, KIND_LASTWORD)}
         for name, (src, reader, kind) in sources.items():
-            if not os.path.exists(src):
-                die(f"{src} not found; pass --eval_dir (the directory of hellaswag_val_full.txt.xz and lambada_test.jsonl)")
-            n = write_eval_file(outputs[name], kind, encode_items(enc, reader(src)))
+            try:
+                n = write_eval_file(outputs[name], kind, encode_items(enc, reader(src)))
+            except UnicodeDecodeError:
+                die(f"{src}: not UTF-8 text")
+            except OSError as e:
+                die(f"{e.filename or outputs[name]}: {e.strerror or e}")
             print(f"wrote {outputs[name]} ({n} stream values)")
     for name, path in outputs.items():
+        if os.path.isdir(path):
+            die(f"{path} is a directory, not an eval token file")
+        if not os.path.isfile(path):
+            die(f"{path} not found; build it with python3 dev/data/eval_prepro.py (data/README.md)")
         try:
             kind, items = read_eval_file(path)
-        except (OSError, ValueError) as e:
+        except OSError as e:
+            die(f"{path}: {e.strerror or e}")
+        except ValueError as e:
             die(str(e))
         lengths = [len(c) + max(len(x) for x in cs) for c, cs, _ in items]
         print(f"{name}: {len(items)} items, kind {kind}, item length mean {np.mean(lengths):.1f} max {max(lengths)} "

@@ -1,0 +1,1 @@
+CPU_TESTS += dev/test/test_python_errors.sh
