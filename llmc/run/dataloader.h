@@ -114,8 +114,14 @@ static inline int64_t dataloader_read_header_(const char* path) {
     struct stat st;
     fail_if(stat(path, &st) != 0, "data shard '%s': cannot stat it", path);
     // a directory opens and reads as 0 bytes: say what it is rather than "truncated"
-    fail_if(S_ISDIR(st.st_mode), "data shard '%s' is a directory, not a shard file: give a pattern of the shard files "
-            "in it, e.g. '%s/*_train_*.bin'", path, path);
+    if (S_ISDIR(st.st_mode)) {
+        char dir[4096];
+        snprintf(dir, sizeof(dir), "%s", path);
+        for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
+        fail("data shard '%s' is a directory, not a shard file: give the shard files or a pattern of them, e.g. "
+             "'%s/*_train*.bin' for -i/--train-data and '%s/*_val*.bin' for -j/--val-data (these match the shipped "
+             "data/tinyshakespeare/tiny_shakespeare_train.bin and prepro.py's NAME_train_000000.bin)", dir, dir, dir);
+    }
     fail_if(!S_ISREG(st.st_mode), "data shard '%s' is not a regular file", path);
     int64_t size = (int64_t)st.st_size;
     fail_if(size < (int64_t)(SHARD_HEADER_INTS * sizeof(int32_t)),
