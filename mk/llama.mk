@@ -7,3 +7,5 @@ LLAMA_KERNEL_HEADERS := llmc/model/rmsnorm.cuh llmc/model/rope.h llmc/model/rope
                         llmc/model/reduce.cuh
 
 build/test_llama_kernels: $(LLAMA_KERNEL_HEADERS)
+# dev/test/check_resume_llama.sh: check_resume.sh on llama-tiny under nvfp4 (GPU; skips without one).
+GPU_TESTS += dev/test/check_resume_llama.sh
