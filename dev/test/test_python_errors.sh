@@ -198,5 +198,37 @@ expect_error "compare_recipes: a data error in the first run stops the compariso
     env PLOT=0 LAUNCH=bash TRAINER="$tmp/trainer.sh" bash $C "$tmp/cmp" "bf16 nvfp4 nvfp4-naive"
 check "compare_recipes: ... after one run (of 3)" test "$(wc -l < "$CALLS" 2>/dev/null)" = 1
 
+# the success path: a stand-in that writes a log as the trainer does (a config line naming its recipe, train and val
+# lines with a higher loss under nvfp4), then the plot and the gap table, labelled by recipe
+cat > "$tmp/good_trainer.sh" <<'EOF'
+recipe=bf16; out=
+while [ $# -gt 0 ]; do case $1 in --recipe) recipe=$2; shift ;; --out-dir) out=$2; shift ;; esac; shift; done
+mkdir -p "$out"
+python3 - "$out/log.jsonl" "$recipe" <<'PY'
+import json, sys
+path, recipe = sys.argv[1], sys.argv[2]
+up = 0.05 if recipe != "bf16" else 0.0
+with open(path, "w") as f:
+    f.write(json.dumps({"type": "config", "model": "d6", "seed": 1337, "recipe": recipe + ": fprop.x=...", "steps": 20,
+                        "lr": 0.0006}) + "\n")
+    for s in range(1, 21):
+        f.write(json.dumps({"type": "train", "step": s, "tokens": 4096 * s, "loss": 6.0 - 0.1 * s + up}) + "\n")
+        if s % 5 == 0:
+            f.write(json.dumps({"type": "val", "step": s, "tokens": 4096 * s, "val_loss": 6.1 - 0.1 * s + up}) + "\n")
+PY
+echo "step    20/20 | loss 4.0000"
+EOF
+if python3 -c "import numpy, matplotlib" >/dev/null 2>&1; then
+    rm -rf "$tmp/cmp_ok"
+    MPLBACKEND=Agg LAUNCH=bash TRAINER="$tmp/good_trainer.sh" bash $C "$tmp/cmp_ok" "bf16 nvfp4" --model d6 \
+        > "$tmp/ok.txt" 2>&1
+    rc_ok=$?
+    check "compare_recipes: two recipes train and plot (exit 0)" test "$rc_ok" = 0
+    check "compare_recipes: ... loss.png written" test -s "$tmp/cmp_ok/loss.png"
+    check "compare_recipes: ... gaps.md names nvfp4 with a nonzero gap" grep -q "nvfp4.*+[0-9]" "$tmp/cmp_ok/gaps.md"
+else
+    echo "SKIP compare_recipes success path: needs numpy and matplotlib"; skipped=$((skipped + 1))
+fi
+
 echo "TESTS test_python_errors: passed=$passed failed=$failed skipped=$skipped"
 [ "$failed" = 0 ]
