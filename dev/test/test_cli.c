@@ -3,11 +3,16 @@
 // (CPU only, for CI). The trainer runs with CUDA_VISIBLE_DEVICES="" so that on a machine with a GPU too,
 // anything that got past the CPU checks would stop with "no CUDA GPU found" instead of training: that
 // message is what the valid command lines here must reach, and what no bad one may.
+// Every check of check_options, and the checks of plan_launch, plan_model, plan_recipe, plan_schedule, open_data and
+// open_tasks that no scenario below reaches, are rows of tables (test_option_checks, test_plan_checks, the rows of
+// test_heldout): a negative case per check, and each range limit on both sides, its last valid value reaching the GPU
+// check and its first invalid one refused.
 // Checkpoints are written with llmc/run/checkpoint.h and llmc/model/gpt_config.h for a tiny model (1 layer, 8
 // channels, vocabulary 128), so they take a few kilobytes.
 // usage: build/test_cli [path to train_gpt_fp4]   (default ./train_gpt_fp4; skips if it is not built)
 #include <signal.h>
 #include <time.h>
+#include <sys/stat.h>
 #include "llmc/run/checkpoint.h"
 #include "llmc/model/gpt_config.h"
 #include "llmc/model/models.h"
@@ -63,14 +68,8 @@ static int run_trainer(const char* const* args, const char* const* env, char* er
 // One case: the trainer must exit with status 1 and its last stderr line must be "error: ..." holding
 // both substrings (want2 may be NULL). want1 "no CUDA GPU found": a valid case that must pass every
 // CPU check; for every other case that message is a failure (the check came after the GPU, or not at all).
-static void expect_v(const char* what, const char* const* env, const char* want1, const char* want2, ...) {
-    const char* args[64];
-    int n = 0;
-    va_list ap;
-    va_start(ap, want2);
-    for (const char* a; n < 63 && (a = va_arg(ap, const char*)) != NULL;) args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
+static void expect_a(const char* what, const char* const* env, const char* want1, const char* want2,
+                     const char* const* args) {
     char err[16384];
     double seconds = 0;
     int rc = run_trainer(args, env, err, sizeof(err), &seconds);
@@ -85,6 +84,17 @@ static void expect_v(const char* what, const char* const* env, const char* want1
           want2 ? " and \"" : "", want2 ? want2 : "", want2 ? "\"" : "", err);
     int shown = (int)strcspn(last + 7, "\n");
     if (ok) printf("ok   %-52s %.2f s  %.*s\n", what, seconds, shown < 90 ? shown : 90, last + 7);
+}
+// The same with the arguments listed (EXPECT below).
+static void expect_v(const char* what, const char* const* env, const char* want1, const char* want2, ...) {
+    const char* args[64];
+    int n = 0;
+    va_list ap;
+    va_start(ap, want2);
+    for (const char* a; n < 63 && (a = va_arg(ap, const char*)) != NULL;) args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    expect_a(what, env, want1, want2, args);
 }
 
 // --- files ---------------------------------------------------------------------------------------
@@ -122,6 +132,11 @@ typedef struct {
     int bf16_forward_steps;
     int bf16_forward_state;  // 0: the state the schedule gives at `step`; else this minus 1 (an inconsistent file)
     int version2;            // write format version 2 (no recipe schedule section), as older builds did
+    int adam_t_offset;       // the header's AdamW update count is step + this (0: a consistent file)
+    int optimizer_shard;     // 1: the header of rank 1's ZeRO optimizer shard (no weights)
+    int rng_step_offset;     // the rng section's step is step + this (0: a consistent file)
+    int zero;                // written with ZeRO-1 (an optimizer shard then holds no weights)
+    int long_text;           // the recipe text padded to 1500 bytes (the trainer reads up to 1023)
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -130,25 +145,27 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     int32_t h[CKPT_HEADER_INTS] = {0};
     config_to_header(&spec->config, h);
     size_t np = num_parameters(&spec->config);
-    h[H_STEP] = spec->step; h[H_ADAM_T] = spec->step; h[H_HAS_MASTER] = 0;
-    h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = 0;
-    h[H_RANK] = 0; h[H_HAS_PARAMS] = 1;
+    h[H_STEP] = spec->step; h[H_ADAM_T] = spec->step + spec->adam_t_offset; h[H_HAS_MASTER] = 0;
+    h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = spec->zero;
+    h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
     header_set_u64(h, H_OPT_COUNT_LO, opt_count);
     Recipe r;
     recipe_preset(&r, spec->recipe);
     recipe_resolve_layers(&r, spec->config.num_layers);
-    char text[1024];
-    recipe_describe(&r, text, sizeof(text));
+    char text[2048];
+    recipe_describe(&r, text, 1024);
+    if (spec->long_text) snprintf(text + strlen(text), sizeof(text) - strlen(text), "%*s", 1500 - (int)strlen(text), "");
     DataLoader dl;
     dataloader_init(&dl, train_shard, spec->B, spec->T, 0, spec->world, 1, (uint64_t)spec->seed, spec->config.vocab_size);
     for (int i = 0; i < spec->step; i++) dataloader_next_batch(&dl);
     DataLoaderState ds = dataloader_get_state(&dl);
     dataloader_free(&dl);
-    struct { uint64_t seed; int64_t step; } rng = {(uint64_t)spec->seed, spec->step};   // the trainer's RngState
-    double spike[5] = {0};                                                               // and SpikeState
-    size_t wbytes = spec->weights_bytes ? spec->weights_bytes : np * 2;
+    // the trainer's RngState and SpikeState
+    struct { uint64_t seed; int64_t step; } rng = {(uint64_t)spec->seed, spec->step + spec->rng_step_offset};
+    double spike[5] = {0};
+    size_t wbytes = spec->optimizer_shard && spec->zero ? 0 : spec->weights_bytes ? spec->weights_bytes : np * 2;
     uint8_t* zeros = (uint8_t*)calloc(1, 4 * opt_count > wbytes ? 4 * opt_count : wbytes);
     CheckpointWriter w;
     ckpt_begin(&w, path, h, text);
@@ -213,6 +230,32 @@ static void copy_file(const char* from, const char* to) {
 #define EXPECT(what, env, want1, want2, ...) expect_v(what, env, want1, want2, __VA_ARGS__, (const char*)NULL)
 // the arguments of a resume of the tiny model, then the case's own
 #define RESUME_ARGS "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "4", "-t", "16", "--steps", "10"
+
+// --- the checks before the GPU, one table row each ----------------------------------------------------
+
+// One case: a name, the environment (NULL: none), the message ("no CUDA GPU found" for a command line that must pass
+// every CPU check) and the arguments. Every range limit has two rows: the last value it takes, which reaches the GPU
+// check, and the first it refuses. Given twice, an option's last value counts, so a row can start from BASE_ARGS.
+typedef struct {
+    const char* what;
+    const char* const* env;
+    const char* want1;
+    const char* want2;
+    const char* args[28];
+} CliCase;
+
+static void run_cases(const CliCase* c, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_a(c[i].what, c[i].env, c[i].want1, c[i].want2, c[i].args);
+}
+
+#define GPU_CHECK "no CUDA GPU found"
+// a valid command line: the default model (d12, recipe bf16) on the tiny shard, no validation data
+#define BASE_ARGS "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "2", "-t", "16"
+#define SHAPE_FLAGS "--n-layer, --n-embd, --n-head, --kv-heads, --mlp-hidden, --rope-theta and --norm-eps must be >= 0"
+#define PERIODS "--val-every, --val-batches, --sample-every and --sample-tokens must be >= 0"
+#define ADAM "--eps must be > 0, --weight-decay and --grad-clip >= 0"
+#define BF16_BLOCKS "--bf16-first-layers and --bf16-last-layers must be >= 0, or -1 for the recipe's rule"
+
 static const char* const WORLD2[] = {"WORLD_SIZE=2", "RANK=0", "LOCAL_RANK=0", NULL};
 static const char* const RANK5[] = {"WORLD_SIZE=2", "RANK=5", NULL};
 
@@ -229,10 +272,6 @@ static void test_options_and_batch(void) {
            "-i", train_shard, "-b", "4", "-t", "16", "--total-batch", "64");
     EXPECT("rank outside the world size", RANK5, "RANK=5 is not below WORLD_SIZE=2", NULL, "-i", train_shard);
     EXPECT("unknown option", NULL, "unknown option '--batchsize'", NULL, "--batchsize", "4");
-    EXPECT("--ckpt-every below -1", NULL, "--ckpt-every must be >= 0, or -1 for no checkpoint at all", NULL,
-           "-i", train_shard, "--ckpt-every", "-2");
-    EXPECT("--ckpt-every -1 (no checkpoint) reaches the GPU check", NULL, "no CUDA GPU found", NULL,
-           "-i", train_shard, "-j", val_shard, "-o", tmpdir, "-b", "2", "-t", "16", "--ckpt-every", "-1");
     EXPECT("sequence longer than the model's positions", NULL, "--seq-len 2048 exceeds the model's 1024 positions",
            NULL, "-i", train_shard, "-t", "2048");
 }
@@ -305,6 +344,7 @@ static void test_models(void) {
            RESUME_ARGS, "--resume", ck, "--arch", "gpt2");
     EXPECT("--model d6 with a llama checkpoint", NULL, "--model d6 conflicts with checkpoint", "llama",
            RESUME_ARGS, "--init-from", ck, "--model", "d6");
+    remove(ck);
 }
 
 static void test_data_files(void) {
@@ -424,9 +464,6 @@ static void test_heldout(void) {
     EXPECT("--eval-only of a checkpoint reaches the GPU check", NULL, "no CUDA GPU found", NULL,
            "--eval-only", "--init-from", ckpt, "-j", "", "-o", tmpdir, "-b", "2", "-t", "256");
     EXPECT("--eval-every in training reaches the GPU check", NULL, "no CUDA GPU found", NULL, EVAL_ARGS, "--eval-items", "10");
-    EXPECT("--eval-only without a checkpoint", NULL, "--eval-only evaluates a checkpoint", "--init-from CKPT", "--eval-only");
-    EXPECT("--eval-only with --resume", NULL, "--eval-only evaluates a checkpoint", "(not --resume)",
-           "--eval-only", "--resume", "latest", "-o", tmpdir);
     EXPECT("missing HellaSwag file", NULL, "hellaswag file", "not found: make the eval token files with python3 "
            "dev/data/eval_prepro.py", EVAL_ARGS, "--hellaswag", missing);
     EXPECT("a data shard as the LAMBADA file", NULL, "bad magic 20240520", "rewrite it with python3 dev/data/eval_prepro.py",
@@ -439,7 +476,30 @@ static void test_heldout(void) {
            "--eval-tasks", "hellaswag,piqa");
     EXPECT("rows too short for HellaSwag's endings", NULL, "needs rows of at least", "--seq-len is 64",
            "-i", train_shard, "-b", "4", "-t", "64", "--eval-every", "5");
-    EXPECT("--eval-items below 0", NULL, "--eval-every and --eval-items must be >= 0", NULL, "--eval-items", "-1");
+    // the task list and the rows at their limits: a list of 255 characters (hellaswag and commas) and one of 256;
+    // rows exactly as long as the longest candidate plus one context token (HellaSwag 87 + 1, LAMBADA 10 + 1,
+    // the files' header fields [6]) and one token shorter
+    char tasks255[256], tasks256[257];
+    snprintf(tasks255, sizeof(tasks255), "hellaswag%0246d", 0);
+    for (char* p = tasks255 + 9; *p; p++) *p = ',';
+    snprintf(tasks256, sizeof(tasks256), "%s,", tasks255);
+    const CliCase rows[] = {
+        {"--eval-tasks naming hellaswag twice", NULL, "--eval-tasks names 'hellaswag' twice", NULL,
+         {EVAL_ARGS, "--eval-tasks", "hellaswag,hellaswag"}},
+        {"--eval-tasks of commas only", NULL, "--eval-tasks is empty: name hellaswag, lambada or both", NULL,
+         {EVAL_ARGS, "--eval-tasks", ","}},
+        {"--eval-tasks of 255 characters", NULL, GPU_CHECK, NULL, {EVAL_ARGS, "--eval-tasks", tasks255}},
+        {"--eval-tasks of 256 characters", NULL, "is too long", NULL, {EVAL_ARGS, "--eval-tasks", tasks256}},
+        {"HellaSwag in rows of 88 tokens", NULL, GPU_CHECK, NULL, {EVAL_ARGS, "--eval-tasks", "hellaswag", "-t", "88"}},
+        {"HellaSwag in rows of 87 tokens", NULL, "hellaswag: a candidate of 87 tokens needs rows of at least 88 tokens",
+         "--seq-len is 87", {EVAL_ARGS, "--eval-tasks", "hellaswag", "-t", "87"}},
+        {"LAMBADA in rows of 11 tokens", NULL, GPU_CHECK, NULL, {EVAL_ARGS, "--eval-tasks", "lambada", "-t", "11"}},
+        {"LAMBADA in rows of 10 tokens", NULL, "lambada: a candidate of 10 tokens needs rows of at least 11 tokens",
+         "--seq-len is 10", {EVAL_ARGS, "--eval-tasks", "lambada", "-t", "10"}},
+        {"--eval-dump naming a file", NULL, "exists and is not a directory", train_shard,
+         {EVAL_ARGS, "--eval-dump", train_shard}},
+    };
+    run_cases(rows, sizeof(rows) / sizeof(rows[0]));
     char corrupt[128];   // one flipped byte in the item stream
     snprintf(corrupt, sizeof(corrupt), "%s/lambada_damaged.bin", tmpdir);
     copy_file("data/eval/lambada_test.bin", corrupt);
@@ -460,12 +520,6 @@ static void test_heldout(void) {
 static void test_values(void) {
     EXPECT("--bf16-first/last-layers summing past INT_MAX", NULL, "exceed the 12 blocks", NULL,
            "-i", train_shard, "--recipe", "nvfp4", "--bf16-first-layers", "2147483647", "--bf16-last-layers", "1");
-    EXPECT("--bf16-first-layers below -1", NULL, "must be >= 0, or -1 for the recipe's rule", NULL,
-           "-i", train_shard, "--bf16-first-layers", "-5");
-    EXPECT("negative --diag-every", NULL, "--diag-every must be >= 0", NULL, "-i", train_shard, "--diag-every", "-1");
-    EXPECT("negative --spike-z", NULL, "--spike-z must be >= 0", NULL, "-i", train_shard, "--spike-z", "-3");
-    EXPECT("--peak-tflops 0 (an infinite MFU in the log)", NULL, "--peak-tflops must be positive", NULL,
-           "-i", train_shard, "--peak-tflops", "0");
     EXPECT("a value missing before the next option", NULL, "option -o needs a value, but the next argument is the "
            "option '--eval-only'", "--out-dir=VALUE", "-i", train_shard, "-o", "--eval-only");
     EXPECT("a switch given a separate value", NULL, "--eval-only is a switch", "--eval-only=on",
@@ -474,7 +528,6 @@ static void test_values(void) {
            "-i", train_shard, "--lr", "1e39");
     EXPECT("a slot spec of only a space (was nvfp4)", NULL, "an empty spec", NULL,
            "-i", train_shard, "--recipe", "nvfp4", "--fprop-x", " ");
-    EXPECT("an empty --out-dir", NULL, "--out-dir must not be empty", NULL, "-i", train_shard, "-j", "", "-o", "");
     EXPECT("a file as --out-dir", NULL, "exists and is not a directory", train_shard,
            "-i", train_shard, "-j", "", "-b", "2", "-t", "16", "-o", train_shard);
     // a training shard holding a token id past the model's vocabulary (was found only when the shard was loaded,
@@ -586,6 +639,328 @@ static void test_bf16_forward(void) {
     remove(other);
 }
 
+// check_options: every check, every side of every range.
+static void test_option_checks(void) {
+    const CliCase cases[] = {
+        {"--batch-size 0", NULL, "--batch-size must be positive (got 0)", NULL, {BASE_ARGS, "-b", "0"}},
+        {"--batch-size -1", NULL, "--batch-size must be positive (got -1)", NULL, {BASE_ARGS, "-b", "-1"}},
+        {"--batch-size 1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "-b", "1"}},
+        {"--seq-len 0", NULL, "--seq-len must be positive (got 0)", NULL, {BASE_ARGS, "-t", "0"}},
+        {"--seq-len 1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "-t", "1"}},
+        {"--steps 0", NULL, "--steps must be positive (got 0)", NULL, {BASE_ARGS, "--steps", "0"}},
+        {"--steps 1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--steps", "1"}},
+        {"--lr 0", NULL, "--lr must be positive", NULL, {BASE_ARGS, "--lr", "0"}},
+        {"--lr -0", NULL, "--lr must be positive", NULL, {BASE_ARGS, "--lr", "-0"}},
+        {"--lr 1.2e-38 (near the smallest normal float)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--lr", "1.2e-38"}},
+        {"--warmup -1", NULL, "--warmup must be >= 0", NULL, {BASE_ARGS, "--warmup", "-1"}},
+        {"--warmup 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--warmup", "0"}},
+        {"--final-lr-frac -1e-30", NULL, "--final-lr-frac must be in [0, 1]", NULL, {BASE_ARGS, "--final-lr-frac", "-1e-30"}},
+        {"--final-lr-frac 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--final-lr-frac", "0"}},
+        {"--final-lr-frac 1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--final-lr-frac", "1"}},
+        {"--final-lr-frac 1.0000001", NULL, "--final-lr-frac must be in [0, 1]", NULL,
+         {BASE_ARGS, "--final-lr-frac", "1.0000001"}},
+        {"--wsd-decay-frac -1e-30", NULL, "--wsd-decay-frac must be in [0, 1]", NULL,
+         {BASE_ARGS, "--wsd-decay-frac", "-1e-30"}},
+        {"--wsd-decay-frac 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--wsd-decay-frac", "0"}},
+        {"--wsd-decay-frac 1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--wsd-decay-frac", "1"}},
+        {"--wsd-decay-frac 1.0000001", NULL, "--wsd-decay-frac must be in [0, 1]", NULL,
+         {BASE_ARGS, "--wsd-decay-frac", "1.0000001"}},
+        {"--beta1 -1e-30", NULL, "--beta1/--beta2 must be in [0, 1)", NULL, {BASE_ARGS, "--beta1", "-1e-30"}},
+        {"--beta1 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--beta1", "0"}},
+        {"--beta1 0.99999994 (the float below 1)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--beta1", "0.99999994"}},
+        {"--beta1 1", NULL, "--beta1/--beta2 must be in [0, 1)", NULL, {BASE_ARGS, "--beta1", "1"}},
+        {"--beta2 -1e-30", NULL, "--beta1/--beta2 must be in [0, 1)", NULL, {BASE_ARGS, "--beta2", "-1e-30"}},
+        {"--beta2 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--beta2", "0"}},
+        {"--beta2 0.99999994 (the float below 1)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--beta2", "0.99999994"}},
+        {"--beta2 1", NULL, "--beta1/--beta2 must be in [0, 1)", NULL, {BASE_ARGS, "--beta2", "1"}},
+        {"--eps 0", NULL, ADAM, NULL, {BASE_ARGS, "--eps", "0"}},
+        {"--eps 1.2e-38", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--eps", "1.2e-38"}},
+        {"--weight-decay -1e-30", NULL, ADAM, NULL, {BASE_ARGS, "--weight-decay", "-1e-30"}},
+        {"--weight-decay 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--weight-decay", "0"}},
+        {"--grad-clip -1e-30", NULL, ADAM, NULL, {BASE_ARGS, "--grad-clip", "-1e-30"}},
+        {"--grad-clip 0 (off)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--grad-clip", "0"}},
+        {"--val-every -1", NULL, PERIODS, NULL, {BASE_ARGS, "--val-every", "-1"}},
+        {"--val-every 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--val-every", "0"}},
+        {"--val-batches -1", NULL, PERIODS, NULL, {BASE_ARGS, "--val-batches", "-1"}},
+        {"--val-batches 0 (the whole split)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--val-batches", "0"}},
+        {"--sample-every -1", NULL, PERIODS, NULL, {BASE_ARGS, "--sample-every", "-1"}},
+        {"--sample-every 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--sample-every", "0"}},
+        {"--sample-tokens -1", NULL, PERIODS, NULL, {BASE_ARGS, "--sample-tokens", "-1"}},
+        {"--sample-tokens 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--sample-tokens", "0"}},
+        {"--ckpt-every -2", NULL, "--ckpt-every must be >= 0, or -1 for no checkpoint at all", NULL,
+         {BASE_ARGS, "--ckpt-every", "-2"}},
+        {"--ckpt-every -1 (no checkpoint)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--ckpt-every", "-1"}},
+        {"--init-from with --resume", NULL, "--init-from and --resume exclude each other", NULL,
+         {BASE_ARGS, "--init-from", "a.bin", "--resume", "b.bin"}},
+        {"--eval-every -1", NULL, "--eval-every and --eval-items must be >= 0", NULL, {BASE_ARGS, "--eval-every", "-1"}},
+        {"--eval-every 0 (off)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--eval-every", "0"}},
+        {"--eval-items -1", NULL, "--eval-every and --eval-items must be >= 0", NULL, {BASE_ARGS, "--eval-items", "-1"}},
+        {"--eval-items 0 (all)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--eval-items", "0"}},
+        {"an empty --out-dir", NULL, "--out-dir must not be empty", NULL, {BASE_ARGS, "-o", ""}},
+        {"--diag-every -1", NULL, "--diag-every must be >= 0 (0: off)", NULL, {BASE_ARGS, "--diag-every", "-1"}},
+        {"--diag-every 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--diag-every", "0"}},
+        {"--spike-z -1e-30", NULL, "--spike-z must be >= 0 (0: off)", NULL, {BASE_ARGS, "--spike-z", "-1e-30"}},
+        {"--spike-z 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--spike-z", "0"}},
+        {"--peak-tflops 0 (an infinite MFU in the log)", NULL, "--peak-tflops must be positive", NULL,
+         {BASE_ARGS, "--peak-tflops", "0"}},
+        {"--peak-tflops 1.2e-38", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--peak-tflops", "1.2e-38"}},
+        {"--bf16-first-layers -2", NULL, BF16_BLOCKS, NULL, {BASE_ARGS, "--bf16-first-layers", "-2"}},
+        {"--bf16-first-layers -1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--bf16-first-layers", "-1"}},
+        {"--bf16-last-layers -2", NULL, BF16_BLOCKS, NULL, {BASE_ARGS, "--bf16-last-layers", "-2"}},
+        {"--bf16-last-layers -1", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--bf16-last-layers", "-1"}},
+        {"--n-layer -1", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--n-layer", "-1"}},
+        {"--n-layer 0 (the model's)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-layer", "0"}},
+        {"--n-embd -1", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--n-embd", "-1"}},
+        {"--n-embd 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-embd", "0"}},
+        {"--n-head -1", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--n-head", "-1"}},
+        {"--n-head 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-head", "0"}},
+        {"--kv-heads -1", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--kv-heads", "-1"}},
+        {"--kv-heads 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--kv-heads", "0"}},
+        {"--mlp-hidden -1", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--mlp-hidden", "-1"}},
+        {"--mlp-hidden 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--mlp-hidden", "0"}},
+        {"--rope-theta -1e-30", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--rope-theta", "-1e-30"}},
+        {"--rope-theta 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--rope-theta", "0"}},
+        {"--norm-eps -1e-30", NULL, SHAPE_FLAGS, NULL, {BASE_ARGS, "--norm-eps", "-1e-30"}},
+        {"--norm-eps 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--norm-eps", "0"}},
+        // malformed numbers (llmc/run/args.h, option_number_ok): refused by the parser, before any check
+        {"--steps ' 8' (a leading space)", NULL, "--steps expects an integer, got ' 8'", NULL, {BASE_ARGS, "--steps", " 8"}},
+        {"--steps 2147483648", NULL, "--steps: 2147483648 is outside the range of an int", NULL,
+         {BASE_ARGS, "--steps", "2147483648"}},
+        {"--lr 0x1p-3 (hexadecimal)", NULL, "--lr expects a number, got '0x1p-3'", NULL, {BASE_ARGS, "--lr", "0x1p-3"}},
+        {"--eval-only without a checkpoint", NULL, "--eval-only evaluates a checkpoint", "--init-from CKPT",
+         {BASE_ARGS, "--eval-only"}},
+        {"--eval-only with --resume", NULL, "--eval-only evaluates a checkpoint", "(not --resume)",
+         {BASE_ARGS, "--eval-only", "--resume", "latest"}},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+static const char* const ENV_WORLD0[] = {"WORLD_SIZE=0", "RANK=0", NULL};
+static const char* const ENV_WORLD_BAD[] = {"WORLD_SIZE=2x", "RANK=0", NULL};
+static const char* const ENV_NO_RANK[] = {"WORLD_SIZE=2", NULL};
+static const char* const ENV_RANK2[] = {"WORLD_SIZE=2", "RANK=2", NULL};
+static const char* const ENV_RANK1[] = {"WORLD_SIZE=2", "RANK=1", "LOCAL_RANK=1", NULL};
+
+// plan_launch, plan_model, plan_recipe, plan_schedule: the checks no other case here reaches, and the valid side of
+// each limit.
+static void test_plan_checks(void) {
+    char ck[128], ck_adam[128], ck_adam0[128], ck_shard[128], ck_rng[128], ck_text[128], empty[128];
+    snprintf(ck, sizeof(ck), "%s/table.bin", tmpdir);
+    snprintf(ck_adam, sizeof(ck_adam), "%s/table_adam.bin", tmpdir);
+    snprintf(ck_adam0, sizeof(ck_adam0), "%s/table_adam0.bin", tmpdir);
+    snprintf(ck_shard, sizeof(ck_shard), "%s/table_shard.bin", tmpdir);
+    snprintf(ck_rng, sizeof(ck_rng), "%s/table_rng.bin", tmpdir);
+    snprintf(ck_text, sizeof(ck_text), "%s/table_text.bin", tmpdir);
+    snprintf(empty, sizeof(empty), "%s/empty", tmpdir);
+    if (mkdir(empty, 0755) != 0) CHECK(0, "mkdir %s", empty);
+    CkptSpec spec = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(ck, &spec);
+    CkptSpec adam = spec;
+    adam.adam_t_offset = 1;                 // 5 AdamW updates in 4 steps
+    write_checkpoint(ck_adam, &adam);
+    CkptSpec adam0 = spec;
+    adam0.step = 0; adam0.adam_t_offset = -1;   // -1 updates
+    write_checkpoint(ck_adam0, &adam0);
+    CkptSpec shard = spec;
+    shard.optimizer_shard = 1;
+    write_checkpoint(ck_shard, &shard);
+    CkptSpec rng = spec;
+    rng.rng_step_offset = 1;
+    write_checkpoint(ck_rng, &rng);
+    CkptSpec text = spec;
+    text.long_text = 1;
+    write_checkpoint(ck_text, &text);
+    const CliCase cases[] = {
+        // plan_launch: the launcher's variables, and the batch arithmetic at its limit of 2^24 tokens per micro-batch
+        {"WORLD_SIZE=0", ENV_WORLD0, "WORLD_SIZE=0: the world size must be at least 1", NULL, {BASE_ARGS}},
+        {"WORLD_SIZE=2x", ENV_WORLD_BAD, "environment variable WORLD_SIZE='2x' is not a non-negative integer", NULL,
+         {BASE_ARGS}},
+        {"WORLD_SIZE without RANK", ENV_NO_RANK, "WORLD_SIZE=2 is set but RANK is not", NULL, {BASE_ARGS}},
+        {"RANK=2 of WORLD_SIZE=2", ENV_RANK2, "RANK=2 is not below WORLD_SIZE=2", NULL, {BASE_ARGS}},
+        {"RANK=1 of WORLD_SIZE=2", ENV_RANK1, GPU_CHECK, NULL, {BASE_ARGS}},
+        {"B x T = 2^24 tokens passes the size check", NULL, "--total-batch 1 must be a multiple",
+         "16384 x 1024 x 1 = 16777216", {BASE_ARGS, "-b", "16384", "-t", "1024", "--total-batch", "1"}},
+        {"B x T = 2^24 + 1024 tokens", NULL, "16385 x --seq-len 1024 = 16778240 tokens per micro-batch is more than the "
+         "16777216", NULL, {BASE_ARGS, "-b", "16385", "-t", "1024"}},
+        {"--total-batch -1", NULL, "--total-batch -1 is negative", NULL, {BASE_ARGS, "--total-batch", "-1"}},
+        {"--total-batch 0 (one micro-batch)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--total-batch", "0"}},
+        {"--total-batch 64: two micro-batches", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--total-batch", "64"}},
+        // plan_model: the checkpoint's header, its run state against this launch, and the model's positions
+        {"--resume latest in a directory without one", NULL, "--resume latest: no checkpoint (ckpt_XXXXXXXX.bin) in",
+         empty, {BASE_ARGS, "-o", empty, "--resume", "latest"}},
+        {"--n-layer with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", "with --init-from",
+         {RESUME_ARGS, "--init-from", ck, "--n-layer", "1"}},
+        {"--n-embd with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--n-embd", "8"}},
+        {"--n-head with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--n-head", "1"}},
+        {"--mlp-hidden with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--mlp-hidden", "8"}},
+        {"--rope-theta with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--rope-theta", "1"}},
+        {"--norm-eps with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--norm-eps", "1e-5"}},
+        {"--tie-embeddings on with a checkpoint", NULL, "a checkpoint's weights fix the model's shape", NULL,
+         {RESUME_ARGS, "--init-from", ck, "--tie-embeddings", "on"}},
+        {"shape flags at their defaults with a checkpoint", NULL, GPU_CHECK, NULL,
+         {RESUME_ARGS, "--init-from", ck, "--n-layer", "0", "--norm-eps", "0", "--tie-embeddings", "default"}},
+        {"a checkpoint with 5 AdamW updates in 4 steps", NULL, "its header says 4 steps and 5 AdamW updates", ck_adam,
+         {RESUME_ARGS, "--init-from", ck_adam}},
+        {"a checkpoint with -1 AdamW updates", NULL, "its header says 0 steps and -1 AdamW updates", ck_adam0,
+         {RESUME_ARGS, "--init-from", ck_adam0}},
+        {"an optimizer shard as the checkpoint", NULL, "is the optimizer shard of rank 1", "(ckpt_00000004.bin)",
+         {RESUME_ARGS, "--init-from", ck_shard}},
+        {"an rng section at another step", NULL, "its rng section is at step 5, its header at step 4", ck_rng,
+         {RESUME_ARGS, "--resume", ck_rng}},
+        {"a recipe text of 1500 bytes", NULL, "its recipe text is 1500 bytes, more than this program writes", ck_text,
+         {RESUME_ARGS, "--resume", ck_text}},
+        {"resume with --zero on", NULL, "on 1 process(es) with ZeRO on: it was written by 1 process(es) with ZeRO off",
+         NULL, {RESUME_ARGS, "--zero", "on", "--resume", ck}},
+        {"resume with another accumulation", NULL, "written with gradient accumulation 1; this run has 2", NULL,
+         {RESUME_ARGS, "--total-batch", "128", "--resume", ck}},
+        {"resume at step 4 of --steps 5", NULL, GPU_CHECK, NULL, {RESUME_ARGS, "--steps", "5", "--resume", ck}},
+        {"--seq-len 1024, d12's positions", NULL, GPU_CHECK, NULL, {BASE_ARGS, "-t", "1024"}},
+        {"--seq-len 1025", NULL, "--seq-len 1025 exceeds the model's 1024 positions", NULL, {BASE_ARGS, "-t", "1025"}},
+        {"--seq-len 17 over a checkpoint's 16 positions", NULL, "--seq-len 17 exceeds the model's 16 positions", NULL,
+         {RESUME_ARGS, "-t", "17", "--init-from", ck}},
+        // plan_model, a new model: the shape flags (config_apply_shape, config_check)
+        {"--mlp-hidden on a GPT-2 model", NULL, "are Llama's options", NULL, {BASE_ARGS, "--mlp-hidden", "8"}},
+        {"--rope-theta on a GPT-2 model", NULL, "are Llama's options", NULL, {BASE_ARGS, "--rope-theta", "1"}},
+        {"--norm-eps on a GPT-2 model", NULL, "are Llama's options", NULL, {BASE_ARGS, "--norm-eps", "1e-5"}},
+        {"--tie-embeddings on, GPT-2's own", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--tie-embeddings", "on"}},
+        {"36 channels", NULL, "model config: channels must be a multiple of 8 (got 36)", "--n-layer",
+         {BASE_ARGS, "--n-embd", "36", "--n-head", "1"}},
+        {"40 channels", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-embd", "40", "--n-head", "1"}},
+        {"64 channels on 3 heads", NULL, "model config: channels 64 not divisible by heads 3", NULL,
+         {BASE_ARGS, "--n-embd", "64", "--n-head", "3"}},
+        {"a head size of 12", NULL, "the head size (channels 48 / heads 4) must be a multiple of 8", NULL,
+         {BASE_ARGS, "--n-embd", "48", "--n-head", "4"}},
+        {"a head size of 16", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-embd", "48", "--n-head", "3"}},
+        {"a Llama head size of 40", NULL, "a Llama head size must be 32, 64 or 128", "= 40",
+         {BASE_ARGS, "--model", "llama-tiny", "--n-embd", "160"}},
+        {"a Llama head size of 128", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-tiny", "--n-embd", "512"}},
+        {"--kv-heads 1 (one for all heads)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-30m", "--kv-heads", "1"}},
+        {"an MLP width of 104", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-tiny", "--mlp-hidden", "104"}},
+        // plan_recipe: the presets and slot specs, the BF16 blocks, recipe_check's rules, the shapes
+        {"--recipe: an unknown preset", NULL, "--recipe expects one of", "got 'fp3'", {BASE_ARGS, "--recipe", "fp3"}},
+        {"bad --fprop-w spec", NULL, "--fprop-w 'nvfp4,7x7'", "block '7x7'",
+         {BASE_ARGS, "--recipe", "nvfp4", "--fprop-w", "nvfp4,7x7"}},
+        {"bad --dgrad-dy spec", NULL, "--dgrad-dy 'nvfp4,7x7'", "block '7x7'",
+         {BASE_ARGS, "--recipe", "nvfp4", "--dgrad-dy", "nvfp4,7x7"}},
+        {"bad --dgrad-w spec", NULL, "--dgrad-w 'nvfp4,7x7'", "block '7x7'",
+         {BASE_ARGS, "--recipe", "nvfp4", "--dgrad-w", "nvfp4,7x7"}},
+        {"bad --wgrad-dy spec", NULL, "--wgrad-dy 'nvfp4,7x7'", "block '7x7'",
+         {BASE_ARGS, "--recipe", "nvfp4", "--wgrad-dy", "nvfp4,7x7"}},
+        {"bad --wgrad-x spec", NULL, "--wgrad-x 'nvfp4,7x7'", "block '7x7'",
+         {BASE_ARGS, "--recipe", "nvfp4", "--wgrad-x", "nvfp4,7x7"}},
+        {"12 of 12 blocks BF16 at the start", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "12", "--bf16-last-layers", "0"}},
+        {"13 of 12 blocks BF16 at the start", NULL, "--bf16-first-layers 13 + --bf16-last-layers 0 exceed the 12 blocks",
+         NULL, {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "13", "--bf16-last-layers", "0"}},
+        {"12 of 12 blocks BF16 at the end", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "0", "--bf16-last-layers", "12"}},
+        {"13 of 12 blocks BF16 at the end", NULL, "--bf16-first-layers 0 + --bf16-last-layers 13 exceed the 12 blocks",
+         NULL, {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "0", "--bf16-last-layers", "13"}},
+        {"6 + 6 of 12 blocks BF16", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "6", "--bf16-last-layers", "6"}},
+        {"6 + 7 of 12 blocks BF16", NULL, "--bf16-first-layers 6 + --bf16-last-layers 7 exceed the 12 blocks", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "6", "--bf16-last-layers", "7"}},
+        {"--qk-fp8 on a BF16 recipe", NULL, "--qk-fp8: the recipe quantizes nothing", NULL, {BASE_ARGS, "--qk-fp8", "on"}},
+        {"a Hadamard on fprop.x alone", NULL, "the two operands of fprop must use the same Hadamard transform",
+         "fprop.x: h16, fprop.w: h0", {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h16"}},
+        {"a Hadamard on dgrad.dy alone", NULL, "the two operands of dgrad must use the same Hadamard transform",
+         "dgrad.dy: h16, dgrad.w: h0", {BASE_ARGS, "--recipe", "nvfp4", "--dgrad-dy", "nvfp4,sr,h16"}},
+        {"wgrad: fixed signs and seeded signs", NULL, "the two operands of wgrad must use the same Hadamard", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--wgrad-x", "nvfp4,h16,seed=3"}},
+        {"wgrad: signs of seed 1 and seed 2", NULL, "the two operands of wgrad must use the same Hadamard", NULL,
+         {BASE_ARGS, "--recipe", "ufp4", "--wgrad-x", "int4,h16,seed=2"}},
+        {"ufp4: the same seeded signs everywhere", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "ufp4"}},
+        {"h32 on wgrad, the kernels' largest", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--wgrad-dy", "nvfp4,sr,h32,fixed", "--wgrad-x", "nvfp4,h32,fixed"}},
+        {"h64 on wgrad", NULL, "Hadamard size 64 on wgrad: the GPU kernels go up to 32", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--wgrad-dy", "nvfp4,sr,h64,fixed", "--wgrad-x", "nvfp4,h64,fixed"}},
+        {"h32 on fprop", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h32", "--fprop-w", "nvfp4-2d,h32"}},
+        {"h64 on fprop", NULL, "Hadamard size 64 on fprop: the GPU kernels go up to 32", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h64", "--fprop-w", "nvfp4-2d,h64"}},
+        {"src=fprop on dgrad.dy", NULL, "slot dgrad.dy: src=fprop", "applies to dgrad.w and wgrad.x only",
+         {BASE_ARGS, "--recipe", "quartet2", "--dgrad-dy", "nvfp4,eden,src=fprop"}},
+        {"src=fprop without eden", NULL, "slot dgrad.w: src=fprop is MS-EDEN's operand source", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--dgrad-w", "nvfp4-2d,src=fprop"}},
+        {"src=fprop from a rotated W", NULL, "src=fprop needs a forward copy of W without a Hadamard", "--fprop-w",
+         {BASE_ARGS, "--recipe", "quartet2", "--fprop-x", "nvfp4,h16", "--fprop-w", "nvfp4,h16"}},
+        {"src=fprop from a rotated X (dgrad.w from BF16)", NULL, "src=fprop needs a forward copy of X without a Hadamard",
+         "--fprop-x", {BASE_ARGS, "--recipe", "quartet2", "--dgrad-w", "nvfp4,eden", "--fprop-x", "nvfp4,h16", "--fprop-w",
+                       "nvfp4,h16"}},
+        {"quartet2 with fprop.x in BF16", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "quartet2", "--fprop-x", "bf16", "-b", "8"}},
+        {"quartet2 with fprop.w in BF16", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "quartet2", "--fprop-w", "bf16", "-b", "8"}},
+        {"nvfp4 on 200 channels", NULL, "recipe nvfp4 on a model of 200 channels", "not a multiple of 16",
+         {BASE_ARGS, "--recipe", "nvfp4", "--n-embd", "200", "--n-head", "1"}},
+        {"nvfp4 on 208 channels", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "nvfp4", "--n-embd", "208", "--n-head", "1"}},
+        {"nvfp4 on N = 16 tokens", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "nvfp4", "-b", "1", "-t", "16"}},
+        {"nvfp4 on N = 15 tokens", NULL, "N = 15 tokens", "Change --batch-size or --seq-len",
+         {BASE_ARGS, "--recipe", "nvfp4", "-b", "1", "-t", "15"}},
+        {"nvfp4 on N = 17 tokens", NULL, "N = 17 tokens", "Change --batch-size or --seq-len",
+         {BASE_ARGS, "--recipe", "nvfp4", "-b", "1", "-t", "17"}},
+        {"quartet2 on N = 128 tokens", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "quartet2", "-b", "8", "-t", "16"}},
+        {"quartet2 on N = 112 tokens", NULL, "N must be a multiple of 128", "128-point Hadamard",
+         {BASE_ARGS, "--recipe", "quartet2", "-b", "7", "-t", "16"}},
+        // plan_schedule
+        {"--bf16-forward-from 1 (the whole run)", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-forward-from", "1"}},
+        {"--bf16-forward-from 1.0000001", NULL, "--bf16-forward-from 1.0000001 is outside (0, 1]", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-forward-from", "1.0000001"}},
+        {"--bf16-forward-from 1e-30 (the last step)", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--bf16-forward-from", "1e-30"}},
+        {"--bf16-forward-from with every block BF16", NULL, "runs no forward GEMM in FP4 (every block is kept in BF16)",
+         NULL, {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "12", "--bf16-last-layers", "0",
+                "--bf16-forward-from", "0.1"}},
+        {"--bf16-forward-from with both fprop slots BF16", NULL, "runs no forward GEMM in FP4 (both fprop slots are BF16)",
+         NULL, {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "bf16", "--fprop-w", "bf16", "--bf16-forward-from", "0.1"}},
+        {"--bf16-forward-from with fprop.x alone BF16", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "bf16", "--bf16-forward-from", "0.1"}},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]));
+    // check_resume under ZeRO-1: rank 1 of 2 reads its optimizer shard beside the main file (ckpt_00000004.rank001.bin)
+    // before the GPU: missing, of another step, its own
+    char zdir[128], ck_zero[160], ck_zero_shard[160];
+    snprintf(zdir, sizeof(zdir), "%s/zero", tmpdir);
+    snprintf(ck_zero, sizeof(ck_zero), "%s/ckpt_00000004.bin", zdir);
+    snprintf(ck_zero_shard, sizeof(ck_zero_shard), "%s/ckpt_00000004.rank001.bin", zdir);
+    if (mkdir(zdir, 0755) != 0) CHECK(0, "mkdir %s", zdir);
+    CkptSpec zero = spec;
+    zero.world = 2; zero.zero = 1;
+    write_checkpoint(ck_zero, &zero);
+    EXPECT("ZeRO resume of rank 1 without its shard", ENV_RANK1, "cannot open checkpoint", "ckpt_00000004.rank001.bin",
+           RESUME_ARGS, "--resume", ck_zero);
+    CkptSpec zero_shard = zero;
+    zero_shard.optimizer_shard = 1;
+    zero_shard.step = 5;
+    write_checkpoint(ck_zero_shard, &zero_shard);
+    EXPECT("ZeRO resume of rank 1 with a shard of step 5", ENV_RANK1, "does not belong to", ck_zero, RESUME_ARGS,
+           "--resume", ck_zero);
+    zero_shard.step = 4;
+    write_checkpoint(ck_zero_shard, &zero_shard);
+    EXPECT("ZeRO resume of rank 1 with its shard", ENV_RANK1, GPU_CHECK, NULL, RESUME_ARGS, "--resume", ck_zero);
+    remove(ck_zero_shard); remove(ck_zero); rmdir(zdir);
+    // open_data: text samples run the forward on min(T, 256) tokens (16x16 X tiles need a multiple of 16)
+    if (test_fixture_ok("text-sample shape limits", "data/gpt2_tokenizer.bin")) {
+        const CliCase samples[] = {
+            {"text samples over T = 264: 256 tokens", NULL, GPU_CHECK, NULL,
+             {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d", "-t", "264"}},
+            {"text samples over T = 248: 248 tokens", NULL, "text samples run the forward on 248 tokens",
+             "--sample-every 0", {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d", "-t", "248"}},
+            {"T = 248 without text samples", NULL, GPU_CHECK, NULL,
+             {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4-2d", "-t", "248", "--sample-every", "0"}},
+        };
+        run_cases(samples, sizeof(samples) / sizeof(samples[0]));
+    }
+    remove(ck); remove(ck_adam); remove(ck_adam0); remove(ck_shard); remove(ck_rng); remove(ck_text);
+    rmdir(empty);
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) trainer = argv[1];
     if (access(trainer, X_OK) != 0) {
@@ -606,6 +981,8 @@ int main(int argc, char** argv) {
     test_heldout();
     test_bf16_forward();
     test_values();
+    test_option_checks();
+    test_plan_checks();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);

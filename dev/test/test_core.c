@@ -1,4 +1,5 @@
-// test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/run/args.h),
+// test_core.c: CPU tests of the trainer's host-side pieces: option parsing (llmc/run/args.h; every option type's
+// values, the malformed and the out-of-range refused, each range limit on both sides),
 // learning-rate schedules (llmc/run/schedule.h), batch arithmetic (llmc/run/batch.h), the log (llmc/run/logger.h: JSON escaping, the resumed log
 // without repeated steps) and BF16 rounding (llmc/fp4/stochastic_round.h). Checkpoint files:
 // test_checkpoint.c.
@@ -48,7 +49,7 @@ static void test_args(void) {
         {2, {"prog", "--batchsize"}, "unknown option '--batchsize'"},
         {3, {"prog", "-bz", "8"}, "unknown option '-bz'"},          // llm.c's "-bz 8" silently set -b
         {3, {"prog", "--batch-size", "8x"}, "--batch-size expects an integer, got '8x'"},
-        {3, {"prog", "--batch-size", "99999999999"}, "expects an integer"},
+        {3, {"prog", "--batch-size", "99999999999"}, "--batch-size: 99999999999 is outside the range of an int"},
         {2, {"prog", "--lr"}, "option --lr needs a value"},
         {3, {"prog", "--lr", "nan"}, "--lr expects a number"},
         {3, {"prog", "--model", "d7"}, "--model expects one of d6|d12, got 'd7'"},
@@ -61,6 +62,119 @@ static void test_args(void) {
         int rc = test_run_child(parse_bad, &bad[i], err, sizeof(err));
         CHECK(rc == 1 && strstr(err, bad[i].message) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'",
               i, rc, err, bad[i].message);
+    }
+}
+
+// Numbers, as each numeric option type reads them (option_number_ok, then strtoll / strtof): decimal only, the
+// whole text, inside the type's range; each range limit on both sides (the last value taken, the first refused).
+typedef struct { const char* text; double want; } GoodNumber;
+typedef struct { const char* text; const char* message; } BadNumber;
+
+static void parse_one_bad(const void* arg) {
+    const char* const* a = (const char* const*)arg;   // {option, value}: "--name value", or {"--name=value", NULL}
+    const char* argv[3] = {"prog", a[0], a[1]};
+    Cfg c = {1, 0.1f, "d6", 1, "x", 0};
+    parse(&c, a[1] ? 3 : 2, argv);
+}
+
+// option (NULL: given as --lr=VALUE) and b->text must stop the parse with exit 1 and "error: ..." naming it
+static void expect_bad_value(const char* option, const BadNumber* b) {
+    char joined[128];
+    snprintf(joined, sizeof(joined), "--lr=%s", b->text);
+    const char* arg[2] = {option ? option : joined, option ? b->text : NULL};
+    char err[1024];
+    int rc = test_run_child(parse_one_bad, arg, err, sizeof(err));
+    CHECK(rc == 1 && strstr(err, b->message) != NULL && strncmp(err, "error: ", 7) == 0,
+          "%s '%s': exit %d, stderr '%s', want '%s'", option ? option : "--lr=", b->text, rc, err, b->message);
+}
+
+static void test_numbers(void) {
+    const GoodNumber good_int[] = {
+        {"0", 0}, {"-0", 0}, {"+8", 8}, {"007", 7},                      // decimal, even with leading zeros (not octal)
+        {"2147483647", 2147483647.0}, {"-2147483648", -2147483648.0},   // INT_MAX and INT_MIN: the last ones taken
+    };
+    for (size_t i = 0; i < sizeof(good_int) / sizeof(good_int[0]); i++) {
+        Cfg c = {1, 0.1f, "d6", 1, "x", 0};
+        const char* argv[3] = {"prog", "--batch-size", good_int[i].text};
+        CHECK(parse(&c, 3, argv) == 0 && (double)c.b == good_int[i].want, "--batch-size '%s' gave %d, want %.0f",
+              good_int[i].text, c.b, good_int[i].want);
+    }
+    const BadNumber bad_int[] = {
+        {"", "--batch-size expects an integer, got ''"},
+        {" 8", "expects an integer, got ' 8'"},       // strtoll skips leading spaces
+        {"8 ", "expects an integer, got '8 '"},
+        {"10abc", "expects an integer, got '10abc'"},
+        {"0x10", "expects an integer, got '0x10'"},
+        {"1e3", "expects an integer, got '1e3'"},
+        {"1.5", "expects an integer, got '1.5'"},
+        {"-", "expects an integer, got '-'"},
+        {"+-1", "expects an integer, got '+-1'"},
+        {"\xd9\xa1", "expects an integer"},             // a digit of another script
+        {"2147483648", "--batch-size: 2147483648 is outside the range of an int (-2147483648 to 2147483647)"},
+        {"-2147483649", "--batch-size: -2147483649 is outside the range of an int"},
+        {"99999999999999999999999", "is outside the range of an int"},   // past long long too (strtoll: ERANGE)
+    };
+    for (size_t i = 0; i < sizeof(bad_int) / sizeof(bad_int[0]); i++) expect_bad_value("--batch-size", &bad_int[i]);
+
+    const GoodNumber good_float[] = {
+        {"3e-4", 3e-4f}, {".5", 0.5}, {"5.", 5.0}, {"-0", 0.0}, {"+2.5", 2.5}, {"1E3", 1000.0}, {"-.5e-2", -0.005f},
+        {"0", 0.0}, {"0e999", 0.0},                                       // zero, whatever its exponent
+        {"3.4028235e38", 3.4028234663852886e38},                          // FLT_MAX: the last one taken
+        {"1.17549435e-38", 1.1754943508222875e-38},                       // FLT_MIN: the smallest normal float
+        {"-1.17549435e-38", -1.1754943508222875e-38},
+    };
+    for (size_t i = 0; i < sizeof(good_float) / sizeof(good_float[0]); i++) {
+        Cfg c = {1, 0.1f, "d6", 1, "x", 0};
+        const char* argv[3] = {"prog", "--lr", good_float[i].text};
+        CHECK(parse(&c, 3, argv) == 0 && c.lr == (float)good_float[i].want, "--lr '%s' gave %.9g, want %.9g",
+              good_float[i].text, c.lr, (float)good_float[i].want);
+    }
+    const BadNumber bad_float[] = {
+        {"", "--lr expects a number, got ''"},
+        {" 1", "expects a number, got ' 1'"},          // strtof skips leading spaces
+        {"1 ", "expects a number, got '1 '"},
+        {"1e-3x", "expects a number, got '1e-3x'"},
+        {"0x10", "expects a number, got '0x10'"},      // strtof reads hexadecimal: 16
+        {"0x1p-3", "expects a number, got '0x1p-3'"},  // and hexadecimal floats: 0.125
+        {"inf", "expects a number, got 'inf'"},
+        {"-inf", "expects a number, got '-inf'"},
+        {"infinity", "expects a number, got 'infinity'"},
+        {"nan", "expects a number, got 'nan'"},
+        {"nan(1)", "expects a number, got 'nan(1)'"},
+        {".", "expects a number, got '.'"},
+        {"e5", "expects a number, got 'e5'"},
+        {"1e", "expects a number, got '1e'"},
+        {"1e+", "expects a number, got '1e+'"},
+        {"1,5", "expects a number, got '1,5'"},
+        {"1.2.3", "expects a number, got '1.2.3'"},
+        {"3.4028236e38", "--lr: 3.4028236e38 is outside the range of a float"},   // the first above FLT_MAX (inf)
+        {"-1e39", "--lr: -1e39 is outside the range of a float"},
+        {"1.1754942e-38", "--lr: 1.1754942e-38 is outside the range of a float"}, // the largest subnormal
+        {"1e-45", "is outside the range of a float"},                             // the smallest subnormal
+        {"1e-50", "is outside the range of a float"},                             // underflows to 0
+    };
+    for (size_t i = 0; i < sizeof(bad_float) / sizeof(bad_float[0]); i++) expect_bad_value("--lr", &bad_float[i]);
+    // the same checks through --name=value and the one-letter aliases
+    const BadNumber via[] = {{"1e-3x", "--lr expects a number, got '1e-3x'"}, {"3.4028236e38", "is outside the range"},
+                             {"", "--lr expects a number, got ''"}};   // "--lr=": an empty value, not a missing one
+    for (int i = 0; i < 3; i++) expect_bad_value(NULL, &via[i]);
+    const BadNumber hex = {"0x10", "--lr expects a number, got '0x10'"}, garbage = {"10abc", "--batch-size expects an integer"};
+    expect_bad_value("-l", &hex);
+    expect_bad_value("-b", &garbage);
+
+    // the words of the other types: exact, case and all
+    const BadNumber bad_bool[] = {{"", "--shuffle expects on or off, got ''"}, {"ON", "expects on or off, got 'ON'"},
+                                  {"2", "expects on or off, got '2'"}, {"on ", "expects on or off, got 'on '"}};
+    for (size_t i = 0; i < sizeof(bad_bool) / sizeof(bad_bool[0]); i++) expect_bad_value("--shuffle", &bad_bool[i]);
+    const BadNumber bad_choice[] = {{"", "--model expects one of d6|d12, got ''"}, {"d1", "got 'd1'"},
+                                    {"d12 ", "got 'd12 '"}, {"D6", "got 'D6'"}, {"d6|d12", "got 'd6|d12'"}};
+    for (size_t i = 0; i < sizeof(bad_choice) / sizeof(bad_choice[0]); i++) expect_bad_value("--model", &bad_choice[i]);
+    const char* words[] = {"on", "1", "true", "yes", "off", "0", "false", "no"};
+    for (int i = 0; i < 8; i++) {
+        Cfg c = {1, 0.1f, "d6", 1, "x", 0};
+        c.shuffle = i < 4 ? 0 : 1;
+        const char* argv[3] = {"prog", "--shuffle", words[i]};
+        CHECK(parse(&c, 3, argv) == 0 && c.shuffle == (i < 4), "--shuffle %s gave %d", words[i], c.shuffle);
     }
 }
 
@@ -203,6 +317,7 @@ static void test_bf16_rounding(void) {
 
 int main(void) {
     test_args();
+    test_numbers();
     test_schedules();
     test_batch_plan();
     test_json_escape();

@@ -2,7 +2,10 @@
 // every error it reports, the rows (context cut from the left, targets only on the candidate), the
 // batch shapes, and the scoring, run end to end with a stand-in forward whose per-token losses are known,
 // against a direct computation from the definition, for 1 and 3 ranks. Also reads the shipped files
-// in data/eval (run from the repository root).
+// in data/eval (run from the repository root). Lengths at their boundaries, with rows written out by hand: a row
+// exactly context + candidate long, one token longer and shorter, the candidate one token shorter than the row, the
+// shapes' rounding to 64 and their cap at T, and every count the reader checks one past its limit. The rows live in
+// buffers of exactly their size, so the sanitizer build (make SANITIZE=1) catches a write one token off.
 #include "llmc/run/eval_tasks.h"
 #include "dev/test/testing.h"
 
@@ -18,7 +21,13 @@ typedef struct {
 } Item;
 
 // Writes items in the file format; `damage` alters one thing afterwards (see the cases below).
-typedef enum { OK, BAD_MAGIC, BAD_VERSION, BAD_COUNT, BAD_CRC, BAD_MAXLEN, TRUNCATED, BIG_TOKEN, BAD_LABEL } Damage;
+typedef enum { OK, BAD_MAGIC, BAD_VERSION, BAD_COUNT, BAD_CRC, BAD_MAXLEN, TRUNCATED, BIG_TOKEN, BAD_LABEL,
+               SHORT1, LONG1, TRAILING, EXTRA_ITEM, BAD_MAXCAND, FEW_CHOICES, MAX_CHOICES, MANY_CHOICES } Damage;
+// SHORT1 / LONG1: the file one token shorter / longer than its header says; TRAILING: one token after the last item
+// (counted in the header and the checksum); EXTRA_ITEM: the header counts one item more; BAD_MAXCAND: the header's
+// longest candidate one too long; FEW_CHOICES: the header's most candidates one below an item's; MAX_CHOICES /
+// MANY_CHOICES: the header says 255 (the most a file may) / 256.
+static int header_vocab = 50257;   // header field [7], the vocabulary the tokens are for
 
 static void write_task(const char* path, int kind, const Item* items, int n, Damage damage) {
     uint16_t stream[4096];
@@ -38,17 +47,21 @@ static void write_task(const char* path, int kind, const Item* items, int n, Dam
         most = it->k > most ? it->k : most;
     }
     if (damage == BIG_TOKEN) stream[p - 1] = 60000;
+    if (damage == TRAILING) stream[p++] = 7;
     int32_t h[EVAL_HEADER_INTS] = {0};
     h[0] = damage == BAD_MAGIC ? 20240520 : EVAL_MAGIC;
     h[1] = damage == BAD_VERSION ? 2 : EVAL_VERSION;
-    h[2] = kind; h[3] = n; h[4] = p; h[5] = longest + (damage == BAD_MAXLEN); h[6] = longest_cand; h[7] = 50257;
+    h[2] = kind; h[3] = n + (damage == EXTRA_ITEM); h[4] = p; h[5] = longest + (damage == BAD_MAXLEN);
+    h[6] = longest_cand + (damage == BAD_MAXCAND); h[7] = header_vocab;
     h[8] = (int32_t)crc32_update(0, stream, (size_t)p * 2);
-    h[9] = most;
+    h[9] = damage == FEW_CHOICES ? most - 1 : damage == MAX_CHOICES ? 255 : damage == MANY_CHOICES ? 256 : most;
     if (damage == BAD_COUNT) h[4] = p + 1;
     if (damage == BAD_CRC) stream[5] ^= 1;   // after the checksum was taken
+    if (damage == LONG1) stream[p] = 0;
+    const int written = damage == TRUNCATED ? p - 3 : damage == SHORT1 ? p - 1 : damage == LONG1 ? p + 1 : p;
     FILE* f = fopen_check(path, "wb");
     fwrite_check(h, sizeof(int32_t), EVAL_HEADER_INTS, f, path);
-    fwrite_check(stream, sizeof(uint16_t), (size_t)(damage == TRUNCATED ? p - 3 : p), f, path);
+    fwrite_check(stream, sizeof(uint16_t), (size_t)written, f, path);
     fclose_check(f, path);
 }
 
@@ -97,6 +110,13 @@ static void test_reader(void) {
         {BAD_MAXLEN, EVAL_CHOICE, "longest item disagrees"},
         {BIG_TOKEN, EVAL_CHOICE, "holds token 60000, not below the vocabulary size 50257"},
         {BAD_LABEL, EVAL_CHOICE, "item 2 has 4 context tokens, 3 candidates, label 3"},
+        {SHORT1, EVAL_CHOICE, "truncated or damaged"},
+        {LONG1, EVAL_CHOICE, "truncated or damaged"},
+        {TRAILING, EVAL_CHOICE, "the items end before the stream does"},
+        {EXTRA_ITEM, EVAL_CHOICE, "the items run past the end of the stream"},
+        {BAD_MAXCAND, EVAL_CHOICE, "longest item disagrees"},
+        {FEW_CHOICES, EVAL_CHOICE, "item 0 has 10 context tokens, 4 candidates, label 2"},
+        {MANY_CHOICES, EVAL_CHOICE, "impossible counts in its header"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_task(path, EVAL_CHOICE, choice_items, 3, cases[i].d);
@@ -116,12 +136,159 @@ static void test_reader(void) {
     fclose(f);
     rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "shorter than its 1024-byte header"), "a 4-byte file: %s", err);
+    // one byte short of the header, and the header alone (an empty stream)
+    int32_t h[EVAL_HEADER_INTS] = {0};
+    h[0] = EVAL_MAGIC; h[1] = EVAL_VERSION; h[2] = EVAL_LASTWORD;
+    f = fopen_check(path, "wb");
+    fwrite_check(h, 1, sizeof(h) - 1, f, path);
+    fclose(f);
+    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "(1023 bytes, shorter than its 1024-byte header)"), "a 1023-byte file: %s", err);
+    f = fopen_check(path, "wb");
+    fwrite_check(h, 1, sizeof(h), f, path);
+    fclose(f);
+    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "impossible counts in its header (items 0, stream 0)"), "the header alone: %s", err);
+    remove(path);
+
+    // the limits on both sides: most candidates 255 (taken) and 256; a vocabulary of exactly the header's and one
+    // less; the largest token id one below the model's vocabulary, and equal to it (the choice items' largest is 43)
+    snprintf(path, sizeof(path), "%s/limits.bin", tmpdir);
+    write_task(path, EVAL_CHOICE, choice_items, 3, MAX_CHOICES);
+    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
+    CHECK(rc == 0 && t.max_choices == 255, "a header of 255 candidates: %s", err);
+    if (rc == 0) eval_task_free(&t);
+    header_vocab = 44;
+    write_task(path, EVAL_CHOICE, choice_items, 3, OK);
+    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 44, err, sizeof(err));
+    CHECK(rc == 0, "tokens below 44 for a model of 44: %s", err);
+    if (rc == 0) eval_task_free(&t);
+    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "its tokens are for a vocabulary of 44, the model has 43"), "vocabulary 43: %s", err);
+    header_vocab = 43;   // a header that understates its tokens: token 43 is found in the items
+    write_task(path, EVAL_CHOICE, choice_items, 3, OK);
+    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "item 2 holds token 43, not below the vocabulary size 43"), "token 43 of 43: %s", err);
+    header_vocab = 50257;
+    // an empty context, an empty candidate
+    static const uint16_t ONE[] = {5};
+    Item no_ctx = {0, 1, 0, CTX0, {1}, {ONE}};
+    write_task(path, EVAL_LASTWORD, &no_ctx, 1, OK);
+    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "item 0 has 0 context tokens"), "an empty context: %s", err);
+    Item no_cand = {1, 2, 0, CTX0, {1, 0}, {ONE, ONE}};
+    write_task(path, EVAL_CHOICE, &no_cand, 1, OK);
+    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "item 0 has an empty candidate"), "an empty candidate: %s", err);
     remove(path);
     snprintf(path, sizeof(path), "%s/choice.bin", tmpdir);
     remove(path);
 }
 
 // --- rows and shapes ----------------------------------------------------------------------------------
+
+
+// --- rows at their boundaries, by hand ------------------------------------------------------------------
+
+static const uint16_t LENS0[4] = {3, 1, 2, 4};   // CTX0 (1..10) with A0 (20 21 22), B0 (23), C0 (24 25), D0 (26..29)
+static const uint16_t CANDS0[10] = {20, 21, 22, 23, 24, 25, 26, 27, 28, 29};
+
+// eval_row into buffers of exactly seq ints; its inputs, targets, count and truncation against the hand-written ones
+static void expect_row(const EvalItem* it, int c, int seq, const int* want_in, const int* want_tg, int want_n,
+                       int want_trunc, const char* what) {
+    int* in = (int*)xmalloc((size_t)seq * sizeof(int));
+    int* tg = (int*)xmalloc((size_t)seq * sizeof(int));
+    int trunc = -1;
+    int n = eval_row(it, c, seq, in, tg, &trunc);
+    int ok = n == want_n && trunc == want_trunc;
+    for (int i = 0; i < seq; i++) ok &= in[i] == want_in[i] && tg[i] == want_tg[i];
+    CHECK(ok, "%s: n %d trunc %d, inputs %d .. %d, targets %d .. %d", what, n, trunc, in[0], in[seq - 1], tg[0], tg[seq - 1]);
+    free(in);
+    free(tg);
+}
+
+typedef struct { int ctx_len, clen, seq; } RowArgs;
+static void row_too_short(const void* arg) {
+    const RowArgs* a = (const RowArgs*)arg;
+    static const uint16_t toks[64] = {0};
+    uint16_t lens[1] = {(uint16_t)a->clen};
+    EvalItem it = {a->ctx_len, 1, 0, toks, lens, toks};
+    int* in = (int*)xmalloc((size_t)a->seq * sizeof(int));
+    int* tg = (int*)xmalloc((size_t)a->seq * sizeof(int));
+    int trunc;
+    eval_row(&it, 0, a->seq, in, tg, &trunc);
+    free(in);
+    free(tg);
+}
+
+static void test_row_boundaries(void) {
+    const int E = EVAL_EOT;
+    EvalItem it = {10, 4, 2, CTX0, LENS0, CANDS0};
+    // context 10 + candidate 3 = 13: a row of exactly 13, of 14 (one pad), of 12 (the oldest context token cut)
+    const int in13[13] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21, 22};
+    const int tg13[13] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, 20, 21, 22, -1};
+    expect_row(&it, 0, 13, in13, tg13, 3, 0, "context + candidate = the row");
+    const int in14[14] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21, 22, E};
+    const int tg14[14] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, 20, 21, 22, -1, -1};
+    expect_row(&it, 0, 14, in14, tg14, 3, 0, "one token shorter than the row");
+    const int in12[12] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 21, 22};
+    const int tg12[12] = {-1, -1, -1, -1, -1, -1, -1, -1, 20, 21, 22, -1};
+    expect_row(&it, 0, 12, in12, tg12, 3, 1, "one token longer than the row");
+    // the last candidate (after 3 + 1 + 2 tokens of the others), exactly filling 14
+    const int in14d[14] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 26, 27, 28, 29};
+    const int tg14d[14] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, 26, 27, 28, 29, -1};
+    expect_row(&it, 3, 14, in14d, tg14d, 4, 0, "the last candidate");
+    // the tightest rows: the candidate and one context token
+    const int in2[2] = {10, 23}, tg2[2] = {23, -1};
+    expect_row(&it, 1, 2, in2, tg2, 1, 1, "a 1-token candidate in rows of 2");
+    const int in5[5] = {10, 26, 27, 28, 29}, tg5[5] = {26, 27, 28, 29, -1};
+    expect_row(&it, 3, 5, in5, tg5, 4, 1, "a 4-token candidate in rows of 5");
+    static const uint16_t one_ctx[1] = {5}, three[3] = {7, 8, 9}, len3[1] = {3};
+    EvalItem single = {1, 1, 0, one_ctx, len3, three};
+    const int in4[4] = {5, 7, 8, 9}, tg4[4] = {7, 8, 9, -1};
+    expect_row(&single, 0, 4, in4, tg4, 3, 0, "one context token, nothing cut");
+    // a candidate as long as the row (what eval_shape refuses) and an empty context stop with a message, not a write
+    // before the row
+    const RowArgs bad[] = {{10, 4, 4}, {1, 5, 4}, {0, 3, 8}};
+    for (int i = 0; i < 3; i++) {
+        char err[512];
+        int rc = test_run_child(row_too_short, &bad[i], err, sizeof(err));
+        CHECK(rc == 1 && strstr(err, "internal: a row of"), "context %d, candidate %d, row %d: exit %d '%s'", bad[i].ctx_len,
+              bad[i].clen, bad[i].seq, rc, err);
+    }
+
+    // eval_run_fill: the batch is always rows x seq; rows past this rank's last are <|endoftext|> with no targets
+    EvalTask t;
+    char path[128], err[1024];
+    snprintf(path, sizeof(path), "%s/fill.bin", tmpdir);
+    write_task(path, EVAL_LASTWORD, word_items, 2, OK);
+    if (eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err))) { CHECK(0, "%s", err); return; }
+    const EvalShape s = {16, 3};
+    EvalRun r;
+    eval_run_init(&r, &t, &s, 0, 0, 1);
+    int* in = (int*)xmalloc(3 * 16 * sizeof(int));
+    int* tg = (int*)xmalloc(3 * 16 * sizeof(int));
+    const int real = eval_run_fill(&r, in, tg);
+    const int want_in[3][16] = {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 24, 25, E, E, E, E},
+                                {13, 14, 15, 16, 20, 21, 22, E, E, E, E, E, E, E, E, E},
+                                {E, E, E, E, E, E, E, E, E, E, E, E, E, E, E, E}};
+    const int want_tg[3][16] = {{-1, -1, -1, -1, -1, -1, -1, -1, -1, 24, 25, -1, -1, -1, -1, -1},
+                                {-1, -1, -1, 20, 21, 22, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1},
+                                {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}};
+    CHECK(real == 2 && eval_run_done(&r) && !memcmp(in, want_in, sizeof(want_in)) && !memcmp(tg, want_tg, sizeof(want_tg)) &&
+          r.row_ntok[0] == 2 && r.row_ntok[1] == 3, "two rows and a padding row: %d real", real);
+    eval_run_free(&r);
+    // exactly as many rows as the batch holds: one batch, nothing padded
+    const EvalShape s2 = {16, 2};
+    eval_run_init(&r, &t, &s2, 0, 0, 1);
+    CHECK(eval_run_fill(&r, in, tg) == 2 && eval_run_done(&r) && !memcmp(in, want_in, 2 * 16 * sizeof(int)),
+          "two rows in a batch of two");
+    eval_run_free(&r);
+    free(in);
+    free(tg);
+    eval_task_free(&t);
+    remove(path);
+}
 
 static void test_rows(void) {
     EvalItem it = {10, 1, 0, CTX0, NULL, NULL};
@@ -144,6 +311,8 @@ static void test_rows(void) {
     n = eval_row(&it, 0, 4, in, tg, &trunc);
     CHECK(n == 3 && trunc == 1 && in[0] == 10 && tg[0] == 20 && tg[2] == 22 && tg[3] == -1, "row of 4");
 
+    test_row_boundaries();
+
     EvalTask t;
     memset(&t, 0, sizeof(t));
     snprintf(t.name, sizeof(t.name), "hellaswag");
@@ -154,6 +323,31 @@ static void test_rows(void) {
     CHECK(eval_shape(&t, 4, 128, &s, err, sizeof(err)) == 0 && s.seq == 128 && s.rows == 4, "B 4 T 128: %d x %d", s.rows, s.seq);
     CHECK(eval_shape(&t, 4, 64, &s, err, sizeof(err)) == -1 && strstr(err, "needs rows of at least 91 tokens") &&
           strstr(err, "--seq-len is 64"), "T 64: %s", err);
+    // the boundaries: rows are the longest item rounded up to 64, at most T, as many as B x T holds; the longest
+    // candidate needs one context token before it
+    const struct { int max_len, max_cand, B, T, ok, seq, rows; } sh[] = {
+        {64, 10, 2, 1024, 1, 64, 32},    // exactly one 64-token block
+        {65, 10, 2, 1024, 1, 128, 16},   // one token more: two blocks
+        {2, 1, 2, 1024, 1, 64, 32},      // the shortest item
+        {100, 10, 3, 96, 1, 96, 3},      // capped at T
+        {100, 95, 3, 96, 1, 96, 3},      // the candidate and one context token fill the row
+        {100, 96, 3, 96, 0, 0, 0},       // the candidate alone fills it
+        {64, 10, 3, 100, 1, 64, 4},      // 300 tokens hold 4 rows of 64 (and 44 unused)
+        {128, 127, 1, 128, 1, 128, 1},   // one row, as long as T
+        {129, 128, 1, 128, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof(sh) / sizeof(sh[0]); i++) {
+        t.max_len = sh[i].max_len; t.max_cand = sh[i].max_cand;
+        memset(&s, 0, sizeof(s));
+        int rc = eval_shape(&t, sh[i].B, sh[i].T, &s, err, sizeof(err));
+        char want[96];
+        snprintf(want, sizeof(want), "a candidate of %d tokens needs rows of at least %d tokens", sh[i].max_cand,
+                 sh[i].max_cand + 1);
+        CHECK(sh[i].ok ? rc == 0 && s.seq == sh[i].seq && s.rows == sh[i].rows : rc == -1 && strstr(err, want) != NULL,
+              "longest %d, candidate %d, B %d, T %d: rc %d, %d rows of %d (want %s %d x %d) %s", sh[i].max_len,
+              sh[i].max_cand, sh[i].B, sh[i].T, rc, s.rows, s.seq, sh[i].ok ? "" : "refused", sh[i].rows, sh[i].seq,
+              rc ? err : "");
+    }
 }
 
 // --- scoring, end to end ------------------------------------------------------------------------------

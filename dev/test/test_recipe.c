@@ -3,6 +3,8 @@
 // depth, the canonical description is stable, invalid recipes fail with a clear message, and
 // recipe_check_shapes finds token and channel counts a recipe cannot quantize; and the recipe schedule
 // (--bf16-forward-from, llmc/fp4/recipe_schedule.h): its switch step, parsing, resuming and the recipe after it.
+// Every range limit (the Hadamard sizes the kernels take, the BF16 blocks, the per-62 rounding, the token multiples,
+// a slot spec's Hadamard) is tested on both sides: the last value taken and the first refused.
 #include "llmc/fp4/recipe.h"
 #include "llmc/fp4/recipe_schedule.h"
 #include "dev/test/testing.h"
@@ -77,6 +79,161 @@ static void test_shapes(void) {
     recipe_set_slot(&r, SLOT_WGRAD_DY, "nvfp4,sr,h32,fixed");
     recipe_set_slot(&r, SLOT_WGRAD_X, "nvfp4,h32,fixed");
     expect_shapes(&r, 16 * 3, 768, 1, 1, "32-point Hadamard", "multiple of 32", "h32 on wgrad, N=48");
+}
+
+
+// --- range limits, both sides ---------------------------------------------------------------------------
+
+// A recipe built in a child: nvfp4 with one GEMM's two operands rotated by an n-point Hadamard (slot specs given),
+// then recipe_check. The GPU kernels take up to 32 points (128 only with eden).
+typedef struct { const char* a; const char* b; Gemm g; } HadamardCase;
+static void hadamard_recipe(const void* arg) {
+    const HadamardCase* c = (const HadamardCase*)arg;
+    Recipe r;
+    recipe_preset(&r, "nvfp4");
+    recipe_set_slot(&r, gemm_slot_a(c->g), c->a);
+    recipe_set_slot(&r, gemm_slot_b(c->g), c->b);
+    recipe_check(&r);
+}
+typedef struct { int first, last, L; } LayersCase;
+static void layers_recipe(const void* arg) {
+    const LayersCase* c = (const LayersCase*)arg;
+    Recipe r;
+    recipe_preset(&r, "nvfp4");
+    r.bf16_first = c->first;
+    r.bf16_last = c->last;
+    recipe_resolve_layers(&r, c->L);
+}
+
+static void test_limits(void) {
+    // Hadamard size on each GEMM: 32 passes, 64 is refused (the wgrad pair also had no test at its limit)
+    const HadamardCase had[] = {
+        {"nvfp4,h32", "nvfp4-2d,h32", GEMM_FPROP},           {"nvfp4,h64", "nvfp4-2d,h64", GEMM_FPROP},
+        {"nvfp4,sr,h32", "nvfp4-2d,h32", GEMM_DGRAD},        {"nvfp4,sr,h64", "nvfp4-2d,h64", GEMM_DGRAD},
+        {"nvfp4,sr,h32,fixed", "nvfp4,h32,fixed", GEMM_WGRAD}, {"nvfp4,sr,h64,fixed", "nvfp4,h64,fixed", GEMM_WGRAD},
+        {"nvfp4,sr,h128", "nvfp4,h128", GEMM_WGRAD},          // 128 without eden
+        {"nvfp4,eden", "nvfp4,eden", GEMM_WGRAD},             // 128 with eden: MS-EDEN's own kernels
+    };
+    const int want_ok[] = {1, 0, 1, 0, 1, 0, 0, 1};
+    for (size_t i = 0; i < sizeof(had) / sizeof(had[0]); i++) {
+        char err[2048], want[96];
+        const int n = strstr(had[i].a, "h64") ? 64 : 128;
+        snprintf(want, sizeof(want), "Hadamard size %d on %s: the GPU kernels go up to 32", n, GEMM_NAMES[had[i].g]);
+        int rc = test_run_child(hadamard_recipe, &had[i], err, sizeof(err));
+        CHECK(want_ok[i] ? rc == 0 : rc == 1 && strstr(err, want) != NULL, "%s with %s / %s: exit %d, '%s'",
+              GEMM_NAMES[had[i].g], had[i].a, had[i].b, rc, err);
+    }
+    // BF16 blocks: first + last may reach L, not pass it (12 blocks)
+    const LayersCase layers[] = {{12, 0, 12}, {0, 12, 12}, {6, 6, 12}, {11, 1, 12}, {13, 0, 12}, {0, 13, 12},
+                                 {6, 7, 12}, {12, 1, 12}, {1, 0, 1}, {1, 1, 1}};
+    const int layers_ok[] = {1, 1, 1, 1, 0, 0, 0, 0, 1, 0};
+    for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++) {
+        char err[1024], want[128];
+        snprintf(want, sizeof(want), "--bf16-first-layers %d + --bf16-last-layers %d exceed the %d blocks",
+                 layers[i].first, layers[i].last, layers[i].L);
+        int rc = test_run_child(layers_recipe, &layers[i], err, sizeof(err));
+        CHECK(layers_ok[i] ? rc == 0 : rc == 1 && strstr(err, want) != NULL, "%d + %d of %d BF16 blocks: exit %d, '%s'",
+              layers[i].first, layers[i].last, layers[i].L, rc, err);
+    }
+    // the per-62 rule (first round(2L/62), last round(8L/62), halves up) where it steps: 2L/62 passes 0.5 between
+    // L = 15 (0.48) and 16 (0.52), 1.5 between 46 (1.48) and 47 (1.52); 8L/62 passes 0.5 between 3 (0.39) and 4 (0.52),
+    // 1.5 between 11 (1.42) and 12 (1.55)
+    const int rule[][3] = {{15, 0, 2}, {16, 1, 2}, {46, 1, 6}, {47, 2, 6}, {3, 0, 0}, {4, 0, 1}, {11, 0, 1}, {12, 0, 2},
+                           {1, 0, 0}};
+    for (size_t i = 0; i < sizeof(rule) / sizeof(rule[0]); i++) {
+        Recipe r;
+        recipe_preset(&r, "nvfp4");
+        recipe_resolve_layers(&r, rule[i][0]);
+        CHECK(r.bf16_first == rule[i][1] && r.bf16_last == rule[i][2], "nvfp4 on %d blocks: first %d last %d, want %d %d",
+              rule[i][0], r.bf16_first, r.bf16_last, rule[i][1], rule[i][2]);
+    }
+    // which blocks are FP4: [first, L - last)
+    Recipe r;
+    recipe_preset(&r, "nvfp4");
+    r.bf16_first = 2; r.bf16_last = 3;
+    recipe_resolve_layers(&r, 12);
+    CHECK(!recipe_layer_is_fp4(&r, 1, 12) && recipe_layer_is_fp4(&r, 2, 12) && recipe_layer_is_fp4(&r, 8, 12) &&
+          !recipe_layer_is_fp4(&r, 9, 12), "2 + 3 BF16 blocks of 12: FP4 from block 2 to block 8");
+    CHECK(recipe_quantizes(&r, 6) && !recipe_quantizes(&r, 5), "2 + 3 BF16 blocks: 6 blocks quantize one, 5 none");
+
+    // the token multiple N must be of (backward, forward only), per preset: the largest block length or Hadamard
+    // along the tokens (wgrad) and 2D tile height across them (fprop.x, dgrad.dy)
+    const struct { const char* preset; int qk; int64_t bwd, fwd; } mult[] = {
+        {"bf16", 0, 1, 1}, {"nvfp4", 0, 16, 1}, {"nvfp4-naive", 0, 16, 1}, {"mxfp4", 0, 32, 1},
+        {"mxfp4-2d", 0, 32, 1},   // dgrad.dy and wgrad.dy in 32x32 tiles; fprop.x in 1x32 blocks along K
+        {"ufp4", 0, 16, 1}, {"nvfp4-4o6", 0, 16, 1}, {"quartet2", 0, 128, 1},   // MS-EDEN's h128 along the tokens
+        {"quartet2-4o6", 0, 128, 1}, {"nvfp4", 1, 32, 1}, {"quartet2", 1, 128, 1}, {"mxfp4-2d", 1, 32, 1},
+    };
+    for (size_t i = 0; i < sizeof(mult) / sizeof(mult[0]); i++) {
+        recipe_preset(&r, mult[i].preset);
+        r.qk_fp8 = mult[i].qk && !recipe_is_bf16(&r);
+        CHECK(recipe_tokens_multiple(&r, 1) == mult[i].bwd && recipe_tokens_multiple(&r, 0) == mult[i].fwd,
+              "%s%s: token multiples %lld %lld, want %lld %lld", mult[i].preset, mult[i].qk ? " --qk-fp8" : "",
+              (long long)recipe_tokens_multiple(&r, 1), (long long)recipe_tokens_multiple(&r, 0), (long long)mult[i].bwd,
+              (long long)mult[i].fwd);
+    }
+    recipe_preset(&r, "nvfp4");
+    recipe_set_slot(&r, SLOT_FPROP_X, "mxfp4-2d");
+    CHECK(recipe_tokens_multiple(&r, 0) == 32, "32x32 X tiles: the forward needs N %% 32");
+    // ... and recipe_check_shapes at those multiples: the multiple passes, one block less is refused
+    recipe_preset(&r, "quartet2");
+    expect_shapes(&r, 128, 768, 1, 0, NULL, NULL, "quartet2 N=128");
+    expect_shapes(&r, 112, 768, 1, 1, "N must be a multiple of 128", "128-point Hadamard", "quartet2 N=112");
+    expect_shapes(&r, 16, 768, 0, 0, NULL, NULL, "quartet2 forward only, N=16");
+    expect_shapes(&r, 128, 128, 1, 0, NULL, NULL, "quartet2 C=128");
+    expect_shapes(&r, 128, 64, 1, 2, "not a multiple of 128", NULL, "quartet2 C=64 (h128 along the outputs)");
+    recipe_preset(&r, "nvfp4");
+    expect_shapes(&r, 16, 768, 1, 0, NULL, NULL, "nvfp4 N=16");
+    expect_shapes(&r, 8, 768, 1, 1, "multiple of 16", NULL, "nvfp4 N=8");
+    expect_shapes(&r, 1, 768, 0, 0, NULL, NULL, "nvfp4 forward only, N=1");
+    expect_shapes(&r, 16, 16, 1, 0, NULL, NULL, "nvfp4 C=16");
+    expect_shapes(&r, 16, 8, 1, 2, "8 channels", NULL, "nvfp4 C=8");
+    recipe_preset(&r, "mxfp4-2d");
+    expect_shapes(&r, 32, 768, 1, 0, NULL, NULL, "mxfp4-2d N=32");
+    expect_shapes(&r, 16, 768, 1, 1, "2D tiles spanning 32", "multiple of 32", "mxfp4-2d N=16 (dgrad.dy tiles)");
+    expect_shapes(&r, 32, 32, 1, 0, NULL, NULL, "mxfp4-2d C=32");
+    expect_shapes(&r, 32, 16, 1, 2, "16 channels", NULL, "mxfp4-2d C=16");
+
+    // a slot's Hadamard: 0 or a power of two from 2 to 128
+    const struct { const char* spec; int ok; } hs[] = {{"nvfp4,h0", 1}, {"nvfp4,h1", 0}, {"nvfp4,h2", 1}, {"nvfp4,h3", 0},
+                                                       {"nvfp4,h128", 1}, {"nvfp4,h256", 0}, {"nvfp4,h-2", 0},
+                                                       // numbers as digits only: no sign, no wrap-around
+                                                       {"nvfp4,h+16", 0}, {"nvfp4,h4294967312", 0}, {"nvfp4,+1x+16", 0},
+                                                       {"nvfp4,1x4294967312", 0}, {"int4,h16,seed=-1", 0},
+                                                       {"int4,h16,seed=+5", 0}, {"int4,h16,seed=18446744073709551616", 0},
+                                                       {"int4,h16,seed=18446744073709551615", 1}, {"int4,h16,seed=0x10", 1}};
+    for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
+        QuantSpec q;
+        char err[512] = "";
+        const int rc = quant_spec_parse(hs[i].spec, &q, err, sizeof(err));
+        CHECK(hs[i].ok ? rc == 0 : rc != 0 && err[0], "'%s': rc %d '%s'", hs[i].spec, rc, err);
+    }
+
+    // the slot rules, named: GEMM g reads slots 2g and 2g + 1; dgrad's and wgrad's are the backward's; src=fprop
+    // reads fprop.w for dgrad.w and fprop.x for wgrad.x
+    CHECK(gemm_slot_a(GEMM_FPROP) == SLOT_FPROP_X && gemm_slot_b(GEMM_FPROP) == SLOT_FPROP_W &&
+          gemm_slot_a(GEMM_DGRAD) == SLOT_DGRAD_DY && gemm_slot_b(GEMM_DGRAD) == SLOT_DGRAD_W &&
+          gemm_slot_a(GEMM_WGRAD) == SLOT_WGRAD_DY && gemm_slot_b(GEMM_WGRAD) == SLOT_WGRAD_X, "gemm_slot_a / gemm_slot_b");
+    CHECK(!slot_is_backward(SLOT_FPROP_X) && !slot_is_backward(SLOT_FPROP_W) && slot_is_backward(SLOT_DGRAD_DY) &&
+          slot_is_backward(SLOT_DGRAD_W) && slot_is_backward(SLOT_WGRAD_DY) && slot_is_backward(SLOT_WGRAD_X),
+          "slot_is_backward");
+    CHECK(fprop_slot_of(SLOT_DGRAD_W) == SLOT_FPROP_W && fprop_slot_of(SLOT_WGRAD_X) == SLOT_FPROP_X, "fprop_slot_of");
+
+    // --bf16-forward-from: (0, 1] on both sides, and the tail's length where it rounds (halves up, at least one)
+    const struct { const char* text; int ok; } ff[] = {{"1", 1}, {"1.0000001", 0}, {"1.2e-38", 1}, {"0", 0}, {"-0", 0},
+                                                       {" 0.5", 0}, {"0x0.8p0", 0}};   // strtof takes both: 0.5
+    for (size_t i = 0; i < sizeof(ff) / sizeof(ff[0]); i++) {
+        float f = 0.5f;
+        char err[512] = "";
+        const int rc = bf16_forward_parse(ff[i].text, &f, err, sizeof(err));
+        CHECK(ff[i].ok ? rc == 0 : rc != 0 && strstr(err, ff[i].text), "--bf16-forward-from '%s': rc %d '%s'", ff[i].text,
+              rc, err);
+    }
+    const struct { float f; int steps, tail; } tails[] = {{0.15f, 10, 2}, {0.149f, 10, 1}, {0.05f, 10, 1}, {0.01f, 10, 1},
+                                                           {1.0f, 7, 7}, {0.5f, 0, 0}, {0.999f, 10, 10}, {0.949f, 10, 9}};
+    for (size_t i = 0; i < sizeof(tails) / sizeof(tails[0]); i++)
+        CHECK(bf16_forward_tail_steps(tails[i].f, tails[i].steps) == tails[i].tail, "tail of %g of %d steps: %d, want %d",
+              tails[i].f, tails[i].steps, bf16_forward_tail_steps(tails[i].f, tails[i].steps), tails[i].tail);
 }
 
 // --bf16-forward-from: which step switches, given the fraction and the steps; what a resume keeps
@@ -298,6 +455,7 @@ int main(void) {
               bad[i].msg);
     }
     test_shapes();
+    test_limits();
     test_schedule();
     return test_summary("test_recipe");
 }

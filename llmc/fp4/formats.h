@@ -23,6 +23,7 @@
 // - No a*b+c expressions in the exact paths: nvcc would contract them into FMA on the device and the
 //   host would not, and the two would differ in the last bit.
 #pragma once
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include "llmc/base/common.h"
@@ -261,6 +262,16 @@ static inline const char* quant_spec_eden_problem(const QuantSpec* s) {
 //   source: src=bf16 (default) | src=fprop (the forward's dequantized FP4 copy of the tensor)
 // e.g. "nvfp4,sr", "nvfp4,h16", "nvfp4,h16,plain", "mxfp4,e8m0ceil,32x32,sr", "int4,h32,seed=7",
 // "nvfp4,eden,src=fprop".
+// The numbers in a spec (block sides, Hadamard points, seeds) are decimal digits and nothing else: no sign, no
+// space, no overflow (sscanf's %d would take "+16" and wrap "h4294967312" to h16; strtoull takes "-1" as 2^64 - 1).
+// A side or a point count: 1 to 3 digits, -1 otherwise; *end is where the digits stop.
+static inline int quant_spec_count_(const char* s, const char** end) {
+    int v = 0, n = 0;
+    for (; *s >= '0' && *s <= '9' && n < 4; s++, n++) v = 10 * v + (*s - '0');
+    *end = s;
+    return n >= 1 && n <= 3 ? v : -1;
+}
+
 // Returns 0 on success; on failure writes a message to err (if given) and returns -1.
 static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, size_t errlen) {
     QuantSpec s = quant_presets[1].spec;  // nvfp4
@@ -287,8 +298,12 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         if (!strcmp(tok, "step")) { s.signs = QSIGNS_STEP; found = 1; }
         if (!strncmp(tok, "seed=", 5)) {
             char* end;
+            errno = 0;
             unsigned long long v = strtoull(tok + 5, &end, 0);
-            if (*end || end == tok + 5) { if (err) snprintf(err, errlen, "bad seed in '%s'", tok); return -1; }
+            if (!(tok[5] >= '0' && tok[5] <= '9') || *end || errno) {
+                if (err) snprintf(err, errlen, "bad seed in '%s': give a number from 0 to 2^64 - 1 (decimal, or 0x hex)", tok);
+                return -1;
+            }
             s.signs = QSIGNS_SEEDED; s.sign_seed = v; found = 1;
         }
         if (!strncmp(tok, "src=", 4)) {
@@ -297,15 +312,24 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
             if (k < 0) { if (err) snprintf(err, errlen, "'%s': use src=bf16 or src=fprop", tok); return -1; }
             s.source = (QuantSource)k; found = 1;
         }
-        int w, l, h; char c;
-        if (!found && sscanf(tok, "%dx%d%c", &w, &l, &c) == 2) {
+        const char* e = tok;
+        int w = found ? -1 : quant_spec_count_(tok, &e), l = -1, h = -1;
+        if (w >= 0 && *e == 'x') {
+            l = quant_spec_count_(e + 1, &e);
+            if (*e) l = -1;
+        }
+        if (l >= 0) {
             if (!((w == 1 || w == l) && (l == 16 || l == 32))) {
                 if (err) snprintf(err, errlen, "block '%s': use 1x16, 1x32, 16x16 or 32x32", tok);
                 return -1;
             }
             s.block_w = w; s.block_l = l; found = 1;
         }
-        if (!found && tok[0] == 'h' && sscanf(tok + 1, "%d%c", &h, &c) == 1) {
+        if (!found && tok[0] == 'h') {
+            h = quant_spec_count_(tok + 1, &e);
+            if (*e) h = -1;
+        }
+        if (h >= 0) {
             if (h != 0 && (h < 2 || h > 128 || (h & (h - 1)))) {
                 if (err) snprintf(err, errlen, "hadamard '%s': use h0 or a power of two 2..128", tok);
                 return -1;

@@ -36,7 +36,9 @@ static inline int bf16_forward_parse(const char* text, float* out, char* err, si
     char* end = NULL;
     errno = 0;
     float f = strtof(text, &end);
-    if (errno || end == text || *end != '\0') {
+    // (strtof alone would also take leading spaces and hexadecimal: " 0.5", "0x0.8p0")
+    if (errno || end == text || *end != '\0' || text[0] == ' ' || (text[0] >= '\t' && text[0] <= '\r') ||
+        strpbrk(text, "xX")) {
         snprintf(err, n, "--bf16-forward-from expects a fraction of the run in (0, 1], e.g. 0.1 for the last 10%% "
                  "of the steps; got '%s'", text);
         return -1;

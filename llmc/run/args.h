@@ -1,11 +1,16 @@
 // args.h: long command-line options from one table, so --help always matches the parser.
-// defines: Option, OptionType, parse_options(), print_usage(), parse_bool_word()
+// defines: Option, OptionType, parse_options(), print_usage(), parse_bool_word(), option_number_ok()
 // Each option has a long name (--batch-size), an optional one-letter alias (-b), a type, a pointer to
 // the value it sets, and a help line. Values come as "--name value" or "--name=value". Unknown
 // options, missing values (also one whose next argument is an option: "-o --eval-only") and malformed numbers
 // stop the program with one clear message; a value that starts with -- is given as --name=value.
+// Numbers are decimal, as a person types them (option_number_ok): an integer is [+-]digits and fits an int; a
+// float is [+-]digits[.digits][e[+-]digits] (or .digits) and a finite float, 0 or at least FLT_MIN in
+// magnitude. strtoll and strtof alone would also take leading spaces, hexadecimal ("0x10", "0x1p-3"), "inf"
+// and "nan", so the text is checked first.
 #pragma once
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include "llmc/base/common.h"
 
@@ -45,23 +50,43 @@ static inline int choice_allowed(const char* choices, const char* word) {
     return 0;
 }
 
+// Whether text is a decimal number: [+-]digits, and with fraction also [+-]digits[.digits][(e|E)[+-]digits] or
+// [+-].digits[...]. Nothing before or after it (no spaces), no hexadecimal, no inf or nan.
+static inline int option_number_ok(const char* text, int fraction) {
+    const char* p = text;
+    int digits = 0;
+    if (*p == '+' || *p == '-') p++;
+    for (; *p >= '0' && *p <= '9'; p++) digits++;
+    if (fraction && *p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++) digits++;
+    if (!digits) return 0;
+    if (fraction && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        if (!(*p >= '0' && *p <= '9')) return 0;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return *p == '\0';
+}
+
 static inline void option_set(const Option* o, const char* text) {
-    char* end = NULL;
     switch (o->type) {
     case OPT_INT: {
+        fail_if(!option_number_ok(text, 0), "--%s expects an integer, got '%s'", o->name, text);
         errno = 0;
-        long long v = strtoll(text, &end, 10);
-        fail_if(errno || end == text || *end != '\0' || v < -2147483647LL || v > 2147483647LL,
-                "--%s expects an integer, got '%s'", o->name, text);
+        long long v = strtoll(text, NULL, 10);
+        fail_if(errno || v < INT_MIN || v > INT_MAX, "--%s: %s is outside the range of an int (%d to %d)", o->name, text,
+                INT_MIN, INT_MAX);
         *(int*)o->value = (int)v;
         break;
     }
     case OPT_FLOAT: {
-        errno = 0;
-        float v = strtof(text, &end);
-        fail_if(end == text || *end != '\0' || (!errno && !isfinite(v)), "--%s expects a number, got '%s'", o->name, text);
-        fail_if(errno, "--%s: %s is outside the range of a float (about 1.2e-38 to 3.4e38 in magnitude, or 0)", o->name,
+        fail_if(!option_number_ok(text, 1), "--%s expects a number, got '%s' (a decimal number such as 3e-4)", o->name,
                 text);
+        errno = 0;
+        float v = strtof(text, NULL);
+        fail_if(errno || !isfinite(v), "--%s: %s is outside the range of a float (about 1.2e-38 to 3.4e38 in magnitude, "
+                "or 0)", o->name, text);
         *(float*)o->value = v;
         break;
     }

@@ -229,6 +229,9 @@ static inline int eval_row(const EvalItem* it, int c, int seq, int* inputs, int*
     for (int k = 0; k < c; k++) cand += it->lens[k];
     const int clen = it->lens[c];
     const int keep = it->ctx_len < seq - clen ? it->ctx_len : seq - clen;   // eval_shape makes this >= 1
+    // (0 would write the target before the row, targets[-1]: a candidate as long as the row, or an empty context)
+    fail_if(keep < 1, "internal: a row of %d tokens for a candidate of %d after %d context tokens (eval_shape leaves "
+            "one context token)", seq, clen, it->ctx_len);
     const uint16_t* ctx = it->ctx + (it->ctx_len - keep);
     int n = 0;
     for (int i = 0; i < keep; i++) inputs[n++] = ctx[i];
