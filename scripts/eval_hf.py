@@ -129,7 +129,10 @@ def evaluate_task(model, name, path, seq, items_limit, batch, device, dtype):
     """-> dict of the task's numbers, and the per-row table (item, candidate, loss, tokens, hit, truncated)."""
     kind, items = read_eval_file(path)
     if seq is None:   # from the whole file, as the trainer's eval_shape takes it from the file's header
-        seq = default_seq(items, model.config.n_positions)
+        # (GPT-2 configs call the context length n_positions, Llama ones max_position_embeddings)
+        cfg = model.config
+        positions = getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024
+        seq = default_seq(items, positions)
     if items_limit:
         items = items[:items_limit]
     rows, meta = [], []
