@@ -1280,6 +1280,7 @@ typedef struct {
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     float spike_z;
     int shuffle;
+    int deterministic;
     float peak_tflops;
     const char* zero;
     const char* nccl_id_file;
@@ -1321,6 +1322,7 @@ static TrainConfig default_config(void) {
     t.val_every = 25; t.val_batches = 20; t.sample_every = 50; t.sample_tokens = 64; t.ckpt_every = 0;
     t.spike_z = 0.0f;
     t.shuffle = 1;
+    t.deterministic = 1;
     t.peak_tflops = 989.0f;
     t.zero = "auto";
     t.diag_every = 50;
@@ -1383,6 +1385,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"ckpt-every", 'n', OPT_INT, &tc->ckpt_every, NULL, "checkpoint every N steps and at the end (0: at the end only; -1: never, for benchmarks)"},
         {"spike-z", 0, OPT_FLOAT, &tc->spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc->shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
+        {"deterministic", 0, OPT_BOOL, &tc->deterministic, NULL, "on: the same command repeats bit for bit (cuDNN's deterministic attention backward); off: cuDNN may sum the attention's dQ with atomics, faster, not repeatable (README, \"Reproducibility\")"},
         {"peak-tflops", 0, OPT_FLOAT, &tc->peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
         {"zero", 0, OPT_CHOICE, &tc->zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc->nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
@@ -1744,6 +1747,7 @@ static void setup_gpu(Run* r) {
                 r->prop.minor, r->prop.multiProcessorCount, r->prop.totalGlobalMem / (double)(1 << 30));
 
     matmul_init();
+    attention_set_deterministic(tc->deterministic);
     attention_init();
     gpt_allocate(model, &r->config, r->B, r->T, r->world);
     model->dist = dist;
@@ -1845,7 +1849,7 @@ static void open_log(Run* r) {
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d,\"arch\":\"%s\",\"kv_heads\":%d,"
-        "\"mlp_hidden\":%d,\"tied\":%d}",
+        "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d}",
         model_name ? model_name : "custom", config->num_layers, config->num_heads, config->channels, config->vocab_size,
         model->num_parameters, r->B, r->T, (long long)r->total_batch, r->grad_accum, r->world, tc->steps, tc->lr,
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
@@ -1854,7 +1858,7 @@ static void open_log(Run* r) {
         json_escape(tc->val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
-        (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied);
+        (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic());
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);
@@ -1863,9 +1867,9 @@ static void open_log(Run* r) {
                 model->zero ? dist_ring_share_bytes(&r->dist, grad_bytes) : dist_ring_allreduce_bytes(&r->dist, grad_bytes),
                 model->zero ? dist_ring_share_bytes(&r->dist, gather_bytes) : 0.0);
     dist_printf(&r->dist, "training: %d steps of %lld tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
-                "master weights %s, recipe %s, attention: %s\n", tc->steps, (long long)r->total_batch, r->B, r->T,
+                "master weights %s, recipe %s, attention: %s%s\n", tc->steps, (long long)r->total_batch, r->B, r->T,
                 r->grad_accum, r->grad_accum == 1 ? "" : "s", tc->lr, tc->schedule, tc->master_weights, tc->recipe,
-                attention_backend_name());
+                attention_backend_name(), attention_is_deterministic() ? "" : " (non-deterministic backward)");
 }
 
 // --bf16-forward-from: the switch comes before this step's validation and sample, so that everything from the

@@ -10,3 +10,9 @@ build/test_attention: $(ATTENTION_HEADERS)
 build/bench_attention: dev/bench/bench_attention.cu $(HEADERS) $(ATTENTION_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+# build/san_probe: which writers compute-sanitizer's initcheck sees (a diagnostic for dev/bench/check_repro.sh,
+# not a test: run it under compute-sanitizer --tool initcheck)
+build/san_probe: dev/test/san_probe.cu $(HEADERS) $(ATTENTION_HEADERS)
+	@mkdir -p build
+	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@

@@ -2,15 +2,15 @@
 # Training throughput of train_gpt_fp4: d12 (GPT-2 124M), B=64, T=1024, total batch 65536 on one GPU.
 # Prints tokens/s and MFU (median of the steps after warm-up) for each recipe given, and the ratio of
 # each recipe's step time to the first one's (the baseline, measured in the same run).
-# usage: dev/bench/bench_train.sh [recipe[@gemm][+delayed] ...]   (default: bf16); @gemm picks --fp4-gemm
-#        (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8; +delayed adds --amax delayed
-#        (e.g. nvfp4 nvfp4+delayed)
+# usage: dev/bench/bench_train.sh [recipe[@gemm][+delayed][+nondet] ...]   (default: bf16); @gemm picks
+#        --fp4-gemm (auto|native|fp8|emulated), e.g. mxfp4-2d@emulated mxfp4-2d@fp8; +delayed adds --amax delayed
+#        (e.g. nvfp4 nvfp4+delayed); +nondet adds --deterministic off (cuDNN's atomic attention backward)
 # env: STEPS (default 30), MODEL (d12), B (64), T (1024), DATA (tinyshakespeare train shard),
 #      ROUNDS (1): run the recipe list this many times, interleaved, and keep each recipe's fastest
 #      round (the GPU's clocks drift by a few % between runs; interleaving exposes both to it); with 2 or
 #      more, also says whether each recipe's per-step losses (the log's 6 decimals) were the same in every round
-#      (bit for bit only with LLMC_ATTENTION=own: cuDNN's attention backward sums with atomics, and FP4
-#      rounding magnifies its last-bit differences; dev/bench/check_repro.sh)
+#      (they are, run after run, unless +nondet: cuDNN's atomic backward differs in the last bits, and FP4
+#      rounding magnifies that; dev/bench/check_repro.sh)
 # A recipe whose run fails is named, with the end of its log, and left out of the table (the ratios are
 # against the first recipe that ran, as the header says); the exit status is then 1.
 set -euo pipefail
@@ -23,11 +23,18 @@ mkdir -p "$OUT"
 for ((k = 1; k <= ROUNDS; k++)); do
     for r in "${recipes[@]}"; do
         extra=()
-        base=${r%+delayed}
+        base=$r
+        while [[ "$base" == *+* ]]; do   # the +suffixes, in any order
+            case ${base##*+} in
+            delayed) extra+=(--amax delayed) ;;
+            nondet)  extra+=(--deterministic off) ;;
+            *)       echo "bench_train: unknown suffix '+${base##*+}' in '$r' (+delayed, +nondet)" >&2; exit 1 ;;
+            esac
+            base=${base%+*}
+        done
         name=${base%%@*}
-        [ "$name" = bf16 ] || extra=(--recipe "$name")
+        [ "$name" = bf16 ] || extra+=(--recipe "$name")
         [ "$name" = "$base" ] || extra+=(--fp4-gemm "${base#*@}")
-        [ "$base" = "$r" ] || extra+=(--amax delayed)
         # a recipe that fails is reported and left out of the table; the others still run (exit status 1)
         if ! ./train_gpt_fp4 --model "$MODEL" --batch-size "$B" --seq-len "$T" --total-batch $((B * T)) --steps "$STEPS" \
                 --train-data "$DATA" --val-every 0 --sample-every 0 --ckpt-every -1 --out-dir "$OUT/$r.$k" "${extra[@]}" \

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # check_repro.sh: is FP4 training reproducible run to run, and if not, where does it read memory it never
 # wrote or race? On the GPU machine, in one call:
-#   1. the same d12 training twice per recipe (dev/bench/bench_train.sh, ROUNDS=2) with the program's own
-#      attention kernels (LLMC_ATTENTION=own: cuDNN's attention backward sums dQ with atomics, so with it
-#      even BF16 runs differ in the last bits): the same per-step losses in both rounds?
+#   1. the same d12 training twice per recipe (dev/bench/bench_train.sh, ROUNDS=2) as a user runs it (cuDNN's
+#      attention, in its deterministic form, the default; ATTENTION=own for the program's own kernels): the same
+#      per-step losses in both rounds? Also bf16+nondet and the first recipe +nondet (--deterministic off:
+#      cuDNN's backward sums dQ with atomics), which may differ, and the price of determinism: the step time
+#      of each deterministic run over its +nondet twin, from the same interleaved rounds.
 #   2. compute-sanitizer over a few small steps (d6, B=4, T=256) of each FP4 recipe: initcheck (reads of
 #      global memory never written), racecheck (shared-memory hazards), memcheck (out-of-bounds accesses).
 #      Reports name the kernel; the library kernels' (cuBLASLt, cuDNN) are listed apart from ours. Each
@@ -17,8 +19,12 @@
 #      once with LLMC_POISON=1, which fills every buffer the trainer allocates with NaN bytes: a kernel that
 #      reads memory nothing wrote changes the losses (or makes them NaN). Equal losses say the sanitizer's
 #      reports are writes it did not see.
+#   4. probe: build/san_probe (dev/test/san_probe.cu) under initcheck: a buffer written by a plain kernel,
+#      cudaMemset, cuBLASLt's GEMM and cuDNN's attention, each read by a kernel of its own name, and one
+#      never written (the control). Reports on read_after_cublaslt / read_after_cudnn, with the values
+#      right, mean initcheck does not see those libraries' stores: the reports of part 2 are of that kind.
 # usage: bash dev/bench/check_repro.sh [recipe ...]      (default: nvfp4 nvfp4-naive quartet2)
-# env: OUT [/tmp/check_repro] (logs there), STEPS [12] for part 1, SAN_STEPS [2] for part 2 and SAN_TIMEOUT [150]
+# env: OUT [/tmp/check_repro] (logs there), STEPS [12] and ATTENTION [cudnn; or own] for part 1, SAN_STEPS [2], SAN_B [4], SAN_T [256] for part 2 and SAN_TIMEOUT [150]
 #      seconds per sanitizer run, GPU_ARCHS [90],
 #      PARTS ["train sanitize poison"], POISON_STEPS [6], SAN_TOOLS ["initcheck memcheck racecheck"], SAN_ATTENTION ["cudnn own"]
 # Files: OUT/train.txt, OUT/san_TOOL_RECIPE_ATTENTION.txt (each cut to its first 200 KB), OUT/summary.txt
@@ -30,7 +36,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/check_repro}
 mkdir -p "$OUT"
 recipes=("$@"); [ ${#recipes[@]} -gt 0 ] || recipes=(nvfp4 nvfp4-naive quartet2)
-PARTS=${PARTS:-"train sanitize poison"}
+PARTS=${PARTS:-"train sanitize poison probe"}
 SAN_TOOLS=${SAN_TOOLS:-"initcheck memcheck racecheck"}
 export NCCL_NVLS_ENABLE=0
 t0=$SECONDS
@@ -41,9 +47,29 @@ rc=0
 : > "$OUT/summary.txt"
 if [[ " $PARTS " == *" train "* ]]; then
     t1=$SECONDS
-    LLMC_ATTENTION=own ROUNDS=2 STEPS=${STEPS:-12} BENCH_OUT="$OUT/train" dev/bench/bench_train.sh bf16 "${recipes[@]}" > "$OUT/train.txt" 2>&1 || rc=1
+    envs=(); [ "${ATTENTION:-cudnn}" = own ] && envs=(LLMC_ATTENTION=own)
+    env "${envs[@]}" ROUNDS=2 STEPS=${STEPS:-12} BENCH_OUT="$OUT/train" dev/bench/bench_train.sh bf16 "${recipes[@]}" \
+        bf16+nondet "${recipes[0]}+nondet" > "$OUT/train.txt" 2>&1 || rc=1
     cat "$OUT/train.txt"
-    grep -q "^same losses.*NO" "$OUT/train.txt" && rc=1
+    # every run without +nondet must repeat its losses; the price of determinism from the table's ms/step
+    python3 - "$OUT/train.txt" <<'PY' | tee -a "$OUT/summary.txt" || rc=1
+import re, sys
+text = open(sys.argv[1]).read()
+line = next((l for l in text.splitlines() if l.startswith("same losses")), "")
+verdicts = dict(re.findall(r"([\w.@+-]+) (yes|NO)", line.split(":", 1)[-1]))
+ms = {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\S+)\s+([\d.]+)\s+[\d,]+\s", text, re.M)}
+bad = [r for r, v in verdicts.items() if v != "yes" and not r.endswith("+nondet")]
+for r, v in verdicts.items():
+    print(f"check_repro: repeat {r}: {'same losses' if v == 'yes' else 'DIFFERENT losses'}"
+          f"{' (allowed: non-deterministic)' if r.endswith('+nondet') and v != 'yes' else ''}")
+for r in ms:
+    if r.endswith("+nondet") and r[:-7] in ms:
+        print(f"check_repro: determinism costs {r[:-7]} {100 * (ms[r[:-7]] / ms[r] - 1):+.1f}% "
+              f"({ms[r[:-7]]:.1f} against {ms[r]:.1f} ms/step)")
+if not verdicts or bad:
+    print(f"check_repro: part 1 FAILED: {'no verdicts' if not verdicts else 'not repeatable: ' + ' '.join(bad)}")
+    sys.exit(1)
+PY
     echo "check_repro: part 1 in $((SECONDS - t1)) s"
 fi
 if [[ " $PARTS " == *" sanitize "* ]]; then
@@ -55,7 +81,8 @@ if [[ " $PARTS " == *" sanitize "* ]]; then
                 log="$OUT/san_${tool}_${r}_$att.txt"
                 envs=(); [ "$att" = own ] && envs=(LLMC_ATTENTION=own)
                 env "${envs[@]}" timeout "${SAN_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --print-limit 30 \
-                    ./train_gpt_fp4 --model d6 --batch-size 4 --seq-len 256 --total-batch 1024 --steps "${SAN_STEPS:-2}" \
+                    ./train_gpt_fp4 --model d6 --batch-size "${SAN_B:-4}" --seq-len "${SAN_T:-256}" \
+                    --total-batch $(( ${SAN_B:-4} * ${SAN_T:-256} )) --steps "${SAN_STEPS:-2}" \
                     --val-every 0 --sample-every 0 --ckpt-every -1 --recipe "$r" --out-dir "$OUT/san_run" > "$log" 2>&1
                 src=$?
                 # the summary line, and the kernels the reports name (ours vs the libraries')
@@ -112,6 +139,21 @@ PY
         [[ "$verdict" == same* ]] || rc=1   # an empty verdict (no python3, an exception) fails too
         rm -rf "$OUT/poison_${r}_plain" "$OUT/poison_${r}_poison"
     done
+fi
+if [[ " $PARTS " == *" probe "* ]]; then
+    make -j"$(nproc)" build/san_probe GPU_ARCHS="${GPU_ARCHS:-90}" >> "$OUT/build.txt" 2>&1 || { echo "check_repro: san_probe build FAILED"; rc=1; }
+    build/san_probe > "$OUT/probe_plain.txt" 2>&1 || { echo "check_repro: san_probe read wrong values"; rc=1; }
+    compute-sanitizer --tool initcheck --print-limit 1000 build/san_probe > "$OUT/probe_initcheck.txt" 2>&1
+    {
+        grep -E "^read_|backend" "$OUT/probe_plain.txt" | sed 's/^/check_repro: probe (plain): /'
+        for k in read_after_kernel read_after_memset read_after_cublaslt read_after_cudnn read_uninitialized; do
+            nrep=$(grep -cE "^=+ +at .*$k\b" "$OUT/probe_initcheck.txt")
+            echo "check_repro: probe initcheck: $k: $nrep report(s)"
+        done
+    } | tee -a "$OUT/summary.txt"
+    # the control must be reported and our own writers must not be
+    grep -qE "^=+ +at .*read_uninitialized" "$OUT/probe_initcheck.txt" || { echo "check_repro: probe: initcheck missed the control"; rc=1; }
+    grep -qE "^=+ +at .*read_after_(kernel|memset)" "$OUT/probe_initcheck.txt" && { echo "check_repro: probe: a report after our own writes"; rc=1; }
 fi
 echo "check_repro: $([ $rc = 0 ] && echo "all clean" || echo "FOUND something (see $OUT)") in $((SECONDS - t0)) s"
 exit $rc

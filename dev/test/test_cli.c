@@ -866,6 +866,8 @@ static void test_plan_checks(void) {
         {"6 + 7 of 12 blocks BF16", NULL, "--bf16-first-layers 6 + --bf16-last-layers 7 exceed the 12 blocks", NULL,
          {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "6", "--bf16-last-layers", "7"}},
         {"--qk-fp8 on a BF16 recipe", NULL, "--qk-fp8: the recipe quantizes nothing", NULL, {BASE_ARGS, "--qk-fp8", "on"}},
+        {"--deterministic off", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--deterministic", "off"}},
+        {"--deterministic maybe", NULL, "--deterministic expects on or off", "got 'maybe'", {BASE_ARGS, "--deterministic", "maybe"}},
         {"a Hadamard on fprop.x alone", NULL, "the two operands of fprop must use the same Hadamard transform",
          "fprop.x: h16, fprop.w: h0", {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h16"}},
         {"a Hadamard on dgrad.dy alone", NULL, "the two operands of dgrad must use the same Hadamard transform",

@@ -2,7 +2,7 @@
 // Llama training (fused "flash" attention).
 // defines: AttnShape, attention_init, attention_destroy, attention_forward, attention_backward,
 //          attention_backend_name, attention_cudnn_version, attention_force_own_kernel, attention_cudnn_unavailable_reason,
-//          attention_set_verbose
+//          attention_set_verbose, attention_set_deterministic, attention_is_deterministic
 // Two implementations behind one API, with the same numbers in and out:
 //   - cuDNN's fused flash-attention engines (llmc/model/attention_cudnn.cuh), when built with -DENABLE_CUDNN
 //     and cuDNN can build the graph at run time;
@@ -21,8 +21,12 @@
 // natural log-sum-exp of each scaled, causally masked score row, written by the forward and read by
 // the backward. Scale 1/sqrt(HS).
 // cuDNN plans are built once per shape and reused; one workspace, grown only when a plan needs more.
-// Note: cuDNN's backward sums dQ with atomics (order not fixed); the own backward is bitwise
-// deterministic.
+// Determinism: both backends are bitwise deterministic by default (the same inputs give the same bits,
+// run after run, on the same GPU and library versions). cuDNN's backward is built in its deterministic
+// form (dQ = dS.K without atomics, attention_cudnn.cuh); attention_set_deterministic(0) (the trainer's
+// --deterministic off) asks it for the faster form that sums dQ with FP32 atomics in no fixed order. The
+// own backward is deterministic either way. If cuDNN cannot build the asked-for graph, the own kernels
+// take over, as on any other cuDNN failure.
 #pragma once
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +44,7 @@ static struct {
     int use_cudnn;                  // 1 while cuDNN is the backend
     int force_own;                  // attention_force_own_kernel() or LLMC_ATTENTION=own
     int verbose;
+    int nondeterministic;           // attention_set_deterministic(0): cuDNN's atomic dQ backward
     char why_not_cudnn[2048];       // why cuDNN is not (or no longer) the backend
     float* dsum;                    // own backward scratch: B*NH*T floats
     size_t dsum_bytes;
@@ -53,6 +58,11 @@ static struct {
 } attn_state;
 
 static void attention_set_verbose(int on) { attn_state.verbose = on; }
+
+// 1 (the default): every backward bitwise deterministic; 0: cuDNN may sum dQ with atomics (faster).
+// Set before the first attention call of a shape (plans are built once per shape and setting).
+static void attention_set_deterministic(int on) { attn_state.nondeterministic = !on; }
+static int attention_is_deterministic(void) { return !attn_state.nondeterministic; }
 
 void attention_init(void) {
     if (attn_state.initialized) return;
@@ -101,10 +111,11 @@ void attention_destroy(void) {
     if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
     attn_state.dsum = NULL;
     attn_state.dsum_bytes = 0;
-    int force_own = attn_state.force_own, verbose = attn_state.verbose;
+    int force_own = attn_state.force_own, verbose = attn_state.verbose, nondet = attn_state.nondeterministic;
     memset(&attn_state, 0, sizeof(attn_state));
     attn_state.force_own = force_own;     // settings survive a destroy/init cycle
     attn_state.verbose = verbose;
+    attn_state.nondeterministic = nondet;
 }
 
 // 1: use the own kernels from now on (for tests and benchmarks); 0: back to cuDNN if it is usable.
@@ -159,7 +170,8 @@ static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
     const int B = sh.B, T = sh.T, NH = sh.NH, KVH = sh.KVH, HS = sh.HS;
     for (int i = 0; i < attn_state.n_plans; i++) {
         AttnCudnnPlan* p = attn_state.plans[i];
-        if (p->B == B && p->T == T && p->NH == NH && p->KVH == KVH && p->HS == HS && p->backward == backward) return p;
+        if (p->B == B && p->T == T && p->NH == NH && p->KVH == KVH && p->HS == HS && p->backward == backward &&
+            p->deterministic == !attn_state.nondeterministic) return p;
     }
     if (attn_state.n_plans + 2 > ATTN_MAX_PLANS) {
         attn_give_up_cudnn("more than 8 distinct attention shapes (raise ATTN_MAX_PLANS)");
@@ -169,6 +181,7 @@ static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
     AttnCudnnPlan* bwd = (AttnCudnnPlan*)xmalloc(sizeof(AttnCudnnPlan));
     attn_cudnn_plan_init(fwd, B, T, NH, KVH, HS, 0, attn_state.verbose);
     attn_cudnn_plan_init(bwd, B, T, NH, KVH, HS, 1, attn_state.verbose);
+    fwd->deterministic = bwd->deterministic = !attn_state.nondeterministic;
     bool ok_f = attn_cudnn_build_forward(fwd, attn_state.handle);
     bool ok_b = ok_f && attn_cudnn_build_backward(bwd, attn_state.handle);
     if (ok_f && !ok_b && KVH != NH) {
@@ -179,6 +192,7 @@ static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
         if (attn_state.verbose) printf("attention: cuDNN GQA backward with BF16 per-head dK/dV failed (%s); trying FP32\n", first);
         attn_cudnn_plan_destroy(bwd);
         attn_cudnn_plan_init(bwd, B, T, NH, KVH, HS, 1, attn_state.verbose);
+        bwd->deterministic = !attn_state.nondeterministic;
         bwd->fullhead_type = CUDNN_DATA_FLOAT;
         ok_b = attn_cudnn_build_backward(bwd, attn_state.handle);
         if (!ok_b) {
@@ -189,8 +203,8 @@ static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
     }
     if (!ok_f || !ok_b) {
         char why[2048];
-        snprintf(why, sizeof(why), "%s graph for B=%d T=%d NH=%d KVH=%d HS=%d: %s", ok_f ? "backward" : "forward",
-                 B, T, NH, KVH, HS, ok_f ? bwd->err : fwd->err);
+        snprintf(why, sizeof(why), "%s%s graph for B=%d T=%d NH=%d KVH=%d HS=%d: %s", ok_f ? "backward" : "forward",
+                 ok_f && bwd->deterministic ? " (deterministic)" : "", B, T, NH, KVH, HS, ok_f ? bwd->err : fwd->err);
         attn_cudnn_plan_destroy(fwd);
         attn_cudnn_plan_destroy(bwd);
         free(fwd);
@@ -201,8 +215,9 @@ static AttnCudnnPlan* attn_cudnn_plan_for(AttnShape sh, int backward) {
     if (attn_state.verbose) {
         printf("attention: cuDNN plans for B=%d T=%d NH=%d KVH=%d HS=%d: forward %lld ops, workspace %lld B, %s\n",
                B, T, NH, KVH, HS, (long long)fwd->n_ops, (long long)fwd->plan_workspace, fwd->engine);
-        printf("attention: cuDNN plans for B=%d T=%d NH=%d KVH=%d HS=%d: backward %lld ops, workspace %lld B (+%lld ours), %s\n",
-               B, T, NH, KVH, HS, (long long)bwd->n_ops, (long long)bwd->plan_workspace, (long long)bwd->extra_workspace, bwd->engine);
+        printf("attention: cuDNN plans for B=%d T=%d NH=%d KVH=%d HS=%d: backward (%s) %lld ops, workspace %lld B (+%lld ours), %s\n",
+               B, T, NH, KVH, HS, bwd->deterministic ? "deterministic" : "atomic dQ", (long long)bwd->n_ops,
+               (long long)bwd->plan_workspace, (long long)bwd->extra_workspace, bwd->engine);
     }
     int64_t need = attn_cudnn_workspace_needed(fwd);
     if (attn_cudnn_workspace_needed(bwd) > need) need = attn_cudnn_workspace_needed(bwd);
@@ -238,15 +253,17 @@ static bool attn_cudnn_backward(floatX* dqkv, const floatX* dout, const floatX* 
     char* ws = (char*)attn_state.workspace;
     void* dsum = ws + attn_cudnn_sum_offset(p);
     void* dqacc = ws + attn_cudnn_acc_offset(p);
-    if (cudnnGetVersion() < 90600)   // older cuDNN expects the dQ accumulator zeroed by the caller
+    if (!p->deterministic && cudnnGetVersion() < 90600)   // older cuDNN expects the dQ accumulator zeroed by the caller
         cuda_check(cudaMemsetAsync(dqacc, 0, (size_t)sh.B * sh.NH * sh.T * sh.HS * sizeof(float), stream));
+    // the variant pack: the dQ accumulator (last) only where the graph has one
     int64_t uids[] = {ATTN_UID_Q, ATTN_UID_K, ATTN_UID_V, ATTN_UID_O, ATTN_UID_STATS, ATTN_UID_DO,
-                      ATTN_UID_DQ, ATTN_UID_DK, ATTN_UID_DV, ATTN_UID_SOFTMAX_SUM, ATTN_UID_DQ_ACCUM,
-                      ATTN_UID_SCALE, ATTN_UID_NEG_BIG, ATTN_UID_ONE};
+                      ATTN_UID_DQ, ATTN_UID_DK, ATTN_UID_DV, ATTN_UID_SOFTMAX_SUM,
+                      ATTN_UID_SCALE, ATTN_UID_NEG_BIG, ATTN_UID_ONE, ATTN_UID_DQ_ACCUM};
     void* ptrs[] = {(void*)qkv, (void*)(qkv + ko), (void*)(qkv + vo), (void*)out, (void*)stats, (void*)dout,
-                    dqkv, dqkv + ko, dqkv + vo, dsum, dqacc, &p->scale, &p->neg_big, &p->one};
+                    dqkv, dqkv + ko, dqkv + vo, dsum, &p->scale, &p->neg_big, &p->one, dqacc};
+    const int n = p->deterministic ? 13 : 14;
     char err[1536];
-    if (attn_cudnn_execute(p, attn_state.handle, 14, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
+    if (attn_cudnn_execute(p, attn_state.handle, n, uids, ptrs, attn_state.workspace, stream, err, sizeof(err))) return true;
     char why[2048];
     snprintf(why, sizeof(why), "executing the backward plan (B=%d T=%d NH=%d KVH=%d HS=%d): %s", sh.B, sh.T, sh.NH, sh.KVH, sh.HS, err);
     attn_give_up_cudnn(why);

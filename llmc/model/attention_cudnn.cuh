@@ -10,7 +10,12 @@
 //             stats = M + log Z; P = E / Z (BF16); O = P.V
 //   backward: sum = rowsum(dO * O) * 1 (FP32, kept in our workspace); S as above; E = exp(S - stats);
 //             dV = E^T.dO; dP = dO.V^T; dS = (dP * 1 - sum) * E * scale; dK = dS^T.Q;
-//             dQacc = dS.K (FP32, workspace); dQ = identity(dQacc) (BF16)
+//             dQ = dS.K: deterministic (the default), the product written straight to dQ (BF16), which is
+//             how the backend is asked for its dP-workspace engine (cudnn-frontend's
+//             set_deterministic_algorithm(true) builds the same graph; it needs about B*NH*T^2*2 bytes of
+//             workspace, T rounded up to 64); or, with deterministic off, dQacc = dS.K (FP32, a non-virtual
+//             tensor in our workspace: the backend then sums dQ with atomics, in no fixed order) and
+//             dQ = identity(dQacc) (BF16)
 // Grouped-query attention (KVH key/value heads < NH query heads, NH % KVH == 0): K and V (and K^T,
 // V^T) are [B, KVH, ...] tensors while Q, O, dO, stats and the scores are [B, NH, ...]; the fused
 // engine maps query head h to key/value head h / (NH / KVH). The backward computes dK and dV per query
@@ -38,6 +43,7 @@ enum {
 
 typedef struct {
     int B, T, NH, KVH, HS, backward;
+    int deterministic;             // backward: dQ = dS.K written directly (see above), not through atomics
     cudnnDataType_t fullhead_type; // GQA backward: type of the per-query-head dK, dV before the head reduction
     cudnnBackendDescriptor_t plan;
     int64_t plan_workspace;        // bytes cuDNN's plan asks for
@@ -465,19 +471,24 @@ static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
         attn_cudnn_reduction(p, "dK head-group sum", CUDNN_REDUCE_TENSOR_ADD, dKh, dK);
     }
 
-    // dQ = dS.K, accumulated in FP32 in our workspace, then converted
+    // dQ = dS.K: straight into dQ (deterministic), or accumulated in FP32 in our workspace, then converted
     cudnnBackendDescriptor_t K = attn_cudnn_virtual(p, "K", f32, d.kv, d.kv_str);
     attn_cudnn_reshape(p, "K from K^T", Kt, K);
-    cudnnBackendDescriptor_t dqacc = attn_cudnn_tensor(p, "dQ accumulator", ATTN_UID_DQ_ACCUM, f32, d.q, d.acc_str, false, false);
-    attn_cudnn_matmul(p, "dS.K", ds, K, dqacc);
-    attn_cudnn_pointwise(p, "dQ = dQ accumulator", CUDNN_POINTWISE_IDENTITY, f32, dqacc, NULL, NULL, dQ, -1);
-
     const int64_t rows = (int64_t)p->B * p->NH * p->T;
-    p->extra_workspace = ((rows * 4 + 255) / 256) * 256 + rows * p->HS * 4;
+    if (p->deterministic) {
+        attn_cudnn_matmul(p, "dS.K", ds, K, dQ);
+        p->extra_workspace = ((rows * 4 + 255) / 256) * 256;
+    } else {
+        cudnnBackendDescriptor_t dqacc = attn_cudnn_tensor(p, "dQ accumulator", ATTN_UID_DQ_ACCUM, f32, d.q, d.acc_str, false, false);
+        attn_cudnn_matmul(p, "dS.K", ds, K, dqacc);
+        attn_cudnn_pointwise(p, "dQ = dQ accumulator", CUDNN_POINTWISE_IDENTITY, f32, dqacc, NULL, NULL, dQ, -1);
+        p->extra_workspace = ((rows * 4 + 255) / 256) * 256 + rows * p->HS * 4;
+    }
     return attn_cudnn_make_plan(p, handle);
 }
 
-// Byte offsets of our FP32 tensors inside the workspace: after cuDNN's own part, 256-aligned.
+// Byte offsets of our FP32 tensors inside the workspace: after cuDNN's own part, 256-aligned (the dQ
+// accumulator only in the non-deterministic backward).
 static int64_t attn_cudnn_sum_offset(const AttnCudnnPlan* p) { return ((p->plan_workspace + 255) / 256) * 256; }
 static int64_t attn_cudnn_acc_offset(const AttnCudnnPlan* p) {
     const int64_t rows = (int64_t)p->B * p->NH * p->T;
