@@ -13,9 +13,12 @@
 // Every read kernel also checks the values against what the writer must have produced (the sums are
 // printed), so a report on read_after_cublaslt or read_after_cudnn, with correct values, is initcheck
 // missing the library's stores (on Hopper these kernels store through TMA / bulk copies), not our bug.
-// usage: compute-sanitizer --tool initcheck build/san_probe      (plain: build/san_probe checks the values)
+// usage: compute-sanitizer --tool initcheck build/san_probe [CASE]   (plain: build/san_probe checks the values)
+//        CASE: one of the names above (its writer and its read only, so that initcheck's error summary counts
+//        that case's reports alone); none: every case
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 #include <cublasLt.h>
 #include "llmc/base/cuda_common.cuh"
@@ -84,31 +87,45 @@ static void cublaslt_gemm(floatX* d, const floatX* a, const floatX* b, int m, in
     cublasLtDestroy(lt);
 }
 
-int main(void) {
+static const char* only = NULL;   // the one case to run (argv[1]), or NULL: all
+static bool run(const char* name) { return only == NULL || strcmp(only, name) == 0; }
+
+int main(int argc, char** argv) {
+    if (argc > 1) only = argv[1];
+    const char* names[] = {"read_after_kernel", "read_after_memset", "read_after_cublaslt", "read_after_cudnn", "read_uninitialized"};
+    bool known = only == NULL;
+    for (const char* nm : names) known = known || strcmp(only, nm) == 0;
+    if (!known) { fprintf(stderr, "san_probe: unknown case '%s'\n", only); return 2; }
     if (device_count_or_zero() == 0) { printf("san_probe: no CUDA GPU; nothing to probe\n"); return 0; }
     float* d_sum = NULL;
     cuda_check(cudaMalloc(&d_sum, sizeof(float)));
     const size_t n = 256 * 256;
 
-    floatX* x = fresh(n);
-    fill_kernel<<<64, 256>>>(x, n, 0.5f);
-    expect("read_after_kernel", read_sum(read_after_kernel, x, n, d_sum), 0.5f * n);
-
-    floatX* y = fresh(n);
-    cuda_check(cudaMemset(y, 0, n * sizeof(floatX)));
-    expect("read_after_memset", read_sum(read_after_memset, y, n, d_sum), 0.0f);
+    if (run("read_after_kernel")) {
+        floatX* x = fresh(n);
+        fill_kernel<<<64, 256>>>(x, n, 0.5f);
+        expect("read_after_kernel", read_sum(read_after_kernel, x, n, d_sum), 0.5f * n);
+    }
+    if (run("read_after_memset")) {
+        floatX* y = fresh(n);
+        cuda_check(cudaMemset(y, 0, n * sizeof(floatX)));
+        expect("read_after_memset", read_sum(read_after_memset, y, n, d_sum), 0.0f);
+    }
 
     // GEMM: A = B = all 1/16 (written by fill_kernel), K = 256: every element of D is 256/256 = 1
-    const int m = 256, k = 256;
-    floatX* a = fresh((size_t)k * m);
-    floatX* b = fresh((size_t)k * m);
-    fill_kernel<<<64, 256>>>(a, (size_t)k * m, 1.0f / 16);
-    fill_kernel<<<64, 256>>>(b, (size_t)k * m, 1.0f / 16);
-    floatX* d = fresh((size_t)m * m);
-    cublaslt_gemm(d, a, b, m, m, k);
-    expect("read_after_cublaslt", read_sum(read_after_cublaslt, d, (size_t)m * m, d_sum), (float)m * m);
+    if (run("read_after_cublaslt")) {
+        const int m = 256, k = 256;
+        floatX* a = fresh((size_t)k * m);
+        floatX* b = fresh((size_t)k * m);
+        fill_kernel<<<64, 256>>>(a, (size_t)k * m, 1.0f / 16);
+        fill_kernel<<<64, 256>>>(b, (size_t)k * m, 1.0f / 16);
+        floatX* d = fresh((size_t)m * m);
+        cublaslt_gemm(d, a, b, m, m, k);
+        expect("read_after_cublaslt", read_sum(read_after_cublaslt, d, (size_t)m * m, d_sum), (float)m * m);
+    }
 
     // attention: V = 1 everywhere, so every output element is 1 (a convex combination of ones)
+    if (run("read_after_cudnn")) {
     const AttnShape sh = {2, 256, 4, 4, 64};
     const size_t n_qkv = (size_t)sh.B * sh.T * (sh.NH + 2 * sh.KVH) * sh.HS, n_out = (size_t)sh.B * sh.T * sh.NH * sh.HS;
     floatX* qkv = fresh(n_qkv);
@@ -121,12 +138,13 @@ int main(void) {
     cuda_check(cudaDeviceSynchronize());
     printf("attention backend: %s\n", attention_backend_name());
     expect("read_after_cudnn", read_sum(read_after_cudnn, out, n_out, d_sum), (float)n_out);
-
-    floatX* u = fresh(n);
-    const float su = read_sum(read_uninitialized, u, n, d_sum);   // any value: never written
-    printf("%-22s sum %g (anything: the buffer was never written)\n", "read_uninitialized", su);
-
     attention_destroy();
+    }
+    if (run("read_uninitialized")) {
+        floatX* u = fresh(n);
+        const float su = read_sum(read_uninitialized, u, n, d_sum);   // any value: never written
+        printf("%-22s sum %g (anything: the buffer was never written)\n", "read_uninitialized", su);
+    }
     printf("san_probe: %d wrong value(s)\n", failures);
     return failures ? 1 : 0;
 }
