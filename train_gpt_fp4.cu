@@ -135,9 +135,18 @@ typedef struct {
     // Optimizer state (FP32 master weights, or NULL for BF16 + stochastic rounding; Adam moments) for
     // the parameters [opt_begin, opt_begin + opt_count): all of them, or this rank's shard (ZeRO-1).
     float* master;
-    float* adam_m;
+    float* adam_m;                  // FP32 moments (NULL with --optimizer-state nvfp4)
     float* adam_v;
     size_t opt_begin, opt_count;
+    // --optimizer-state nvfp4 (llmc/fp4/optim_state.h): m and sqrt(v) in NVFP4 blocks, per segment (a tensor's
+    // layer inside [opt_begin, opt_begin + opt_count)); one allocation: m's codes, m's scales, u's codes, u's
+    // scales, then the amaxes the codes hold and this update's ([segments][2] each)
+    int opt4;
+    Opt4Seg* opt4_segs;
+    int opt4_nseg;
+    size_t opt4_elems;              // elements of the state arrays (each segment rounded up to 16)
+    uint8_t* opt4_mem;
+    float* opt4_amax;               // inside opt4_mem: [opt4_nseg][2], then the new ones, [opt4_nseg][2]
     size_t params_padded;           // params_memory holds this many (padding lets ZeRO all-gather evenly)
     Dist* dist;                     // NULL: one process
     int zero;                       // 1: optimizer state sharded over ranks, weights all-gathered
@@ -303,23 +312,77 @@ static void gpt_print_comm_per_step(const GPT* m) {
                 m->zero ? "   <- this run" : "");
 }
 
-// Optimizer state for the parameters [begin, begin + count): all of them, or one ZeRO-1 shard.
-// Needs m->dist and m->zero set (for the traffic summary it prints).
-static void gpt_allocate_optimizer(GPT* m, int fp32_master, size_t begin, size_t count) {
+// The NVFP4 optimizer state's segments for the parameters [begin, begin + count) of a model: one per tensor and
+// layer inside the range (xmalloc'd into *segs); returns their number, the state's element count in *elems.
+static int opt4_layout(const GPTConfig* c, size_t begin, size_t count, Opt4Seg** segs, size_t* elems) {
+    const ModelFamily* f = model_family(c);
+    size_t sizes[MAX_PARAM_TENSORS];
+    int per_layer[MAX_PARAM_TENSORS];
+    const int n = param_sizes(c, sizes);
+    for (int i = 0; i < n; i++) per_layer[i] = f->params[i].per_layer;
+    const int cap = n * c->num_layers;
+    *segs = (Opt4Seg*)xmalloc((size_t)cap * sizeof(Opt4Seg));
+    const int k = opt4_segments(sizes, per_layer, n, c->num_layers, begin, count, *segs, cap, elems);
+    fail_if(k < 0, "opt4_layout: more segments than %d", cap);
+    return k;
+}
+
+// The optimizer section's bytes after the master weights: FP32 m and v, or the NVFP4 state.
+static size_t optimizer_state_bytes(const GPTConfig* c, int opt4, size_t begin, size_t count) {
+    if (!opt4) return 2 * count * sizeof(float);
+    Opt4Seg* segs;
+    size_t elems;
+    const int k = opt4_layout(c, begin, count, &segs, &elems);
+    free(segs);
+    return opt4_bytes(elems, k);
+}
+
+// Optimizer state for the parameters [begin, begin + count): all of them, or one ZeRO-1 shard; the moments in
+// FP32, or (nvfp4_state) in NVFP4 blocks. Needs m->dist and m->zero set (for the traffic summary it prints).
+static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, size_t begin, size_t count) {
     gpt_print_comm_per_step(m);
     m->opt_begin = begin;
     m->opt_count = count;
     size_t alloc = count ? count : 1;
-    m->adam_m = device_alloc<float>(alloc, NULL);
-    m->adam_v = device_alloc<float>(alloc, NULL);
     m->master = fp32_master ? device_alloc<float>(alloc, NULL) : NULL;
-    cuda_check(cudaMemset(m->adam_m, 0, alloc * sizeof(float)));
-    cuda_check(cudaMemset(m->adam_v, 0, alloc * sizeof(float)));
+    m->opt4 = nvfp4_state;
+    if (!nvfp4_state) {
+        m->adam_m = device_alloc<float>(alloc, NULL);
+        m->adam_v = device_alloc<float>(alloc, NULL);
+        cuda_check(cudaMemset(m->adam_m, 0, alloc * sizeof(float)));
+        cuda_check(cudaMemset(m->adam_v, 0, alloc * sizeof(float)));
+        return;
+    }
+    m->opt4_nseg = opt4_layout(&m->config, begin, count, &m->opt4_segs, &m->opt4_elems);
+    const size_t bytes = opt4_bytes(m->opt4_elems, m->opt4_nseg) + (size_t)m->opt4_nseg * OPT4_STATES * sizeof(float);
+    m->opt4_mem = device_alloc<uint8_t>(bytes ? bytes : 1, NULL);
+    cuda_check(cudaMemset(m->opt4_mem, 0, bytes ? bytes : 1));   // fresh state: every code, scale and amax 0 (G5)
+    m->opt4_amax = (float*)(m->opt4_mem + OPT4_STATES * (opt4_code_bytes(m->opt4_elems) + opt4_scale_bytes(m->opt4_elems)));
+    const double MiB = 1024.0 * 1024.0;
+    dist_printf(m->dist, "optimizer state: NVFP4 m and sqrt(v), %d segments, %.1f MiB (FP32 m and v: %.1f MiB)\n",
+                m->opt4_nseg, bytes / MiB, 2.0 * count * sizeof(float) / MiB);
+}
+
+// Segment s's view of the NVFP4 state, for one update under keys from (seed, step).
+static Opt4Device opt4_device_view(const GPT* m, int s, uint64_t seed, int step) {
+    const Opt4Seg* sg = &m->opt4_segs[s];
+    const size_t codes = opt4_code_bytes(m->opt4_elems), scales = opt4_scale_bytes(m->opt4_elems);
+    Opt4Device st;
+    for (int k = 0; k < OPT4_STATES; k++) {
+        uint8_t* base = m->opt4_mem + (size_t)k * (codes + scales);
+        st.codes[k] = base + sg->base / 2;
+        st.scales[k] = base + codes + sg->base / OPT4_BLOCK;
+        st.key[k] = rng_key(seed, (uint32_t)step, opt4_tensor_id(sg->tensor, sg->layer, k));
+    }
+    st.amax_old = m->opt4_amax + 2 * s;
+    st.amax_new = m->opt4_amax + 2 * (m->opt4_nseg + s);
+    st.index0 = sg->index0;
+    return st;
 }
 
 static void gpt_free(GPT* m) {
     cudaFree(m->params_memory); cudaFree(m->grads_memory); cudaFree(m->adam_m); cudaFree(m->adam_v);
-    cudaFree(m->master);
+    cudaFree(m->master); cudaFree(m->opt4_mem); free(m->opt4_segs);
     linear_exec_free(&m->lin);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
@@ -689,6 +752,27 @@ typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_clip;
 } OptimizerConfig;
 
+// AdamW with the moments in NVFP4, segment by segment (two kernels each: llmc/adamw.cuh); the amaxes of this
+// update replace the old ones after every segment is done (pass 2 of each decodes with the old ones).
+static void gpt_update_nvfp4(GPT* m, AdamWParams* a, float weight_decay, int step, uint64_t seed) {
+    const int S = m->opt4_nseg;
+    if (S == 0) return;
+    cuda_check(cudaMemsetAsync(m->opt4_amax + 2 * S, 0, (size_t)S * OPT4_STATES * sizeof(float), m->stream));
+    for (int s = 0; s < S; s++) {
+        const Opt4Seg* sg = &m->opt4_segs[s];
+        const size_t off = m->params.t[sg->tensor] - m->params_memory;   // the whole tensor's start (all layers)
+        a->weight_decay = m->family->params[sg->tensor].decay ? weight_decay : 0.0f;
+        a->rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)sg->tensor);   // the weights' BF16 rounding
+        const Opt4Step st = opt4_step_init(a);
+        const Opt4Device view = opt4_device_view(m, s, seed, step);
+        const size_t b = sg->begin;
+        adamw_nvfp4_update(m->params_memory + b, m->master ? m->master + (b - m->opt_begin) : NULL, m->grads_memory + b,
+                           &view, sg->n, b - off, &st, m->stream);
+    }
+    cuda_check(cudaMemcpyAsync(m->opt4_amax, m->opt4_amax + 2 * S, (size_t)S * OPT4_STATES * sizeof(float),
+                               cudaMemcpyDeviceToDevice, m->stream));
+}
+
 // AdamW on every tensor; `step` keys the stochastic rounding. grad_norm is the pre-clip norm.
 static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_norm, int step, uint64_t seed) {
     m->adam_t++;
@@ -702,6 +786,11 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
     // Each tensor's part inside [opt_begin, opt_begin + opt_count); the element index within the
     // tensor keys the stochastic rounding, so the result does not depend on the sharding.
     size_t lo = m->opt_begin, hi = m->opt_begin + m->opt_count;
+    if (m->opt4) {
+        gpt_update_nvfp4(m, &a, o->weight_decay, step, seed);
+        if (m->zero) dist_allgather_bf16(m->dist, m->params_memory, m->params_padded, m->stream);
+        return;
+    }
     for (int id = 0; id < m->num_tensors; id++) {
         size_t off = m->params.t[id] - m->params_memory;
         size_t b = off > lo ? off : lo, e = off + m->param_sizes[id] < hi ? off + m->param_sizes[id] : hi;
@@ -752,7 +841,8 @@ static int spike_check(SpikeState* s, float z, float loss, float norm, char* why
 //   header           the model's shape and the run's settings (H_* in llmc/model/gpt_config.h), the recipe text
 //   weights          the BF16 parameters
 //   optimizer state  rank 0's FP32 master params (if any), then Adam m and v, for the parameters
-//                    [opt_begin, opt_begin + opt_count)
+//                    [opt_begin, opt_begin + opt_count): FP32, or (header H_OPT_STATE 1) the NVFP4 state
+//                    (m's codes and scales, u's, the amaxes: llmc/fp4/optim_state.h)
 //   data position    DataLoaderState
 //   rng              RngState: the generators are counter based, keyed on (seed, step): that is their state
 //   spike detector   SpikeState
@@ -826,7 +916,7 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         config_to_header(&m->config, h);
         h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
         h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
-        h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0;
+        h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0; h[H_OPT_STATE] = m->opt4;
         header_set_u64(h, H_OPT_BEGIN_LO, m->opt_begin);
         header_set_u64(h, H_OPT_COUNT_LO, m->opt_count);
         RngState rng = {rs->seed, rs->step};
@@ -839,8 +929,12 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         if (rank == 0) write_device(&w, m->params_memory, m->num_parameters * sizeof(floatX), staging);
         ckpt_section(&w, CKPT_OPTIMIZER);
         if (m->master) write_device(&w, m->master, m->opt_count * sizeof(float), staging);
-        write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
-        write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        if (m->opt4) {   // codes and scales of m and u, then the amaxes they were encoded under
+            write_device(&w, m->opt4_mem, opt4_bytes(m->opt4_elems, m->opt4_nseg), staging);
+        } else {
+            write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
+            write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        }
         ckpt_section(&w, CKPT_DATA);
         ckpt_write(&w, &rs->loader, sizeof(rs->loader));
         ckpt_section(&w, CKPT_RNG);
@@ -870,12 +964,16 @@ static GPTConfig open_checkpoint(CheckpointReader* r, const char* path) {
 }
 
 // The sections must be as long as a model of num_parameters parameters makes them. CPU only.
-static void check_checkpoint_sizes(const CheckpointReader* r, size_t num_parameters) {
+static void check_checkpoint_sizes(const CheckpointReader* r, const GPTConfig* c) {
     const int32_t* h = r->header;
-    uint64_t count = header_u64(h, H_OPT_COUNT_LO);
+    const size_t num_parameters = param_count(c);
+    uint64_t begin = header_u64(h, H_OPT_BEGIN_LO), count = header_u64(h, H_OPT_COUNT_LO);
+    fail_if(h[H_OPT_STATE] != 0 && h[H_OPT_STATE] != 1, "checkpoint '%s': optimizer state kind %d unknown (written by "
+            "an incompatible build?)", r->path, h[H_OPT_STATE]);
     uint64_t want[CKPT_NUM_SECTIONS] = {0};
     want[CKPT_WEIGHTS] = h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0;
-    want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? 3 : 2) * count * sizeof(float);
+    want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? count * sizeof(float) : 0) +
+                           (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0);
     want[CKPT_DATA] = sizeof(DataLoaderState);
     want[CKPT_RNG] = sizeof(RngState);
     want[CKPT_SPIKE] = sizeof(SpikeState);
@@ -921,7 +1019,7 @@ static void check_shard_file(const char* main_path, const CheckpointReader* main
     GPTConfig c = open_checkpoint(&r, path), mc = config_from_header(main->header);
     fail_if(!config_same_shape(&c, &mc) || r.header[H_STEP] != main->header[H_STEP] || r.header[H_RANK] != rank,
             "checkpoint shard '%s' does not belong to '%s' (another model, step or rank)", path, main_path);
-    check_checkpoint_sizes(&r, param_count(&c));
+    check_checkpoint_sizes(&r, &c);
     ckpt_close(&r);
 }
 
@@ -933,7 +1031,7 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
     GPTConfig c = open_checkpoint(&r, path);
     fail_if(!config_same_shape(&c, &m->config), "checkpoint '%s' holds a different model shape", path);
     fail_if(!r.header[H_HAS_PARAMS], "'%s' is an optimizer shard; give the main checkpoint file", path);
-    check_checkpoint_sizes(&r, m->num_parameters);
+    check_checkpoint_sizes(&r, &m->config);
     char* staging = (char*)xmalloc(CKPT_CHUNK);
     ckpt_must(ckpt_section_begin(&r, CKPT_WEIGHTS), &r);
     read_device(&r, m->params_memory, m->num_parameters * sizeof(floatX), staging);
@@ -950,7 +1048,7 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
         checkpoint_shard_path(shard_path, sizeof(shard_path), path, r.header[H_STEP], rank);
         ckpt_close(&r);
         open_checkpoint(&r, shard_path);
-        check_checkpoint_sizes(&r, m->num_parameters);
+        check_checkpoint_sizes(&r, &m->config);
     }
     // without ZeRO every rank holds the same optimizer state: rank 0's, in the main file
     uint64_t begin = header_u64(r.header, H_OPT_BEGIN_LO), count = header_u64(r.header, H_OPT_COUNT_LO);
@@ -962,8 +1060,14 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
     // no saved masters with it: they start from the BF16 params (exact)
     if (r.header[H_HAS_MASTER]) read_device(&r, m->master, count * sizeof(float), staging);
     else gpt_init_master_from_params(m);
-    read_device(&r, m->adam_m, count * sizeof(float), staging);
-    read_device(&r, m->adam_v, count * sizeof(float), staging);
+    fail_if(r.header[H_OPT_STATE] != m->opt4, "checkpoint '%s' holds %s optimizer state; this run keeps it in %s "
+            "(--optimizer-state)", r.path, r.header[H_OPT_STATE] ? "NVFP4" : "FP32", m->opt4 ? "NVFP4" : "FP32");
+    if (m->opt4) {
+        read_device(&r, m->opt4_mem, opt4_bytes(m->opt4_elems, m->opt4_nseg), staging);
+    } else {
+        read_device(&r, m->adam_m, count * sizeof(float), staging);
+        read_device(&r, m->adam_v, count * sizeof(float), staging);
+    }
     ckpt_must(ckpt_section_end(&r), &r);
     m->adam_t = r.header[H_ADAM_T];
     ckpt_close(&r);
@@ -1276,6 +1380,7 @@ typedef struct {
     const char* schedule;
     float beta1, beta2, eps, weight_decay, grad_clip;
     const char* master_weights;
+    const char* optimizer_state;
     int seed;
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     float spike_z;
@@ -1318,6 +1423,7 @@ static TrainConfig default_config(void) {
     t.lr = 6e-4f; t.warmup = 10; t.schedule = "cosine"; t.final_lr_frac = 0.1f; t.wsd_decay_frac = 0.2f;
     t.beta1 = 0.9f; t.beta2 = 0.95f; t.eps = 1e-8f; t.weight_decay = 0.1f; t.grad_clip = 1.0f;
     t.master_weights = "bf16";
+    t.optimizer_state = "fp32";
     t.seed = 1337;
     t.val_every = 25; t.val_batches = 20; t.sample_every = 50; t.sample_tokens = 64; t.ckpt_every = 0;
     t.spike_z = 0.0f;
@@ -1377,6 +1483,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"weight-decay", 'c', OPT_FLOAT, &tc->weight_decay, NULL, "AdamW weight decay (matrices only)"},
         {"grad-clip", 0, OPT_FLOAT, &tc->grad_clip, NULL, "clip the global gradient norm to this (0: off)"},
         {"master-weights", 0, OPT_CHOICE, &tc->master_weights, "bf16|fp32", "bf16: BF16 weights updated with stochastic rounding; fp32: FP32 master copy"},
+        {"optimizer-state", 0, OPT_CHOICE, &tc->optimizer_state, "fp32|nvfp4", "AdamW's m and v in FP32, or nvfp4: m and sqrt(v) in NVFP4 blocks with stochastic rounding, 1.125 bytes per parameter instead of 8 (docs/FULLSTACK_FP4.md section 2)"},
         {"seed", 0, OPT_INT, &tc->seed, NULL, "seed for init, data order and stochastic rounding"},
         {"val-every", 'v', OPT_INT, &tc->val_every, NULL, "validation loss every N steps and at the end (0: off)"},
         {"val-batches", 'm', OPT_INT, &tc->val_batches, NULL, "batches per validation (0: the whole split)"},
@@ -1530,6 +1637,10 @@ static void check_resume(const Run* r, const CheckpointReader* ckr) {
             "(keep --batch-size, --seq-len and --total-batch)", path, saved->grad_accum, r->grad_accum);
     fail_if(saved->seed != (uint64_t)r->tc.seed, "cannot resume '%s': it was trained with --seed %llu, not %d",
             path, (unsigned long long)saved->seed, r->tc.seed);
+    const int opt4 = strcmp(r->tc.optimizer_state, "nvfp4") == 0;
+    fail_if(ckr->header[H_OPT_STATE] != opt4, "cannot resume '%s': its optimizer state is %s; this run asks for "
+            "--optimizer-state %s (resume with --optimizer-state %s, or use --init-from for the weights only)", path,
+            ckr->header[H_OPT_STATE] ? "nvfp4" : "fp32", r->tc.optimizer_state, ckr->header[H_OPT_STATE] ? "nvfp4" : "fp32");
     fail_if(saved->step >= r->tc.steps, "nothing to do: '%s' is already at step %d of --steps %d", path,
             saved->step, r->tc.steps);
     if (r->rank != 0 && r->zero) check_shard_file(path, ckr, r->rank);
@@ -1600,7 +1711,7 @@ static void plan_model(Run* r) {
         const int arch = arch_asked(tc);
         fail_if(arch >= 0 && arch != r->config.arch, "--arch %s conflicts with checkpoint '%s', which holds a %s model",
                 tc->arch, weights_from, ARCH_NAMES[r->config.arch]);
-        check_checkpoint_sizes(&ckr, param_count(&r->config));
+        check_checkpoint_sizes(&ckr, &r->config);
         if (r->resume_path[0]) {
             read_run_state(&ckr, &r->saved, r->saved_recipe, sizeof(r->saved_recipe));
             check_resume(r, &ckr);
@@ -1754,7 +1865,9 @@ static void setup_gpu(Run* r) {
     model->zero = r->zero;
     size_t opt_begin = 0, opt_count = model->num_parameters;
     if (model->zero) dist_shard_range(dist, model->num_parameters, &opt_begin, &opt_count);
-    if (!tc->eval_only) gpt_allocate_optimizer(model, strcmp(tc->master_weights, "fp32") == 0, opt_begin, opt_count);
+    if (!tc->eval_only)
+        gpt_allocate_optimizer(model, strcmp(tc->master_weights, "fp32") == 0, strcmp(tc->optimizer_state, "nvfp4") == 0,
+                               opt_begin, opt_count);
     if (r->world > 1)
         dist_printf(dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", r->world, dist_launch_name(dist),
                     model->zero ? "on: optimizer state sharded" : "off");
@@ -1849,7 +1962,7 @@ static void open_log(Run* r) {
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d,\"arch\":\"%s\",\"kv_heads\":%d,"
-        "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d}",
+        "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d,\"optimizer_state\":\"%s\"}",
         model_name ? model_name : "custom", config->num_layers, config->num_heads, config->channels, config->vocab_size,
         model->num_parameters, r->B, r->T, (long long)r->total_batch, r->grad_accum, r->world, tc->steps, tc->lr,
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
@@ -1858,7 +1971,8 @@ static void open_log(Run* r) {
         json_escape(tc->val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
-        (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic());
+        (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
+        tc->optimizer_state);
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);

@@ -379,6 +379,10 @@ static void test_checkpoints(void) {
     EXPECT("resume a finished run", NULL, "nothing to do", "at step 4 of --steps 4",
            "-i", train_shard, "-j", "", "-o", tmpdir, "-b", "4", "-t", "16", "--steps", "4", "--resume", ckpt);
     EXPECT("resume a directory", NULL, "is a directory, not a checkpoint file", NULL, RESUME_ARGS, "--resume", tmpdir);
+    EXPECT("resume FP32 moments as NVFP4", NULL, "its optimizer state is fp32; this run asks for --optimizer-state nvfp4",
+           "--init-from", RESUME_ARGS, "--resume", ckpt, "--optimizer-state", "nvfp4");
+    EXPECT("--init-from FP32 moments into NVFP4 ones", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt,
+           "--optimizer-state", "nvfp4");
 
     // (c) --model that contradicts the checkpoint: a d6 checkpoint whose header is all that matters here
     char d6[128];
@@ -867,6 +871,9 @@ static void test_plan_checks(void) {
          {BASE_ARGS, "--recipe", "nvfp4", "--bf16-first-layers", "6", "--bf16-last-layers", "7"}},
         {"--qk-fp8 on a BF16 recipe", NULL, "--qk-fp8: the recipe quantizes nothing", NULL, {BASE_ARGS, "--qk-fp8", "on"}},
         {"--deterministic off", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--deterministic", "off"}},
+        {"--optimizer-state nvfp4", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer-state", "nvfp4"}},
+        {"--optimizer-state fp8", NULL, "--optimizer-state expects one of fp32|nvfp4", "got 'fp8'",
+         {BASE_ARGS, "--optimizer-state", "fp8"}},
         {"--deterministic maybe", NULL, "--deterministic expects on or off", "got 'maybe'", {BASE_ARGS, "--deterministic", "maybe"}},
         {"a Hadamard on fprop.x alone", NULL, "the two operands of fprop must use the same Hadamard transform",
          "fprop.x: h16, fprop.w: h0", {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h16"}},
