@@ -626,12 +626,11 @@ static void gemm_run(LinearExec* x, LinearRun* r, Gemm g, const GemmOut* out) {
         default:         matmul_fp8(*out, fa, fb, n, K, N, alpha, s);
         }
     } else if (a->form == FORM_PACKED) {
+        const Fp4Operand fa = {a->codes, a->scales}, fb = {b->codes, b->scales};
         switch (g) {
-        case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, out->bias,
-                                            N, K, n, alpha, s); break;
-        case GEMM_DGRAD: matmul_fp4_dgrad((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
-                         break;
-        default:         matmul_fp4_wgrad((float*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
+        case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, fa, fb, out->bias, N, K, n, alpha, s); break;
+        case GEMM_DGRAD: matmul_fp4_dgrad((floatX*)out->ptr, fa, fb, N, K, n, alpha, s); break;
+        default:         matmul_fp4_wgrad((float*)out->ptr, fa, fb, N, K, n, alpha, s);
         }
     } else {
         switch (g) {
