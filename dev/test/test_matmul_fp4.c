@@ -120,7 +120,7 @@ static Operand quantize(const char* spec_txt, const uint16_t* view, int rows, in
     fp4_swizzle_scales_cpu(o.sw, o.scales, o.M, o.K / 16);
     // the packed form dequantizes (through the unswizzled layout) to the fake output
     uint16_t* deq = (uint16_t*)xmalloc(sizeof(uint16_t) * rows * cols);
-    dequant_packed_cpu(&p, o.codes, o.scales, o.dec, rows, cols, axis, 0, deq, cols);
+    dequant_packed_cpu(&p, o.codes, o.scales, NULL, rows, cols, axis, deq, cols);
     CHECK(memcmp(deq, o.fake, sizeof(uint16_t) * rows * cols) == 0, "%s axis %d: dequant(packed) != fake", spec_txt, axis);
     free(deq);
     return o;
