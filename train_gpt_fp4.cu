@@ -1558,10 +1558,11 @@ static GPTConfig new_model_config(const TrainConfig* tc) {
     GPTConfig c = config_from_descriptor(tc->model[0] ? tc->model : arch == ARCH_LLAMA ? "llama-30m" : GPT_DEFAULT_MODEL);
     fail_if(arch >= 0 && arch != c.arch, "--arch %s conflicts with --model %s, a %s model: leave one out", tc->arch,
             tc->model, ARCH_NAMES[c.arch]);
-    const int tie = !strcmp(tc->tie_embeddings, "on") ? 1 : !strcmp(tc->tie_embeddings, "off") ? 0 : -1;
+    const ShapeFlags flags = {.n_layer = tc->n_layer, .n_embd = tc->n_embd, .n_head = tc->n_head, .kv_heads = tc->kv_heads,
+                              .mlp_hidden = tc->mlp_hidden, .rope_theta = tc->rope_theta, .norm_eps = tc->norm_eps,
+                              .tie = !strcmp(tc->tie_embeddings, "on") ? 1 : !strcmp(tc->tie_embeddings, "off") ? 0 : -1};
     char err[512];
-    fail_if(config_apply_shape(&c, tc->n_layer, tc->n_embd, tc->n_head, tc->kv_heads, tc->mlp_hidden, tc->rope_theta,
-                               tc->norm_eps, tie, err, sizeof(err)), "%s", err);
+    fail_if(config_apply_shape(&c, &flags, err, sizeof(err)), "%s", err);
     char where[64];
     snprintf(where, sizeof(where), "the model's shape flags (--n-layer ... --kv-heads ...)");
     config_require(&c, tc->n_layer > 0 || tc->n_embd > 0 || tc->n_head > 0 || tc->kv_heads > 0 || tc->mlp_hidden > 0
