@@ -138,7 +138,7 @@ static void check_training(const RefDump* d, const GPTConfig* c, int fp32_master
     int B = d->header[8], T = d->header[9], nsteps = d->header[10];
     GPT m;
     gpt_allocate(&m, c, B, T, 1);
-    gpt_allocate_optimizer(&m, fp32_master, 0, m.num_parameters);
+    gpt_allocate_optimizer(&m, fp32_master, 0, 0, m.num_parameters);
     set_recipe_from_dump(&m, d);
     load_params(&m, d->params);
     OptimizerConfig o = {d->hyper[0], d->hyper[1], d->hyper[2], d->hyper[3], d->hyper[4], d->hyper[5]};
@@ -531,7 +531,7 @@ static void check_dump(const char* path) {
     size_t N = (size_t)B * T;
     GPT m;
     gpt_allocate(&m, &c, B, T, 1);
-    gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
+    gpt_allocate_optimizer(&m, 1, 0, 0, m.num_parameters);
     set_recipe_from_dump(&m, &d);
     const Tolerances* tol = !m.lin.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
     char recipe_text[1024];
@@ -649,7 +649,7 @@ static void check_every_variant(const char* path, const RecipeVariant* variants,
         const RecipeVariant* v = &variants[i];
         GPT m;
         gpt_allocate(&m, &c, d.header[8], d.header[9], 1);
-        gpt_allocate_optimizer(&m, 1, 0, m.num_parameters);
+        gpt_allocate_optimizer(&m, 1, 0, 0, m.num_parameters);
         Recipe r;
         recipe_preset(&r, v->preset);
         for (int s = 0; s < NUM_SLOTS; s++)

@@ -506,19 +506,22 @@ static void gpt2_block_forward(GPT* m, int l, int B, int T) {
     linear_forward(&m->lin, l, LIN_QKV, x.qkv, x.ln1);
     attention_forward(x.atty, x.stats, x.qkv, attn_shape(m, B, T), s);
     linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
-    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual, a->proj_out,
-                                     p->layer(P_LN2W, l, C), p->layer(P_LN2B, l, C), N, C, s);
+    const LayerNormTensors ln2 = {.weight = p->layer(P_LN2W, l, C), .bias = p->layer(P_LN2B, l, C), .mean = x.ln2_mean,
+                                  .rstd = x.ln2_rstd};
+    fused_residual_layernorm_forward(x.residual2, x.ln2, x.residual, a->proj_out, ln2, N, C, s);
     linear_forward(&m->lin, l, LIN_FC, x.fch, x.ln2);
     gelu_forward(x.fch_gelu, x.fch, (size_t)N * 4 * C, s);
     linear_forward(&m->lin, l, LIN_FCPROJ, a->proj_out, x.fch_gelu);
     // the residual add of this block, fused with the LayerNorm that opens the next one (or lnf)
     if (l + 1 < L) {
         LayerActs next = layer_acts(m, l + 1, B, T);
-        fused_residual_layernorm_forward(x.residual3, next.ln1, next.ln1_mean, next.ln1_rstd, x.residual2, a->proj_out,
-                                         p->layer(P_LN1W, l + 1, C), p->layer(P_LN1B, l + 1, C), N, C, s);
+        const LayerNormTensors ln1 = {.weight = p->layer(P_LN1W, l + 1, C), .bias = p->layer(P_LN1B, l + 1, C),
+                                      .mean = next.ln1_mean, .rstd = next.ln1_rstd};
+        fused_residual_layernorm_forward(x.residual3, next.ln1, x.residual2, a->proj_out, ln1, N, C, s);
     } else {
-        fused_residual_layernorm_forward(x.residual3, a->lnf, a->lnf_mean, a->lnf_rstd, x.residual2, a->proj_out,
-                                         p->t[P_LNFW], p->t[P_LNFB], N, C, s);
+        const LayerNormTensors lnf = {.weight = p->t[P_LNFW], .bias = p->t[P_LNFB], .mean = a->lnf_mean,
+                                      .rstd = a->lnf_rstd};
+        fused_residual_layernorm_forward(x.residual3, a->lnf, x.residual2, a->proj_out, lnf, N, C, s);
     }
 }
 
@@ -535,19 +538,19 @@ static void llama_block_forward(GPT* m, int l, int B, int T) {
     rope_forward(x.qkv, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
     attention_forward(x.atty, x.stats, x.qkv, sh, s);
     linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
-    fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.ln2_rstd, x.residual, a->proj_out, p->layer(LP_LN2W, l, C), N,
-                                   C, eps, s);
+    const RMSNormTensors ln2 = {.weight = p->layer(LP_LN2W, l, C), .rstd = x.ln2_rstd};
+    fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.residual, a->proj_out, ln2, N, C, eps, s);
     linear_forward(&m->lin, l, LIN_FC, x.fch, x.ln2);
     swiglu_forward(x.fch_gelu, x.fch, N, c->mlp_hidden, s);
     linear_forward(&m->lin, l, LIN_FCPROJ, a->proj_out, x.fch_gelu);
     // the residual add of this block, fused with the RMSNorm that opens the next one (or the final one)
     if (l + 1 < L) {
         LayerActs next = layer_acts(m, l + 1, B, T);
-        fused_residual_rmsnorm_forward(x.residual3, next.ln1, next.ln1_rstd, x.residual2, a->proj_out,
-                                       p->layer(LP_LN1W, l + 1, C), N, C, eps, s);
+        const RMSNormTensors ln1 = {.weight = p->layer(LP_LN1W, l + 1, C), .rstd = next.ln1_rstd};
+        fused_residual_rmsnorm_forward(x.residual3, next.ln1, x.residual2, a->proj_out, ln1, N, C, eps, s);
     } else {
-        fused_residual_rmsnorm_forward(x.residual3, a->lnf, a->lnf_rstd, x.residual2, a->proj_out, p->t[LP_LNFW], N, C,
-                                       eps, s);
+        const RMSNormTensors lnf = {.weight = p->t[LP_LNFW], .rstd = a->lnf_rstd};
+        fused_residual_rmsnorm_forward(x.residual3, a->lnf, x.residual2, a->proj_out, lnf, N, C, eps, s);
     }
 }
 
@@ -573,10 +576,13 @@ static float gpt_forward(GPT* m, const int* inputs, const int* targets, int B, i
     LayerActs first = layer_acts(m, 0, B, T);
     if (llama) {
         encoder_forward(a->encoded, m->inputs_device, p->t[LP_WTE], NULL, B, T, C, s);
-        rmsnorm_forward(first.ln1, first.ln1_rstd, a->encoded, p->t[LP_LN1W], N, C, c->norm_eps, s);
+        const RMSNormTensors ln1 = {.weight = p->t[LP_LN1W], .rstd = first.ln1_rstd};
+        rmsnorm_forward(first.ln1, a->encoded, ln1, N, C, c->norm_eps, s);
     } else {
         encoder_forward(a->encoded, m->inputs_device, p->t[P_WTE], p->t[P_WPE], B, T, C, s);
-        layernorm_forward(first.ln1, first.ln1_mean, first.ln1_rstd, a->encoded, p->t[P_LN1W], p->t[P_LN1B], N, C, s);
+        const LayerNormTensors ln1 = {.weight = p->t[P_LN1W], .bias = p->t[P_LN1B], .mean = first.ln1_mean,
+                                      .rstd = first.ln1_rstd};
+        layernorm_forward(first.ln1, a->encoded, ln1, N, C, s);
     }
     for (int l = 0; l < L; l++) {
         if (llama) llama_block_forward(m, l, B, T);
@@ -660,14 +666,16 @@ static void gpt2_block_backward(GPT* m, int l, int B, int T) {
     gpt_linear_backward(m, l, LIN_FCPROJ, a->dbuf_4c, a->dresidual, x.fch_gelu, N);
     gelu_backward_inplace(a->dbuf_4c, x.fch, (size_t)N * 4 * C, s);
     gpt_linear_backward(m, l, LIN_FC, a->dbuf_c, a->dbuf_4c, x.ln2, N);
-    layernorm_backward(a->dresidual, g->layer(P_LN2W, l, C), g->layer(P_LN2B, l, C), m->ln_scratch, a->dbuf_c,
-                       x.residual2, p->layer(P_LN2W, l, C), x.ln2_mean, x.ln2_rstd, N, C, s);
+    const LayerNormTensors ln2 = {.weight = p->layer(P_LN2W, l, C), .dweight = g->layer(P_LN2W, l, C),
+                                  .dbias = g->layer(P_LN2B, l, C), .mean = x.ln2_mean, .rstd = x.ln2_rstd};
+    layernorm_backward(a->dresidual, a->dbuf_c, x.residual2, ln2, m->ln_scratch, N, C, s);
     // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
     gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
     attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, attn_shape(m, B, T), s);
     gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
-    layernorm_backward(a->dresidual, g->layer(P_LN1W, l, C), g->layer(P_LN1B, l, C), m->ln_scratch, a->dbuf_c,
-                       x.residual, p->layer(P_LN1W, l, C), x.ln1_mean, x.ln1_rstd, N, C, s);
+    const LayerNormTensors ln1 = {.weight = p->layer(P_LN1W, l, C), .dweight = g->layer(P_LN1W, l, C),
+                                  .dbias = g->layer(P_LN1B, l, C), .mean = x.ln1_mean, .rstd = x.ln1_rstd};
+    layernorm_backward(a->dresidual, a->dbuf_c, x.residual, ln1, m->ln_scratch, N, C, s);
 }
 
 static void llama_block_backward(GPT* m, int l, int B, int T) {
@@ -683,15 +691,17 @@ static void llama_block_backward(GPT* m, int l, int B, int T) {
     gpt_linear_backward(m, l, LIN_FCPROJ, a->dbuf_act, a->dresidual, x.fch_gelu, N);
     swiglu_backward(a->dbuf_4c, a->dbuf_act, x.fch, N, c->mlp_hidden, s);
     gpt_linear_backward(m, l, LIN_FC, a->dbuf_c, a->dbuf_4c, x.ln2, N);
-    rmsnorm_backward(a->dresidual, g->layer(LP_LN2W, l, C), m->ln_scratch, a->dbuf_c, x.residual2,
-                     p->layer(LP_LN2W, l, C), x.ln2_rstd, N, C, s);
+    const RMSNormTensors ln2 = {.weight = p->layer(LP_LN2W, l, C), .dweight = g->layer(LP_LN2W, l, C),
+                                .rstd = x.ln2_rstd};
+    rmsnorm_backward(a->dresidual, a->dbuf_c, x.residual2, ln2, m->ln_scratch, N, C, s);
     // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(rope(qkv(rms1(residual)))))
     gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
     attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, sh, s);
     rope_backward(a->dbuf_3c, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
     gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
-    rmsnorm_backward(a->dresidual, g->layer(LP_LN1W, l, C), m->ln_scratch, a->dbuf_c, x.residual,
-                     p->layer(LP_LN1W, l, C), x.ln1_rstd, N, C, s);
+    const RMSNormTensors ln1 = {.weight = p->layer(LP_LN1W, l, C), .dweight = g->layer(LP_LN1W, l, C),
+                                .rstd = x.ln1_rstd};
+    rmsnorm_backward(a->dresidual, a->dbuf_c, x.residual, ln1, m->ln_scratch, N, C, s);
 }
 
 // reduce: this is the last micro-step of the optimizer step, so the gradients are summed over ranks
@@ -715,11 +725,14 @@ static void gpt_backward(GPT* m, const int* inputs, int B, int T, int reduce) {
     matmul_wgrad(g->t[head], a->logits, a->lnf, N, C, Vp, NULL, s);
     cuda_check(cudaMemsetAsync(a->dresidual, 0, nc * sizeof(floatX), s));
     const floatX* last = a->residual3 + (L - 1) * nc;
-    if (llama)
-        rmsnorm_backward(a->dresidual, g->t[LP_LNFW], m->ln_scratch, a->dbuf_c, last, p->t[LP_LNFW], a->lnf_rstd, N, C, s);
-    else
-        layernorm_backward(a->dresidual, g->t[P_LNFW], g->t[P_LNFB], m->ln_scratch, a->dbuf_c, last, p->t[P_LNFW],
-                           a->lnf_mean, a->lnf_rstd, N, C, s);
+    if (llama) {
+        const RMSNormTensors lnf = {.weight = p->t[LP_LNFW], .dweight = g->t[LP_LNFW], .rstd = a->lnf_rstd};
+        rmsnorm_backward(a->dresidual, a->dbuf_c, last, lnf, m->ln_scratch, N, C, s);
+    } else {
+        const LayerNormTensors lnf = {.weight = p->t[P_LNFW], .dweight = g->t[P_LNFW], .dbias = g->t[P_LNFB],
+                                      .mean = a->lnf_mean, .rstd = a->lnf_rstd};
+        layernorm_backward(a->dresidual, a->dbuf_c, last, lnf, m->ln_scratch, N, C, s);
+    }
     for (int l = L - 1; l >= 0; l--) {
         if (llama) llama_block_backward(m, l, B, T);
         else gpt2_block_backward(m, l, B, T);
@@ -1659,10 +1672,11 @@ static GPTConfig new_model_config(const TrainConfig* tc) {
     GPTConfig c = config_from_descriptor(tc->model[0] ? tc->model : arch == ARCH_LLAMA ? "llama-30m" : GPT_DEFAULT_MODEL);
     fail_if(arch >= 0 && arch != c.arch, "--arch %s conflicts with --model %s, a %s model: leave one out", tc->arch,
             tc->model, ARCH_NAMES[c.arch]);
-    const int tie = !strcmp(tc->tie_embeddings, "on") ? 1 : !strcmp(tc->tie_embeddings, "off") ? 0 : -1;
+    const ShapeFlags flags = {.n_layer = tc->n_layer, .n_embd = tc->n_embd, .n_head = tc->n_head, .kv_heads = tc->kv_heads,
+                              .mlp_hidden = tc->mlp_hidden, .rope_theta = tc->rope_theta, .norm_eps = tc->norm_eps,
+                              .tie = !strcmp(tc->tie_embeddings, "on") ? 1 : !strcmp(tc->tie_embeddings, "off") ? 0 : -1};
     char err[512];
-    fail_if(config_apply_shape(&c, tc->n_layer, tc->n_embd, tc->n_head, tc->kv_heads, tc->mlp_hidden, tc->rope_theta,
-                               tc->norm_eps, tie, err, sizeof(err)), "%s", err);
+    fail_if(config_apply_shape(&c, &flags, err, sizeof(err)), "%s", err);
     char where[64];
     snprintf(where, sizeof(where), "the model's shape flags (--n-layer ... --kv-heads ...)");
     config_require(&c, tc->n_layer > 0 || tc->n_embd > 0 || tc->n_head > 0 || tc->kv_heads > 0 || tc->mlp_hidden > 0

@@ -113,19 +113,22 @@ int main(int argc, char** argv) {
     cuda_check(cudaMemcpy(sb, ones.data(), BT * 4, cudaMemcpyHostToDevice));
     printf("\n%-26s %9s %9s %7s\n", "GEMM M x N x K (kind)", "bf16 us", "fp8 us", "ratio");
     const char* kinds[] = {"dgrad-like, BF16", "fprop, BF16 + bias", "wgrad, FP32 +="};
+    const Fp8Operand fa = {a8, sa}, fb = {b8, sb};
     for (auto& s : g) {
         const int M = s[0], N = s[1], K = s[2], kind = s[3];
         double t16, t8, ts = 0;
         if (kind == 2) {   // FP32 accumulate, as wgrad
             t16 = bench_us(b, [&] { matmul_wgrad(d, (floatX*)a16, (floatX*)b16, K, N, M, NULL, 0); });
+            const GemmOut acc = {.ptr = d, .ld = N, .f32 = 1, .accumulate = 1, .bias = NULL};
             g_fp8.one_step = 0;   // the split form: unscaled GEMM + scale-add (matmul_fp8.cuh; the default)
-            ts = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
+            ts = bench_us(b, [&] { matmul_fp8(acc, fa, fb, M, N, K, NULL, 0); });
             g_fp8.one_step = 1;   // the one-step form with cuBLASLt's per-row scales (the candidates below)
-            t8 = bench_us(b, [&] { matmul_fp8(d, N, 1, a8, sa, b8, sb, M, N, K, NULL, 1, NULL, 0); });
+            t8 = bench_us(b, [&] { matmul_fp8(acc, fa, fb, M, N, K, NULL, 0); });
         } else {
             const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
             t16 = bench_us(b, [&] { matmul_forward((floatX*)d, (floatX*)a16, (floatX*)b16, bb, M, K, N, NULL, 0); });
-            t8 = bench_us(b, [&] { matmul_fp8(d, N, 0, a8, sa, b8, sb, M, N, K, bb, 0, NULL, 0); });
+            const GemmOut out = {.ptr = d, .ld = N, .f32 = 0, .accumulate = 0, .bias = bb};
+            t8 = bench_us(b, [&] { matmul_fp8(out, fa, fb, M, N, K, NULL, 0); });
         }
         char name[64];
         snprintf(name, sizeof(name), "%dx%dx%d", M, N, K);
@@ -148,7 +151,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < found; i++) {
             p->algo = res[i].algo;
             const floatX* bb = kind == 1 ? (const floatX*)bias : NULL;
-            printf(" %.1f", bench_us(b, [&] { matmul_fp8(d, N, kind == 2, a8, sa, b8, sb, M, N, K, bb, kind == 2, NULL, 0); }));
+            const GemmOut out = {.ptr = d, .ld = N, .f32 = kind == 2, .accumulate = kind == 2, .bias = bb};
+            printf(" %.1f", bench_us(b, [&] { matmul_fp8(out, fa, fb, M, N, K, NULL, 0); }));
         }
         printf("\n");
         p->algo = first;

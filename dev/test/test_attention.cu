@@ -195,18 +195,16 @@ static std::vector<float> columns_f(const std::vector<float>& x, size_t rows, si
 }
 
 // One shape's inputs (BF16, and the same values as float) and its FP64 reference, computed once for
-// both backends. legacy: call the positional API (..., B, T, NH, HS, stream), as GPT-2 does (KVH == NH).
+// both backends.
 typedef struct {
     AttnShape sh;
-    bool legacy;
     std::vector<floatX> h_qkv, h_dout;
     std::vector<float> f_qkv, f_dout;
     std::vector<double> r_out, r_stats, r_dqkv, r_out2, r_dqkv2;
 } Case;
 
-static void make_case(Case* c, AttnShape sh, bool legacy) {
+static void make_case(Case* c, AttnShape sh) {
     c->sh = sh;
-    c->legacy = legacy;
     const size_t n_qkv = (size_t)sh.B * sh.T * row_width(sh), n_out = (size_t)sh.B * sh.T * sh.NH * sh.HS;
     c->h_qkv.resize(n_qkv);
     c->f_qkv.resize(n_qkv);
@@ -248,13 +246,11 @@ static void gpu_free(GpuBufs* g) {
     cuda_check(cudaFree(g->stats));
 }
 
-static void run_forward(const GpuBufs* g, AttnShape sh, bool legacy) {
-    if (legacy) attention_forward(g->out, g->stats, g->qkv, sh.B, sh.T, sh.NH, sh.HS, 0);
-    else attention_forward(g->out, g->stats, g->qkv, sh, 0);
+static void run_forward(const GpuBufs* g, AttnShape sh) {
+    attention_forward(g->out, g->stats, g->qkv, sh, 0);
 }
-static void run_backward(const GpuBufs* g, AttnShape sh, bool legacy) {
-    if (legacy) attention_backward(g->dqkv, g->dout, g->qkv, g->out, g->stats, sh.B, sh.T, sh.NH, sh.HS, 0);
-    else attention_backward(g->dqkv, g->dout, g->qkv, g->out, g->stats, sh, 0);
+static void run_backward(const GpuBufs* g, AttnShape sh) {
+    attention_backward(g->dqkv, g->dout, g->qkv, g->out, g->stats, sh, 0);
 }
 
 template <typename T>
@@ -289,8 +285,8 @@ static void check_against_expanded(const Case* c, const char* name, const std::v
         }
     GpuBufs g;
     gpu_alloc(&g, mh, x_qkv.data(), c->h_dout.data());
-    run_forward(&g, mh, true);
-    run_backward(&g, mh, true);
+    run_forward(&g, mh);
+    run_backward(&g, mh);
     cuda_check(cudaDeviceSynchronize());
     std::vector<floatX> x_out = download(g.out, g.n_out), x_dqkv = download(g.dqkv, g.n_qkv);
     std::vector<float> x_stats = download(g.stats, g.n_stats);
@@ -347,9 +343,8 @@ static void run_case(const Case* c, bool own, bool det) {
     attention_force_own_kernel(own ? 1 : 0);
     const char* backend = attention_backend_name();
     char name[192];
-    snprintf(name, sizeof(name), "%s%s B=%d T=%d NH=%d KVH=%d HS=%d%s", own ? "own" : "cudnn",
-             own ? "" : det ? " deterministic" : " atomic-dQ", sh.B, sh.T, sh.NH, sh.KVH, sh.HS,
-             c->legacy ? " (positional API)" : "");
+    snprintf(name, sizeof(name), "%s%s B=%d T=%d NH=%d KVH=%d HS=%d", own ? "own" : "cudnn",
+             own ? "" : det ? " deterministic" : " atomic-dQ", sh.B, sh.T, sh.NH, sh.KVH, sh.HS);
     if (!own && strcmp(backend, "cudnn") != 0) {
         CHECK(0, "%s: cuDNN backend not available: %s", name, attention_cudnn_unavailable_reason());
         return;
@@ -357,8 +352,8 @@ static void run_case(const Case* c, bool own, bool det) {
     printf("case %s (backend %s)\n", name, backend);
     GpuBufs g;
     gpu_alloc(&g, sh, c->h_qkv.data(), c->h_dout.data());
-    run_forward(&g, sh, c->legacy);
-    run_backward(&g, sh, c->legacy);
+    run_forward(&g, sh);
+    run_backward(&g, sh);
     cuda_check(cudaDeviceSynchronize());
     CHECK(strcmp(attention_backend_name(), backend) == 0, "%s: backend changed during the run to '%s': %s", name,
           attention_backend_name(), attention_cudnn_unavailable_reason());
@@ -382,7 +377,7 @@ static void run_case(const Case* c, bool own, bool det) {
     if (own || det) {
         // a deterministic backward must be bitwise reproducible
         cuda_check(cudaMemset(g.dqkv, 0xff, g.n_qkv * sizeof(floatX)));
-        run_backward(&g, sh, c->legacy);
+        run_backward(&g, sh);
         std::vector<floatX> again = download(g.dqkv, g.n_qkv);
         CHECK(memcmp(again.data(), g_dqkv.data(), g.n_qkv * sizeof(floatX)) == 0, "%s: backward not bitwise deterministic", name);
     }
@@ -416,12 +411,12 @@ static void test_cudnn_repeat(void) {
             CHECK(0, "cuDNN repeat test: cuDNN backend not available: %s", attention_cudnn_unavailable_reason());
             break;
         }
-        run_forward(&g, sh, false);
+        run_forward(&g, sh);
         int differ = 0;
         double worst = 0.0;
         for (int k = 0; k < REPEATS; k++) {
             cuda_check(cudaMemset(g.dqkv, 0xff, n_qkv * sizeof(floatX)));
-            run_backward(&g, sh, false);
+            run_backward(&g, sh);
             std::vector<floatX> d = download(g.dqkv, n_qkv);
             CHECK(strcmp(attention_backend_name(), "cudnn") == 0, "cuDNN repeat test (%s): fell back to the own kernel: %s",
                   det ? "deterministic" : "atomic dQ", attention_cudnn_unavailable_reason());
@@ -484,7 +479,7 @@ int main(void) {
     attention_init();
     printf("attention backend at start: %s%s%s\n", attention_backend_name(),
            attention_cudnn_unavailable_reason()[0] ? "; cuDNN: " : "", attention_cudnn_unavailable_reason());
-    const AttnShape mha[] = {   // B, T, NH, KVH = NH, HS: through the positional API, as GPT-2 calls it
+    const AttnShape mha[] = {   // B, T, NH, KVH = NH, HS: multi-head attention, as GPT-2 calls it
         {1, 256, 12, 12, 64},   // GPT-2 head layout
         {2, 128, 4, 4, 64},
         {2, 100, 4, 4, 64},     // T not a multiple of 64
@@ -493,7 +488,7 @@ int main(void) {
         {1, 64, 3, 3, 32},
         {2, 1, 2, 2, 64},       // a single token
     };
-    const AttnShape gqa[] = {   // B, T, NH, KVH, HS: through the AttnShape API
+    const AttnShape gqa[] = {   // B, T, NH, KVH, HS: grouped-query attention
         {2, 1024, 4, 2, 64},    // groups of 2
         {4, 640, 8, 2, 128},    // groups of 4 (B*T = 2560)
         {3, 1000, 5, 5, 128},   // llama-30m's heads (KVH == NH, odd NH), T not a multiple of 64
@@ -504,8 +499,8 @@ int main(void) {
     };
     std::vector<Case> cases(sizeof(mha) / sizeof(mha[0]) + sizeof(gqa) / sizeof(gqa[0]));
     size_t nc = 0;
-    for (const auto& sh : mha) make_case(&cases[nc++], sh, true);
-    for (const auto& sh : gqa) make_case(&cases[nc++], sh, false);
+    for (const auto& sh : mha) make_case(&cases[nc++], sh);
+    for (const auto& sh : gqa) make_case(&cases[nc++], sh);
     for (const auto& c : cases) run_case(&c, true, true);
 #ifdef ENABLE_CUDNN
     for (const auto& c : cases) run_case(&c, false, true);

@@ -135,10 +135,10 @@ static void check_quant(const GoldenRecord* r) {
           first, fake[first]);
     int badc = memcmp(codes, g.codes, g.ncodes) != 0, bads = memcmp(scales, g.scales, g.nscales) != 0;
     CHECK(!badc && !bads, "%s: packed codes %s, scales %s", g.name, badc ? "DIFFER" : "ok", bads ? "DIFFER" : "ok");
-    dequant_packed_cpu(&p, codes, scales, sdec, g.rows, g.cols, (int)g.axis, 1, deq, g.cols);
+    dequant_packed_cpu(&p, codes, scales, &sdec, g.rows, g.cols, (int)g.axis, deq, g.cols);
     bad = count_u16_diff(deq, g.deq, n, &first);
     CHECK(bad == 0, "%s: %d of %zu dequantized values differ", g.name, bad, n);
-    dequant_packed_cpu(&p, codes, scales, sdec, g.rows, g.cols, (int)g.axis, 0, deq0, g.cols);
+    dequant_packed_cpu(&p, codes, scales, NULL, g.rows, g.cols, (int)g.axis, deq0, g.cols);
     CHECK(memcmp(deq0, fake, 2 * n) == 0, "%s: dequant without tensor scale != fake-quant output", g.name);
     CHECK(!g.corr == (p.rounding != QROUND_EDEN), "%s: eden records carry their corrections, others none", g.name);
     if (g.corr) {

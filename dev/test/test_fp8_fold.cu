@@ -536,10 +536,11 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
     cuda_check(cudaMalloc(&bias, Nn * 2));
     cuda_check(cudaMemcpy(bias, hbias.data(), Nn * 2, cudaMemcpyHostToDevice));
     matmul_forward((floatX*)d16, (floatX*)fa, (floatX*)fb, (floatX*)bias, M, K, Nn, NULL, 0);
-    matmul_fp8(d8, Nn, 0, qa, ra, qb, rb, M, Nn, K, (floatX*)bias, 0, NULL, 0);
+    const Fp8Operand fa8 = {qa, ra}, fb8 = {qb, rb};
+    matmul_fp8({.ptr = d8, .ld = Nn, .f32 = 0, .accumulate = 0, .bias = (floatX*)bias}, fa8, fb8, M, Nn, K, NULL, 0);
     float* f32o;   // and FP32 output (the form wgrad writes), against the exact sums
     cuda_check(cudaMalloc(&f32o, (size_t)M * Nn * 4));
-    matmul_fp8(f32o, Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 0, NULL, 0);
+    matmul_fp8({.ptr = f32o, .ld = Nn, .f32 = 1, .accumulate = 0, .bias = NULL}, fa8, fb8, M, Nn, K, NULL, 0);
     // FP32 accumulated (wgrad's form: D += ..., the split form, unscaled GEMM + fp8_scale_add_kernel;
     // also the one-step form with cuBLASLt's per-row scales), onto a known D0
     std::vector<float> d0((size_t)M * Nn);
@@ -549,7 +550,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
         cuda_check(cudaMalloc(&acc_o[f], d0.size() * 4));
         cuda_check(cudaMemcpy(acc_o[f], d0.data(), d0.size() * 4, cudaMemcpyHostToDevice));
         g_fp8.one_step = f;
-        matmul_fp8(acc_o[f], Nn, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, NULL, 0);
+        matmul_fp8({.ptr = acc_o[f], .ld = Nn, .f32 = 1, .accumulate = 1, .bias = NULL}, fa8, fb8, M, Nn, K, NULL, 0);
     }
     // both forms again into a wider D (ldd = Nn + 8, whose last 8 columns must stay as they were) with a device alpha
     // of 1/2 (the FP8 path's alphas are powers of two)
@@ -564,7 +565,7 @@ static void gemm_case(int M, int Nn, int K, const char* spec_a, const char* spec
         cuda_check(cudaMalloc(&accw[f], d0w.size() * 4));
         cuda_check(cudaMemcpy(accw[f], d0w.data(), d0w.size() * 4, cudaMemcpyHostToDevice));
         g_fp8.one_step = f;
-        matmul_fp8(accw[f], ldw, 1, qa, ra, qb, rb, M, Nn, K, NULL, 1, alpha_half, 0);
+        matmul_fp8({.ptr = accw[f], .ld = ldw, .f32 = 1, .accumulate = 1, .bias = NULL}, fa8, fb8, M, Nn, K, alpha_half, 0);
     }
     g_fp8.one_step = 0;
     cuda_check(cudaDeviceSynchronize());

@@ -231,8 +231,9 @@ static void test_layernorm_forward(int N, int C, bool fused) {
     std::vector<float> mean[2], rstd[2];
     for (int r = 0; r < 2; r++) {
         poison(d_out, n + GUARD); poison(d_res, n + GUARD); poison(d_mean, N + GUARD); poison(d_rstd, N + GUARD);
-        if (fused) fused_residual_layernorm_forward(d_res, d_out, d_mean, d_rstd, d_in1, d_in2, d_w, d_b, N, C, 0);
-        else layernorm_forward(d_out, d_mean, d_rstd, d_in1, d_w, d_b, N, C, 0);
+        const LayerNormTensors ln = {.weight = d_w, .bias = d_b, .mean = d_mean, .rstd = d_rstd};
+        if (fused) fused_residual_layernorm_forward(d_res, d_out, d_in1, d_in2, ln, N, C, 0);
+        else layernorm_forward(d_out, d_in1, ln, N, C, 0);
         out[r] = dev_download(d_out, n); mean[r] = dev_download(d_mean, N); rstd[r] = dev_download(d_rstd, N);
         if (fused) res[r] = dev_download(d_res, n);
     }
@@ -299,7 +300,8 @@ static void test_layernorm_backward(int N, int C) {
     for (int r = 0; r < 2; r++) {
         dev_set(d_dinp, dinp0); dev_set(d_dw, dw0); dev_set(d_db, db0);
         cuda_check(cudaMemset(d_scratch, 0xFF, scratch_bytes));
-        layernorm_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, 0);
+        const LayerNormTensors ln = {.weight = d_w, .dweight = d_dw, .dbias = d_db, .mean = d_mean, .rstd = d_rstd};
+        layernorm_backward(d_dinp, d_dout, d_inp, ln, d_scratch, N, C, 0);
         dinp[r] = dev_download(d_dinp, n); dw[r] = dev_download(d_dw, C); db[r] = dev_download(d_db, C);
     }
     std::vector<double> want(n), tol(n), wdw(C), wdb(C), adw(C, 0.0), adb(C, 0.0);

@@ -153,8 +153,9 @@ static void test_rmsnorm_forward(int N, int C, bool fused, float eps) {
         float* rs = r < 2 ? d_rstd : NULL;
         poison(d_out, n + GUARD); poison(d_res, n + GUARD);
         if (r < 2) poison(d_rstd, N + GUARD);
-        if (fused) fused_residual_rmsnorm_forward(d_res, d_out, rs, d_in1, d_in2, d_w, N, C, eps, 0);
-        else rmsnorm_forward(d_out, rs, d_in1, d_w, N, C, eps, 0);
+        const RMSNormTensors rms = {.weight = d_w, .rstd = rs};
+        if (fused) fused_residual_rmsnorm_forward(d_res, d_out, d_in1, d_in2, rms, N, C, eps, 0);
+        else rmsnorm_forward(d_out, d_in1, rms, N, C, eps, 0);
         out[r] = dev_download(d_out, n);
         if (r < 2) rstd[r] = dev_download(d_rstd, N);
         if (fused) res[r] = dev_download(d_res, n);
@@ -218,7 +219,8 @@ static void test_rmsnorm_backward(int N, int C) {
         poison(d_dinp, n + GUARD); poison(d_dw, C + GUARD);
         dev_set(d_dinp, dinp0); dev_set(d_dw, dw0);
         cuda_check(cudaMemset(d_scratch, 0xFF, scratch_bytes));
-        rmsnorm_backward(d_dinp, d_dw, d_scratch, d_dout, d_inp, d_w, d_rstd, N, C, 0);
+        const RMSNormTensors rms = {.weight = d_w, .dweight = d_dw, .rstd = d_rstd};
+        rmsnorm_backward(d_dinp, d_dout, d_inp, rms, d_scratch, N, C, 0);
         dinp[r] = dev_download(d_dinp, n); dw[r] = dev_download(d_dw, C);
     }
     std::vector<double> want(n), tol(n), wdw(C), adw(C);

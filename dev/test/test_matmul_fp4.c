@@ -120,12 +120,17 @@ static Operand quantize(const char* spec_txt, const uint16_t* view, int rows, in
     fp4_swizzle_scales_cpu(o.sw, o.scales, o.M, o.K / 16);
     // the packed form dequantizes (through the unswizzled layout) to the fake output
     uint16_t* deq = (uint16_t*)xmalloc(sizeof(uint16_t) * rows * cols);
-    dequant_packed_cpu(&p, o.codes, o.scales, o.dec, rows, cols, axis, 0, deq, cols);
+    dequant_packed_cpu(&p, o.codes, o.scales, NULL, rows, cols, axis, deq, cols);
     CHECK(memcmp(deq, o.fake, sizeof(uint16_t) * rows * cols) == 0, "%s axis %d: dequant(packed) != fake", spec_txt, axis);
     free(deq);
     return o;
 }
 static void operand_free(Operand* o) { free(o->codes); free(o->scales); free(o->sw); free(o->fake); }
+// the operand as the native GEMM reads it
+static Fp4Operand packed(const Operand* o) {
+    const Fp4Operand f = {o->codes, o->sw};
+    return f;
+}
 
 static uint16_t* random_view(int rows, int cols) {
     uint16_t* v = (uint16_t*)xmalloc(sizeof(uint16_t) * rows * cols);
@@ -166,14 +171,15 @@ static void test_linear_layer(int Ntok, int C, int OC) {
                 want[n * OC + o] = y + bias[o];
             }
         CHECK(w_rw.M == OC && w_rw.K == C && x_rw.M == Ntok && x_rw.K == C, "fprop operand shapes");
-        matmul_fp4_reference_cpu(got, w_rw.codes, w_rw.sw, x_rw.codes, x_rw.sw, OC, Ntok, C, alpha, bias, 0);
+        matmul_fp4_reference_cpu(got, packed(&w_rw), packed(&x_rw), OC, Ntok, C, alpha, bias, 0);
         CHECK(memcmp(got, want, sizeof(float) * Ntok * OC) == 0, "fprop %dx%dx%d: native contract != X @ W^T", Ntok, C, OC);
         // sensitivity: the unswizzled scales read as if swizzled give a different product. The reference
         // reads a buffer of the swizzled (padded) size, so they go at the start of one, zero padded.
         const size_t sw_bytes = matmul_fp4_scale_bytes(OC, C / 16);
         uint8_t* unswizzled = (uint8_t*)calloc(sw_bytes, 1);
         memcpy(unswizzled, w_rw.scales, (size_t)OC * (C / 16));
-        matmul_fp4_reference_cpu(got, w_rw.codes, unswizzled, x_rw.codes, x_rw.sw, OC, Ntok, C, alpha, bias, 0);
+        const Fp4Operand w_unswizzled = {w_rw.codes, unswizzled};
+        matmul_fp4_reference_cpu(got, w_unswizzled, packed(&x_rw), OC, Ntok, C, alpha, bias, 0);
         CHECK(memcmp(got, want, sizeof(float) * Ntok * OC) != 0, "fprop: the check cannot see a missing swizzle");
         free(unswizzled); free(want); free(got);
     }
@@ -189,7 +195,7 @@ static void test_linear_layer(int Ntok, int C, int OC) {
                 want[n * C + c] = alpha * acc;
             }
         CHECK(w_cw.M == C && w_cw.K == OC && g_rw.M == Ntok && g_rw.K == OC, "dgrad operand shapes");
-        matmul_fp4_reference_cpu(got, w_cw.codes, w_cw.sw, g_rw.codes, g_rw.sw, C, Ntok, OC, alpha, NULL, 0);
+        matmul_fp4_reference_cpu(got, packed(&w_cw), packed(&g_rw), C, Ntok, OC, alpha, NULL, 0);
         CHECK(memcmp(got, want, sizeof(float) * Ntok * C) == 0, "dgrad %dx%dx%d: native contract != dY @ W", Ntok, C, OC);
         free(want); free(got);
     }
@@ -207,7 +213,7 @@ static void test_linear_layer(int Ntok, int C, int OC) {
                 want[o * C + c] = y + want[o * C + c];
             }
         CHECK(x_cw.M == C && x_cw.K == Ntok && g_cw.M == OC && g_cw.K == Ntok, "wgrad operand shapes");
-        matmul_fp4_reference_cpu(got, x_cw.codes, x_cw.sw, g_cw.codes, g_cw.sw, C, OC, Ntok, alpha, NULL, 1);
+        matmul_fp4_reference_cpu(got, packed(&x_cw), packed(&g_cw), C, OC, Ntok, alpha, NULL, 1);
         CHECK(memcmp(got, want, sizeof(float) * OC * C) == 0, "wgrad %dx%dx%d: native contract != dY^T @ X", Ntok, C, OC);
         free(want); free(got);
     }

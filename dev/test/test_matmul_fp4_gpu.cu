@@ -76,6 +76,8 @@ static Copy copy_alloc(int rows, int cols, int axis) {
 static void copy_free(Copy* c) {
     cudaFree(c->fake); cudaFree(c->codes); cudaFree(c->scales); cudaFree(c->sw); cudaFree(c->amax); cudaFree(c->dec);
 }
+// the copy as the native GEMM reads it
+static Fp4Operand packed(const Copy& c) { return Fp4Operand{c.codes, c.sw}; }
 
 static QuantParams spec(const char* txt) {
     QuantSpec s;
@@ -170,13 +172,13 @@ static void test_native_linear(int Ntok, int C, int OC) {
     {
         floatX* o_nat = dev_alloc<floatX>((size_t)Ntok * OC);
         floatX* o_emu = dev_alloc<floatX>((size_t)Ntok * OC);
-        matmul_fp4_forward(o_nat, x_rw.codes, x_rw.sw, w_rw.codes, w_rw.sw, bias, Ntok, C, OC, alphas + 0, 0);
+        matmul_fp4_forward(o_nat, packed(x_rw), packed(w_rw), bias, Ntok, C, OC, alphas + 0, 0);
         matmul_forward(o_emu, x_rw.fake, w_rw.fake, bias, Ntok, C, OC, alphas + 0, 0);
         snprintf(what, sizeof(what), "fprop N=%d C=%d OC=%d", Ntok, C, OC);
         compare(what, host_floats(o_nat, (size_t)Ntok * OC), host_floats(o_emu, (size_t)Ntok * OC), alpha[0],
                 wr, C, 1, xr, C, 1, OC, Ntok, C, 1);
         const int plans = g_matmul_fp4.num_plans;
-        matmul_fp4_forward(o_nat, x_rw.codes, x_rw.sw, w_rw.codes, w_rw.sw, bias, Ntok, C, OC, alphas + 0, 0);
+        matmul_fp4_forward(o_nat, packed(x_rw), packed(w_rw), bias, Ntok, C, OC, alphas + 0, 0);
         CHECK(g_matmul_fp4.num_plans == plans, "a repeated shape built a new plan");
         cudaFree(o_nat); cudaFree(o_emu);
     }
@@ -184,7 +186,7 @@ static void test_native_linear(int Ntok, int C, int OC) {
     {
         floatX* o_nat = dev_alloc<floatX>((size_t)Ntok * C);
         floatX* o_emu = dev_alloc<floatX>((size_t)Ntok * C);
-        matmul_fp4_dgrad(o_nat, g_rw.codes, g_rw.sw, w_cw.codes, w_cw.sw, Ntok, C, OC, alphas + 1, 0);
+        matmul_fp4_dgrad(o_nat, packed(g_rw), packed(w_cw), Ntok, C, OC, alphas + 1, 0);
         matmul_dgrad(o_emu, g_rw.fake, w_cw.fake, Ntok, C, OC, alphas + 1, 0);
         snprintf(what, sizeof(what), "dgrad N=%d C=%d OC=%d", Ntok, C, OC);
         // A(m=c, k=o) = W[o][c], B(n, k=o) = dY[n][o]
@@ -200,7 +202,7 @@ static void test_native_linear(int Ntok, int C, int OC) {
         float* o_emu = dev_alloc<float>(init.size());
         cuda_check(cudaMemcpy(o_nat, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
         cuda_check(cudaMemcpy(o_emu, init.data(), init.size() * 4, cudaMemcpyHostToDevice));
-        matmul_fp4_wgrad(o_nat, g_cw.codes, g_cw.sw, x_cw.codes, x_cw.sw, Ntok, C, OC, alphas + 2, 0);
+        matmul_fp4_wgrad(o_nat, packed(g_cw), packed(x_cw), Ntok, C, OC, alphas + 2, 0);
         matmul_wgrad(o_emu, g_cw.fake, x_cw.fake, Ntok, C, OC, alphas + 2, 0);
         snprintf(what, sizeof(what), "wgrad N=%d C=%d OC=%d", Ntok, C, OC);
         // A(m=c, k=n) = X[n][c], B(n'=o, k=n) = dY[n][o]
@@ -211,11 +213,13 @@ static void test_native_linear(int Ntok, int C, int OC) {
     // FP32 output against the CPU reference on the device's own bytes (codes + swizzled scales)
     {
         float* o_nat = dev_alloc<float>((size_t)Ntok * OC);
-        matmul_fp4_native(o_nat, 1, w_rw.codes, w_rw.sw, x_rw.codes, x_rw.sw, OC, Ntok, C, NULL, 0, alphas + 0, 0);
+        matmul_fp4_native({.ptr = o_nat, .ld = OC, .f32 = 1, .accumulate = 0, .bias = NULL}, packed(w_rw), packed(x_rw),
+                          OC, Ntok, C, alphas + 0, 0);
         std::vector<uint8_t> wc8 = to_host(w_rw.codes, (size_t)OC * C / 2), ws = to_host(w_rw.sw, matmul_fp4_scale_bytes(OC, C / 16));
         std::vector<uint8_t> xc8 = to_host(x_rw.codes, (size_t)Ntok * C / 2), xs = to_host(x_rw.sw, matmul_fp4_scale_bytes(Ntok, C / 16));
         std::vector<float> ref((size_t)Ntok * OC);
-        matmul_fp4_reference_cpu(ref.data(), wc8.data(), ws.data(), xc8.data(), xs.data(), OC, Ntok, C, alpha[0], NULL, 0);
+        const Fp4Operand w_host = {wc8.data(), ws.data()}, x_host = {xc8.data(), xs.data()};
+        matmul_fp4_reference_cpu(ref.data(), w_host, x_host, OC, Ntok, C, alpha[0], NULL, 0);
         snprintf(what, sizeof(what), "native FP32 vs CPU reference N=%d C=%d OC=%d", Ntok, C, OC);
         compare(what, to_host(o_nat, ref.size()), ref, alpha[0], wr, C, 1, xr, C, 1, OC, Ntok, C, 0);
         cudaFree(o_nat);

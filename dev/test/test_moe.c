@@ -173,12 +173,13 @@ static void test_softmax_by_hand(void) {
     moe_route_softmax_topk(&lz[0][0], 3, 4, 2, idz, wz);
     const int want_idz[6] = {0, 1, 2, 1, 2, 0};
     CHECK_INTS(idz, want_idz, 6, "ids with expert 3 unused");
-    int rows = moe_permute(idz, 3, 4, 2, 1, counts, offsets, row_of, slot_of_row, 6);
+    const MoePerm perm = {counts, offsets, row_of, slot_of_row};
+    int rows = moe_permute(idz, 3, 4, 2, 1, perm, 6);
     const int want_counts[4] = {2, 2, 2, 0}, want_off[5] = {0, 2, 4, 6, 6};
     CHECK(rows == 6, "rows %d", rows);
     CHECK_INTS(counts, want_counts, 4, "counts with an empty expert");
     CHECK_INTS(offsets, want_off, 5, "offsets with an empty expert");
-    rows = moe_permute(idz, 3, 4, 2, 16, counts, offsets, row_of, slot_of_row, 48);
+    rows = moe_permute(idz, 3, 4, 2, 16, perm, 48);
     const int want_off16[5] = {0, 16, 32, 48, 48};
     CHECK(rows == 48, "padded rows %d", rows);
     CHECK_INTS(offsets, want_off16, 5, "padded offsets: the empty expert has no rows, not 16 rows of pad");
@@ -228,7 +229,8 @@ static void test_permute_by_hand(void) {
     // the first five tokens of test_softmax_by_hand: (1 2) (0 1) (0 2) (1 3) (0 1)
     const int ids[10] = {1, 2, 0, 1, 0, 2, 1, 3, 0, 1};
     int counts[4], offsets[5], row_of[10], slot_of_row[16];
-    int rows = moe_permute(ids, 5, 4, 2, 1, counts, offsets, row_of, slot_of_row, 10);
+    const MoePerm perm = {counts, offsets, row_of, slot_of_row};
+    int rows = moe_permute(ids, 5, 4, 2, 1, perm, 10);
     const int c[4] = {3, 4, 2, 1}, off[5] = {0, 3, 7, 9, 10};
     const int ro[10] = {3, 7, 0, 4, 1, 8, 5, 9, 2, 6}, sr[10] = {2, 4, 8, 0, 3, 6, 9, 1, 5, 7};
     CHECK(rows == 10, "rows %d", rows);
@@ -237,7 +239,7 @@ static void test_permute_by_hand(void) {
     CHECK_INTS(row_of, ro, 10, "row_of (by expert, then token, then slot)");
     CHECK_INTS(slot_of_row, sr, 10, "slot_of_row");
     // padded to 4 rows per expert: pad rows -1
-    rows = moe_permute(ids, 5, 4, 2, 4, counts, offsets, row_of, slot_of_row, 16);
+    rows = moe_permute(ids, 5, 4, 2, 4, perm, 16);
     const int off4[5] = {0, 4, 8, 12, 16}, ro4[10] = {4, 8, 0, 5, 1, 9, 6, 12, 2, 7};
     const int sr4[16] = {2, 4, 8, -1, 0, 3, 6, 9, 1, 5, -1, -1, 7, -1, -1, -1};
     CHECK(rows == 16, "padded rows %d", rows);
@@ -268,14 +270,16 @@ static void test_round_trips(void) {
     for (int i = 0; i < N * E; i++) logits[i] = (float)nrand();
     for (int i = 0; i < N * C; i++) x[i] = (float)nrand();
     const int ks[5] = {1, 2, 3, 4, 6}, mults[2] = {1, 16};
+    const MoePerm perm = {counts, offsets, row_of, slot_of_row};
     for (int a = 0; a < 5; a++)
         for (int b = 0; b < 2; b++) {
             const int k = ks[a], M = mults[b];
             moe_route_softmax_topk(logits, N, E, k, ids, w);
-            int rows = moe_permute(ids, N, E, k, M, counts, offsets, row_of, slot_of_row, (int)moe_rows_bound(N, E, k, M));
+            int rows = moe_permute(ids, N, E, k, M, perm, (int)moe_rows_bound(N, E, k, M));
             moe_gather(x, N, C, k, slot_of_row, rows, xp);
             for (int i = 0; i < N * k; i++) ones_w[i] = 1.0f / k;
-            moe_combine(xp, row_of, ones_w, NULL, N, k, C, rows, out);
+            const MoeRouted weighted = {xp, row_of, ones_w, rows}, unweighted = {xp, row_of, NULL, rows};
+            moe_combine(weighted, NULL, N, k, C, out);
             const int exact = (k & (k - 1)) == 0;
             int bad = 0;
             for (int i = 0; i < N * C; i++)
@@ -283,7 +287,7 @@ static void test_round_trips(void) {
             CHECK(bad == 0, "combine(gather(x)) with weights 1/%d, padded to %d: %d of %d elements differ", k, M, bad,
                   N * C);
             // the gather's backward: combine without weights sums the k rows of each token
-            moe_combine(xp, row_of, NULL, NULL, N, k, C, rows, out);
+            moe_combine(unweighted, NULL, N, k, C, out);
             bad = 0;
             for (int i = 0; i < N * C; i++) bad += exact ? out[i] != k * x[i] : fabs(out[i] - k * x[i]) > 1e-6 * fabs(k * x[i]);
             CHECK(bad == 0, "gather backward (k = %d, multiple %d): %d elements differ from k x", k, M, bad);
@@ -295,15 +299,18 @@ static void test_combine(void) {
     const float yp[2] = {1.0f, -1e8f}, base[1] = {1e8f};
     const int row_of[2] = {0, 1};
     float out[1];
-    moe_combine(yp, row_of, NULL, base, 1, 2, 1, 2, out);
+    const MoeRouted in = {yp, row_of, NULL, 2};
+    moe_combine(in, base, 1, 2, 1, out);
     CHECK(out[0] == 0.0f, "combine order: base + slot 0 + slot 1 = (1e8 + 1) - 1e8 = %g (want 0)", out[0]);
     const int row_rev[2] = {1, 0};
     const float yr[2] = {-1e8f, 1.0f};
-    moe_combine(yr, row_rev, NULL, base, 1, 2, 1, 2, out);
+    const MoeRouted rev = {yr, row_rev, NULL, 2};
+    moe_combine(rev, base, 1, 2, 1, out);
     CHECK(out[0] == 0.0f, "combine reads slots through row_of, in slot order: %g", out[0]);
     // one rounding per slot (fmaf): (1 + 2^-12)^2 - (1 + 2^-11) = 2^-24, which a rounded product would lose
     const float wf[1] = {1.0f + 0x1p-12f}, yf[1] = {1.0f + 0x1p-12f}, bf[1] = {-(1.0f + 0x1p-11f)};
-    moe_combine(yf, row_of, wf, bf, 1, 1, 1, 1, out);
+    const MoeRouted one = {yf, row_of, wf, 1};
+    moe_combine(one, bf, 1, 1, 1, out);
     CHECK(out[0] == 0x1p-24f, "combine with fmaf: %a (want 0x1p-24)", out[0]);
 
     // backward: dyp = w * dout in each token slot's row, pad rows zero; dweights = dot(dout, that row of yp)
@@ -314,10 +321,12 @@ static void test_combine(void) {
     for (int i = 0; i < N * E; i++) logits[i] = (float)nrand();
     for (int i = 0; i < N * C; i++) dout[i] = (float)nrand();
     moe_route_softmax_topk(logits, N, E, k, ids, w);
-    int rows = moe_permute(ids, N, E, k, M, counts, offsets, ro, sr, N * k + E * (M - 1));
+    const MoePerm perm = {counts, offsets, ro, sr};
+    int rows = moe_permute(ids, N, E, k, M, perm, N * k + E * (M - 1));
     for (int i = 0; i < rows * C; i++) yp2[i] = (float)nrand();
     for (int i = 0; i < rows * C; i++) dyp[i] = 123.0f;
-    moe_combine_backward(dout, yp2, ro, w, N, k, C, rows, dyp, dw);
+    const MoeRouted routed = {yp2, ro, w, rows};
+    moe_combine_backward(dout, routed, N, k, C, dyp, dw);
     int ok_dyp = 1, ok_dw = 1;
     for (int r = 0; r < rows; r++) {
         const int s = sr[r];
@@ -336,8 +345,9 @@ static void test_combine(void) {
     const int s0 = 3;
     w2[s0] += 0.25f;
     float out1[N * C];
-    moe_combine(yp2, ro, w, NULL, N, k, C, rows, out1);
-    moe_combine(yp2, ro, w2, NULL, N, k, C, rows, out2);
+    const MoeRouted routed2 = {yp2, ro, w2, rows};
+    moe_combine(routed, NULL, N, k, C, out1);
+    moe_combine(routed2, NULL, N, k, C, out2);
     double dl = 0.0;
     for (int i = 0; i < N * C; i++) dl += (double)dout[i] * ((double)out2[i] - out1[i]);
     CHECK_CLOSE(dl / (w2[s0] - w[s0]), dw[s0], 1e-5, 1e-4, "dweights as a difference quotient of the combine");
@@ -389,7 +399,8 @@ static void test_gradients(void) {
             for (int e = 0; e < E; e++) bias[e] = (float)(0.1 * nrand());
             int ids[N * 3], counts[E], offsets[E + 1], ro[N * 3], sr[N * 3];
             moe_route(sk, logits, bias, N, E, k, ids, w);
-            moe_permute(ids, N, E, k, 1, counts, offsets, ro, sr, N * k);
+            const MoePerm perm = {counts, offsets, ro, sr};
+            moe_permute(ids, N, E, k, 1, perm, N * k);
             char what[96];
             // aux loss: value and gradient
             float g[N * E] = {0};
@@ -520,7 +531,8 @@ static void test_sweep(void) {
         }
         int counts[EMAX], offsets[EMAX + 1];
         const int cap = (int)moe_rows_bound(N, E, k, M);
-        const int rows = moe_permute(ids, N, E, k, M, counts, offsets, row_of, slot_of_row, cap);
+        const MoePerm perm = {counts, offsets, row_of, slot_of_row};
+        const int rows = moe_permute(ids, N, E, k, M, perm, cap);
         int64_t total = 0;
         int ok = offsets[0] == 0 && rows == offsets[E] && rows <= cap;
         for (int e = 0; e < E; e++) {
@@ -555,17 +567,20 @@ static void bad_k(const void*) { float l[4] = {0}, w[5]; int id[5]; moe_route_so
 static void bad_expert(const void*) {
     const int ids[2] = {0, 4};
     int c[4], o[5], ro[2], sr[2];
-    moe_permute(ids, 1, 4, 2, 1, c, o, ro, sr, 2);
+    const MoePerm perm = {c, o, ro, sr};
+    moe_permute(ids, 1, 4, 2, 1, perm, 2);
 }
 static void bad_twice(const void*) {
     const int ids[4] = {0, 1, 2, 2};
     int c[4], o[5], ro[4], sr[4];
-    moe_permute(ids, 2, 4, 2, 1, c, o, ro, sr, 4);
+    const MoePerm perm = {c, o, ro, sr};
+    moe_permute(ids, 2, 4, 2, 1, perm, 4);
 }
 static void bad_cap(const void*) {
     const int ids[2] = {0, 1};
     int c[4], o[5], ro[2], sr[8];
-    moe_permute(ids, 1, 4, 2, 4, c, o, ro, sr, 7);
+    const MoePerm perm = {c, o, ro, sr};
+    moe_permute(ids, 1, 4, 2, 4, perm, 7);
 }
 static void bad_counts(const void*) {
     float l[8] = {0};

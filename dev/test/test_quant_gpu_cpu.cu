@@ -177,9 +177,10 @@ static Copy cpu_copy(const QuantParams& p, int axis, int form, uint64_t key, con
     if (form == OUT_FAKE) c.fake.assign(rows * ld, PAD_BITS);
     else { c.codes.assign(n / 2, 0); c.scales.assign(n / p.block_l, 0); }
     QuantView v = {h.data(), rows, cols, ld};
-    c.scale_dec = quant_cpu_pass(&p, v, axis, key, form == OUT_FAKE ? c.fake.data() : NULL, ld,
-                                 form == OUT_PACKED ? c.codes.data() : NULL, form == OUT_PACKED ? c.scales.data() : NULL,
-                                 &c.amax, &c.stats, "cpu twin");
+    const QuantCpuOut out = {.fake = form == OUT_FAKE ? c.fake.data() : NULL, .ld_fake = ld,
+                             .codes = form == OUT_PACKED ? c.codes.data() : NULL,
+                             .scales = form == OUT_PACKED ? c.scales.data() : NULL, .st = &c.stats};
+    c.scale_dec = quant_cpu_pass(&p, v, axis, key, &out, &c.amax, "cpu twin");
     return c;
 }
 

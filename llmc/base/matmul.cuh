@@ -1,6 +1,7 @@
 // matmul.cuh: the three GEMMs of a linear layer through cuBLASLt, BF16 operands, FP32 accumulation.
-// defines: matmul_init(), matmul_destroy(), matmul_forward(), matmul_dgrad(), matmul_wgrad(), and their _ld
-//          variants for an operand or output whose rows are further apart than its width (column slices)
+// defines: GemmOut, MatmulOperand, matmul_init(), matmul_destroy(), matmul_forward(), matmul_dgrad(), matmul_wgrad(),
+//          and their _ld variants for an operand or output whose rows are further apart than its width (column
+//          slices), which take the output as a GemmOut
 // All matrices are row-major as the model stores them: inp (N x K), weight (OC x K), out (N x OC).
 // cuBLASLt is column-major, so each call computes the transposed product (out^T = W inp^T, ...).
 // Matmul descriptors, layouts and the chosen algorithm are built once per shape and cached: the
@@ -15,6 +16,22 @@ static inline void cublas_check_(cublasStatus_t s, const char* file, int line) {
     if (s != CUBLAS_STATUS_SUCCESS) fail("cuBLAS error %d at %s:%d", (int)s, file, line);
 }
 #define cublas_check(s) cublas_check_((s), __FILE__, __LINE__)
+
+// Where a GEMM writes: a row-major output, rows ld apart, and a bias (BF16, one per output column) added to
+// each row. The FP8 and native FP4 GEMMs (llmc/fp4/matmul_fp8.cuh, matmul_fp4.cuh) take it too.
+typedef struct {
+    void* ptr;
+    int ld;
+    int f32, accumulate;      // FP32 (else BF16) output; add to it (else overwrite)
+    const floatX* bias;       // or NULL
+} GemmOut;
+
+// A BF16 operand of cuBLASLt's column-major product as stored: columns ld apart, op(A) = A^T when trans.
+typedef struct {
+    const floatX* ptr;
+    int ld;
+    int trans;
+} MatmulOperand;
 
 typedef struct {
     int m, n, k, lda, ldb, ldd, trans_a, trans_b, out_fp32, bias, accumulate, alpha_on_device;
@@ -115,52 +132,53 @@ static MatmulPlan* matmul_plan(const MatmulKey* key) {
     return p;
 }
 
-// D (m x n, column-major) = alpha * op(A) op(B) [+ D if accumulate] [+ bias]
-static void matmul_lt(void* d, int out_fp32, const floatX* a, int trans_a, const floatX* b, int trans_b,
-                      int m, int n, int k, int lda, int ldb, int ldd, const floatX* bias, int accumulate,
-                      const float* alpha_dev, cudaStream_t stream) {
-    MatmulKey key = {m, n, k, lda, ldb, ldd, trans_a, trans_b, out_fp32, bias != NULL, accumulate, alpha_dev != NULL};
+// D (m x n, column-major: d's rows are its columns) = alpha * op(A) op(B) [+ D if d.accumulate] [+ d.bias]
+static void matmul_lt(GemmOut d, MatmulOperand a, MatmulOperand b, int m, int n, int k, const float* alpha_dev,
+                      cudaStream_t stream) {
+    MatmulKey key = {m, n, k, a.ld, b.ld, d.ld, a.trans, b.trans, d.f32, d.bias != NULL, d.accumulate, alpha_dev != NULL};
     MatmulPlan* p = matmul_plan(&key);
+    const floatX* bias = d.bias;
     if (bias) cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const float one = 1.0f, zero = 0.0f;
     const void* alpha = alpha_dev ? (const void*)alpha_dev : (const void*)&one;
-    const void* beta = alpha_dev ? (const void*)(g_matmul.constants + (accumulate ? 1 : 0))
-                                 : (const void*)(accumulate ? &one : &zero);
-    cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, a, p->a, b, p->b, beta, d, p->d, d, p->d,
+    const void* beta = alpha_dev ? (const void*)(g_matmul.constants + (d.accumulate ? 1 : 0))
+                                 : (const void*)(d.accumulate ? &one : &zero);
+    cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, a.ptr, p->a, b.ptr, p->b, beta, d.ptr, p->d, d.ptr, p->d,
                                 &p->algo, g_matmul.workspace, g_matmul.workspace_bytes, stream));
 }
 
-// out (N x OC, rows ldo apart) = alpha * inp (N x K) @ weight (OC x K)^T + bias (OC, may be NULL)
-void matmul_forward_ld(floatX* out, int ldo, const floatX* inp, const floatX* weight, const floatX* bias,
-                       int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(out, 0, weight, 1, inp, 0, OC, N, K, K, K, ldo, bias, 0, alpha_dev, stream);
+// out (N x OC, BF16, rows out.ld apart) = alpha * inp (N x K) @ weight (OC x K)^T + out.bias (OC, may be NULL)
+void matmul_forward_ld(GemmOut out, const floatX* inp, const floatX* weight, int N, int K, int OC,
+                       const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(out, {weight, K, /*trans=*/1}, {inp, K, /*trans=*/0}, OC, N, K, alpha_dev, stream);
 }
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_forward_ld(out, OC, inp, weight, bias, N, K, OC, alpha_dev, stream);
+    matmul_forward_ld({.ptr = out, .ld = OC, .f32 = 0, .accumulate = 0, .bias = bias}, inp, weight, N, K, OC, alpha_dev,
+                      stream);
 }
 
-// dinp (N x K) = [dinp +] alpha * dout (N x OC, rows ld_dout apart) @ weight (OC x K)
-void matmul_dgrad_ld(floatX* dinp, const floatX* dout, int ld_dout, const floatX* weight, int N, int K, int OC,
-                     int accumulate, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(dinp, 0, weight, 0, dout, 0, K, N, OC, K, ld_dout, K, NULL, accumulate, alpha_dev, stream);
-}
-// the same into FP32 (a sum of several GEMMs that must round to BF16 once, at the end)
-void matmul_dgrad_f32_ld(float* dinp, const floatX* dout, int ld_dout, const floatX* weight, int N, int K, int OC,
-                         int accumulate, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(dinp, 1, weight, 0, dout, 0, K, N, OC, K, ld_dout, K, NULL, accumulate, alpha_dev, stream);
+// dinp (N x K, BF16 or FP32 as dinp.f32 says, rows dinp.ld apart) = [dinp +] alpha * dout (N x OC, rows ld_dout
+// apart) @ weight (OC x K). FP32: a sum of several GEMMs that must round to BF16 once, at the end.
+void matmul_dgrad_ld(GemmOut dinp, const floatX* dout, int ld_dout, const floatX* weight, int N, int K, int OC,
+                     const float* alpha_dev, cudaStream_t stream) {
+    matmul_lt(dinp, {weight, K, /*trans=*/0}, {dout, ld_dout, /*trans=*/0}, K, N, OC, alpha_dev, stream);
 }
 void matmul_dgrad(floatX* dinp, const floatX* dout, const floatX* weight,
                   int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_dgrad_ld(dinp, dout, OC, weight, N, K, OC, 0, alpha_dev, stream);
+    matmul_dgrad_ld({.ptr = dinp, .ld = K, .f32 = 0, .accumulate = 0, .bias = NULL}, dout, OC, weight, N, K, OC,
+                    alpha_dev, stream);
 }
 
-// dweight (OC x K, fp32) += alpha * dout (N x OC, rows ld_dout apart)^T @ inp (N x K)
-void matmul_wgrad_ld(float* dweight, const floatX* dout, int ld_dout, const floatX* inp,
+// dweight (OC x K, FP32 and accumulated as dweight says, rows dweight.ld apart) [+]= alpha * dout (N x OC, rows
+// ld_dout apart)^T @ inp (N x K)
+void matmul_wgrad_ld(GemmOut dweight, const floatX* dout, int ld_dout, const floatX* inp,
                      int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_lt(dweight, 1, inp, 0, dout, 1, K, OC, N, K, ld_dout, K, NULL, 1, alpha_dev, stream);
+    matmul_lt(dweight, {inp, K, /*trans=*/0}, {dout, ld_dout, /*trans=*/1}, K, OC, N, alpha_dev, stream);
 }
+// dweight (OC x K, FP32) += alpha * dout (N x OC)^T @ inp (N x K)
 void matmul_wgrad(float* dweight, const floatX* dout, const floatX* inp,
                   int N, int K, int OC, const float* alpha_dev, cudaStream_t stream) {
-    matmul_wgrad_ld(dweight, dout, OC, inp, N, K, OC, alpha_dev, stream);
+    matmul_wgrad_ld({.ptr = dweight, .ld = K, .f32 = 1, .accumulate = 1, .bias = NULL}, dout, OC, inp, N, K, OC,
+                    alpha_dev, stream);
 }

@@ -587,15 +587,6 @@ static const float* gemm_alpha(LinearExec* x, LinearRun* r, Gemm g) {
     return &r->sc->alpha[g];
 }
 
-// Where a GEMM writes: fprop BF16 rows ld apart plus a bias; dgrad BF16, or FP32 (the sum over the
-// parts of a split QKV, accumulate after the first); wgrad FP32, always accumulated.
-typedef struct {
-    void* ptr;
-    int ld;
-    const floatX* bias;
-    int f32, accumulate;
-} GemmOut;
-
 static void probe_gemm(LinearExec* x, const LinearRun* r, Gemm g) {
     if (!x->probe) return;
     const GemmOperand* a = &r->op[gemm_slot_a(g)];
@@ -618,6 +609,8 @@ static void probe_pass_done(LinearExec* x, int l, int kind, int backward) {
 
 // GEMM g of one part on the operands its plan made: the one place that dispatches on the operand form.
 // The plan gives both operands of a GEMM the same kind of form (packed only with packed).
+// out (GemmOut, llmc/base/matmul.cuh): fprop BF16 rows ld apart plus a bias; dgrad BF16, or FP32 (the sum over
+// the parts of a split QKV, accumulate after the first); wgrad FP32, always accumulated.
 static void gemm_run(LinearExec* x, LinearRun* r, Gemm g, const GemmOut* out) {
     const GemmOperand* a = &r->op[gemm_slot_a(g)];
     const GemmOperand* b = &r->op[gemm_slot_b(g)];
@@ -628,27 +621,22 @@ static void gemm_run(LinearExec* x, LinearRun* r, Gemm g, const GemmOut* out) {
     if (a->form == FORM_FP8) {   // both operands stored with the reduction axis contiguous (see fp8_fold.h)
         const Fp8Operand fa = {a->fp8, a->row_scale}, fb = {b->fp8, b->row_scale};
         switch (g) {
-        case GEMM_FPROP: matmul_fp8({out->ptr, out->ld, /*f32=*/0, /*accumulate=*/0, out->bias}, fa, fb, N, n, K, alpha, s);
-                         break;
-        case GEMM_DGRAD: matmul_fp8({out->ptr, K, out->f32, out->accumulate, NULL}, fa, fb, N, K, n, alpha, s); break;
-        default:         matmul_fp8({out->ptr, K, /*f32=*/1, /*accumulate=*/1, NULL}, fa, fb, n, K, N, alpha, s);
+        case GEMM_FPROP: matmul_fp8(*out, fa, fb, N, n, K, alpha, s); break;
+        case GEMM_DGRAD: matmul_fp8(*out, fa, fb, N, K, n, alpha, s); break;
+        default:         matmul_fp8(*out, fa, fb, n, K, N, alpha, s);
         }
     } else if (a->form == FORM_PACKED) {
+        const Fp4Operand fa = {a->codes, a->scales}, fb = {b->codes, b->scales};
         switch (g) {
-        case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, out->bias,
-                                            N, K, n, alpha, s); break;
-        case GEMM_DGRAD: matmul_fp4_dgrad((floatX*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
-                         break;
-        default:         matmul_fp4_wgrad((float*)out->ptr, a->codes, a->scales, b->codes, b->scales, N, K, n, alpha, s);
+        case GEMM_FPROP: matmul_fp4_forward((floatX*)out->ptr, fa, fb, out->bias, N, K, n, alpha, s); break;
+        case GEMM_DGRAD: matmul_fp4_dgrad((floatX*)out->ptr, fa, fb, N, K, n, alpha, s); break;
+        default:         matmul_fp4_wgrad((float*)out->ptr, fa, fb, N, K, n, alpha, s);
         }
     } else {
         switch (g) {
-        case GEMM_FPROP: matmul_forward_ld((floatX*)out->ptr, out->ld, a->ptr, b->ptr, out->bias, N, K, n, alpha, s); break;
-        case GEMM_DGRAD:
-            if (out->f32) matmul_dgrad_f32_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, out->accumulate, alpha, s);
-            else matmul_dgrad_ld((floatX*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, out->accumulate, alpha, s);
-            break;
-        default:         matmul_wgrad_ld((float*)out->ptr, a->ptr, a->ld, b->ptr, N, K, n, alpha, s);
+        case GEMM_FPROP: matmul_forward_ld(*out, a->ptr, b->ptr, N, K, n, alpha, s); break;
+        case GEMM_DGRAD: matmul_dgrad_ld(*out, a->ptr, a->ld, b->ptr, N, K, n, alpha, s); break;
+        default:         matmul_wgrad_ld(*out, a->ptr, a->ld, b->ptr, N, K, n, alpha, s);
         }
     }
     event_timer_end(&x->timer, timed, linear_gemm_bucket(r->kind, g));
@@ -687,7 +675,8 @@ static void linear_forward(LinearExec* x, int l, int kind, floatX* out, const fl
     for (int p = 0; p < lp->nparts; p++) {
         LinearRun r = linear_run(x, l, kind, p, inp, NULL);
         for (int i = 0; i < r.plan->npasses[0]; i++) quantize_pass(x, &r, &r.plan->pass[0][i], /*backward=*/0);
-        const GemmOut y = {out + r.plan->o0, d->OC, bias ? bias + r.plan->o0 : NULL, /*f32=*/0, /*accumulate=*/0};
+        const GemmOut y = {.ptr = out + r.plan->o0, .ld = d->OC, .f32 = 0, .accumulate = 0,
+                           .bias = bias ? bias + r.plan->o0 : NULL};
         gemm_run(x, &r, GEMM_FPROP, &y);
     }
     probe_pass_done(x, l, kind, /*backward=*/0);
@@ -704,10 +693,10 @@ static void linear_backward(LinearExec* x, int l, int kind, floatX* dinp, const 
     for (int p = 0; p < lp->nparts; p++) {
         LinearRun r = linear_run(x, l, kind, p, inp, dout);
         for (int i = 0; i < r.plan->npasses[1]; i++) quantize_pass(x, &r, &r.plan->pass[1][i], /*backward=*/1);
-        const GemmOut dx = dsum ? GemmOut{dsum, K, NULL, /*f32=*/1, /*accumulate=*/p > 0}
-                                : GemmOut{dinp, K, NULL, /*f32=*/0, /*accumulate=*/0};
+        const GemmOut dx = dsum ? GemmOut{.ptr = dsum, .ld = K, .f32 = 1, .accumulate = p > 0, .bias = NULL}
+                                : GemmOut{.ptr = dinp, .ld = K, .f32 = 0, .accumulate = 0, .bias = NULL};
         gemm_run(x, &r, GEMM_DGRAD, &dx);
-        const GemmOut dw = {dweight + (size_t)r.plan->o0 * K, K, NULL, /*f32=*/1, /*accumulate=*/1};
+        const GemmOut dw = {.ptr = dweight + (size_t)r.plan->o0 * K, .ld = K, .f32 = 1, .accumulate = 1, .bias = NULL};
         gemm_run(x, &r, GEMM_WGRAD, &dw);
         if (x->diag_active && r.plan->compare_w) diag_compare_weights(x, &r);
     }

@@ -9,10 +9,11 @@
 // The GEMM. cuBLASLt supports FP4 only as "TN": both operands K-major (lda = ldb = K), which is how our
 // quantizer stores every packed copy (the column-wise copy is stored transposed). So every GEMM of a linear
 // layer is one call of
-//   matmul_fp4_native(out, out_fp32, a_codes, a_scales, b_codes, b_scales, M, N, K, bias, accumulate, alpha)
-//   a: M x K packed (M*K/2 bytes) + swizzled scales of its M x K/16 scale matrix
+//   matmul_fp4_native(out, a, b, M, N, K, alpha)
+//   a: M x K packed (M*K/2 bytes) + swizzled scales of its M x K/16 scale matrix (an Fp4Operand, matmul_fp4_layout.h)
 //   b: N x K packed (N*K/2 bytes) + swizzled scales of its N x K/16 scale matrix
-//   out (N x M, row-major, BF16 or FP32) = alpha * b @ a^T  [+ bias (M, BF16)]  [+ out if accumulate]
+//   out (a GemmOut, llmc/base/matmul.cuh: N x M, row-major, rows M apart, BF16 or FP32)
+//       = alpha * b @ a^T  [+ out.bias (M, BF16)]  [+ out if out.accumulate]
 //   i.e. out[n][m] = alpha * sum_k a[m][k] * b[n][k]
 // In cuBLASLt's column-major terms that is D (M x N, ldd = M) = alpha * op(A) op(B) + beta C with
 // transa = T on A stored K x M (lda = K) and transb = N on B stored K x N (ldb = K): a row-major N x M
@@ -196,9 +197,10 @@ static MatmulFp4Plan* matmul_fp4_plan(const MatmulFp4Key* key, const void* a_sca
     return p;
 }
 
-static cublasStatus_t matmul_fp4_launch(MatmulFp4Plan* p, void* out, const uint8_t* a_codes, const uint8_t* a_scales,
-                                        const uint8_t* b_codes, const uint8_t* b_scales, const floatX* bias,
+static cublasStatus_t matmul_fp4_launch(MatmulFp4Plan* p, void* out, Fp4Operand a, Fp4Operand b, const floatX* bias,
                                         const float* alpha_dev, cudaStream_t s) {
+    const uint8_t* a_scales = a.scales;
+    const uint8_t* b_scales = b.scales;
     cublasStatus_t st;
     st = cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scales, sizeof(a_scales));
     if (st != CUBLAS_STATUS_SUCCESS) return st;
@@ -209,7 +211,7 @@ static cublasStatus_t matmul_fp4_launch(MatmulFp4Plan* p, void* out, const uint8
         if (st != CUBLAS_STATUS_SUCCESS) return st;
     }
     const float* beta = g_matmul.constants + (p->key.accumulate ? 1 : 0);
-    return cublasLtMatmul(g_matmul.handle, p->desc, alpha_dev, a_codes, p->a, b_codes, p->b, beta, out, p->d, out, p->d,
+    return cublasLtMatmul(g_matmul.handle, p->desc, alpha_dev, a.codes, p->a, b.codes, p->b, beta, out, p->d, out, p->d,
                           &p->algo, g_matmul.workspace, g_matmul.workspace_bytes, s);
 }
 #endif  // MATMUL_FP4_HAVE_LT
@@ -227,6 +229,15 @@ static inline int matmul_fp4_unavailable(const char* fmt, ...) {
 }
 
 #if MATMUL_FP4_HAVE_LT
+// The self-check's inputs, the same for every configuration: the operands, alpha and the bias on the device, and
+// on the host what an accumulated output holds before the GEMM.
+typedef struct {
+    Fp4Operand a, b;
+    const float* alpha;
+    const floatX* bias;       // used where the configuration has one
+    const float* before;
+} MatmulFp4Probe;
+
 // A 256 x 128 x 128 GEMM (two 128-row scale tiles for a, two 4-block tile columns, every code and four
 // scale exponents present) through fp4_swizzle_scales_gpu + cuBLASLt, against matmul_fp4_reference_cpu
 // (the spec of this path's layout; the comparison with the emulated path is dev/test/test_matmul_fp4_gpu.cu),
@@ -238,22 +249,21 @@ static inline int matmul_fp4_unavailable(const char* fmt, ...) {
 // the FP4 tensor cores' adder width is not documented (Hopper's FP8 MMA keeps about 14 significant bits
 // inside a chain), so a difference up to m / 128 (7 bits kept) is accepted as accumulation, plus the
 // BF16 rounding of a BF16 output. The largest difference seen, relative to m, is reported either way.
-static double matmul_fp4_check_config(const MatmulFp4Key* key, const uint8_t* d_ac, const uint8_t* d_asw,
-                                      const uint8_t* d_bc, const uint8_t* d_bsw, const float* d_alpha,
-                                      const float* ref, const float* mag, const float* before, const floatX* d_bias,
-                                      char* why, size_t whylen) {
+static double matmul_fp4_check_config(const MatmulFp4Key* key, const MatmulFp4Probe* in, const float* ref,
+                                      const float* mag, char* why, size_t whylen) {
     const int M = key->m, N = key->n;
     const size_t n = (size_t)M * N, out_bytes = n * (key->out_fp32 ? 4 : 2);
     void* d_out;
     cuda_check(cudaMalloc(&d_out, out_bytes));
-    if (key->accumulate) cuda_check(cudaMemcpy(d_out, before, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (key->accumulate) cuda_check(cudaMemcpy(d_out, in->before, n * sizeof(float), cudaMemcpyHostToDevice));
     cublasStatus_t st;
-    MatmulFp4Plan* p = matmul_fp4_plan(key, d_asw, d_bsw, &st);
+    MatmulFp4Plan* p = matmul_fp4_plan(key, in->a.scales, in->b.scales, &st);
     double worst = -1.0;
     if (!p) {
         snprintf(why, whylen, "cuBLASLt %d has no NVFP4 algorithm (status %d) for out_fp32=%d bias=%d accumulate=%d",
                  (int)cublasLtGetVersion(), (int)st, key->out_fp32, key->bias, key->accumulate);
-    } else if ((st = matmul_fp4_launch(p, d_out, d_ac, d_asw, d_bc, d_bsw, d_bias, d_alpha, 0)) != CUBLAS_STATUS_SUCCESS) {
+    } else if ((st = matmul_fp4_launch(p, d_out, in->a, in->b, key->bias ? in->bias : NULL, in->alpha, 0)) !=
+               CUBLAS_STATUS_SUCCESS) {
         snprintf(why, whylen, "cuBLASLt rejected the NVFP4 probe GEMM at launch (status %d; out_fp32=%d bias=%d "
                  "accumulate=%d)", (int)st, key->out_fp32, key->bias, key->accumulate);
     } else {
@@ -320,7 +330,7 @@ static int matmul_fp4_self_check(char* why, size_t whylen, double* worst_seen) {
     fp4_swizzle_scales_cpu(h_asw, h_as, M, C);
     fp4_swizzle_scales_cpu(h_bsw, h_bs, N, C);
     const float alpha = 0.5f;
-    matmul_fp4_reference_cpu(mag, h_abs_ac, h_asw, h_abs_bc, h_bsw, M, N, K, alpha, NULL, 0);
+    matmul_fp4_reference_cpu(mag, {h_abs_ac, h_asw}, {h_abs_bc, h_bsw}, M, N, K, alpha, NULL, 0);
 
     uint8_t *d_ac, *d_bc, *d_as, *d_bs, *d_asw, *d_bsw;
     float* d_alpha;
@@ -344,17 +354,19 @@ static int matmul_fp4_self_check(char* why, size_t whylen, double* worst_seen) {
 
     // {out_fp32, bias, accumulate}: the self-check proper, fprop's BF16 + bias, wgrad's FP32 accumulate
     const MatmulFp4Key keys[3] = {{M, N, K, 1, 0, 0}, {M, N, K, 0, 1, 0}, {M, N, K, 1, 0, 1}};
+    const MatmulFp4Probe in = {.a = {d_ac, d_asw}, .b = {d_bc, d_bsw}, .alpha = d_alpha, .bias = d_bias,
+                               .before = before};
     int ok = 1;
     *worst_seen = 0.0;
     for (int c = 0; c < 3 && ok; c++) {
         const MatmulFp4Key* k = &keys[c];
         if (k->accumulate) memcpy(ref, before, n * sizeof(float));
-        matmul_fp4_reference_cpu(ref, h_ac, h_asw, h_bc, h_bsw, M, N, K, alpha, k->bias ? bias : NULL, k->accumulate);
+        matmul_fp4_reference_cpu(ref, {h_ac, h_asw}, {h_bc, h_bsw}, M, N, K, alpha, k->bias ? bias : NULL,
+                                 k->accumulate);
         float* m = (float*)xmalloc(sizeof(float) * n);
         for (size_t i = 0; i < n; i++)
             m[i] = mag[i] + (k->bias ? fabsf(bias[i % M]) : 0.0f) + (k->accumulate ? fabsf(before[i]) : 0.0f);
-        double w = matmul_fp4_check_config(k, d_ac, d_asw, d_bc, d_bsw, d_alpha, ref, m, before, k->bias ? d_bias : NULL,
-                                           why, whylen);
+        double w = matmul_fp4_check_config(k, &in, ref, m, why, whylen);
         free(m);
         if (w < 0) ok = 0;
         else if (w > *worst_seen) *worst_seen = w;
@@ -426,26 +438,26 @@ const char* matmul_fp4_native_reason(void) {
 // ---------------------------------------------------------------------------------------------------
 // The GEMM (see the top of the file for the contract and the mapping of the three GEMMs).
 
-void matmul_fp4_native(void* out, int out_fp32, const uint8_t* a_codes, const uint8_t* a_scales_swizzled,
-                       const uint8_t* b_codes, const uint8_t* b_scales_swizzled, int M, int N, int K,
-                       const floatX* bias, int accumulate, const float* alpha_dev, cudaStream_t s) {
+void matmul_fp4_native(GemmOut out, Fp4Operand a, Fp4Operand b, int M, int N, int K, const float* alpha_dev,
+                       cudaStream_t s) {
     fail_if(!matmul_fp4_native_available(), "matmul_fp4_native: %s", matmul_fp4_native_reason());
     fail_if(M <= 0 || N <= 0 || K <= 0 || K % 32, "matmul_fp4_native: M=%d N=%d K=%d; K must be a positive "
             "multiple of 32", M, N, K);
+    fail_if(out.ld != M, "matmul_fp4_native: the output's rows must be M = %d apart (got ld %d)", M, out.ld);
     fail_if(alpha_dev == NULL, "matmul_fp4_native: alpha must be a device float (a_dec * b_dec)");
-    fail_if(((uintptr_t)out | (uintptr_t)a_codes | (uintptr_t)b_codes | (uintptr_t)a_scales_swizzled |
-             (uintptr_t)b_scales_swizzled) % 16, "matmul_fp4_native: operands, scales and output must be "
+    fail_if(((uintptr_t)out.ptr | (uintptr_t)a.codes | (uintptr_t)b.codes | (uintptr_t)a.scales |
+             (uintptr_t)b.scales) % 16, "matmul_fp4_native: operands, scales and output must be "
             "16-byte aligned");
 #if MATMUL_FP4_HAVE_LT
-    MatmulFp4Key key = {M, N, K, out_fp32 ? 1 : 0, bias != NULL, accumulate ? 1 : 0};
+    MatmulFp4Key key = {M, N, K, out.f32 ? 1 : 0, out.bias != NULL, out.accumulate ? 1 : 0};
     cublasStatus_t st;
-    MatmulFp4Plan* p = matmul_fp4_plan(&key, a_scales_swizzled, b_scales_swizzled, &st);
+    MatmulFp4Plan* p = matmul_fp4_plan(&key, a.scales, b.scales, &st);
     fail_if(!p, "cuBLASLt has no NVFP4 algorithm for M=%d N=%d K=%d (out_fp32=%d bias=%d accumulate=%d), "
             "status %d; M and N multiples of 16 and K a multiple of 32 are the safe shapes",
             M, N, K, key.out_fp32, key.bias, key.accumulate, (int)st);
-    cublas_check(matmul_fp4_launch(p, out, a_codes, a_scales_swizzled, b_codes, b_scales_swizzled, bias, alpha_dev, s));
+    cublas_check(matmul_fp4_launch(p, out.ptr, a, b, out.bias, alpha_dev, s));
 #else
-    (void)out; (void)bias; (void)s;
+    (void)out; (void)s;
 #endif
 }
 
@@ -453,20 +465,22 @@ void matmul_fp4_native(void* out, int out_fp32, const uint8_t* a_codes, const ui
 // "rw" = row-wise copy, "cw" = column-wise copy; scales already swizzled; alpha = dec * dec on the device).
 
 // out (N x OC, BF16) = alpha * inp @ weight^T + bias (OC, may be NULL)
-void matmul_fp4_forward(floatX* out, const uint8_t* inp_rw, const uint8_t* inp_rw_scales, const uint8_t* w_rw,
-                        const uint8_t* w_rw_scales, const floatX* bias, int N, int C, int OC, const float* alpha_dev,
-                        cudaStream_t s) {
-    matmul_fp4_native(out, 0, w_rw, w_rw_scales, inp_rw, inp_rw_scales, OC, N, C, bias, 0, alpha_dev, s);
+void matmul_fp4_forward(floatX* out, Fp4Operand inp_rw, Fp4Operand w_rw, const floatX* bias, int N, int C, int OC,
+                        const float* alpha_dev, cudaStream_t s) {
+    const GemmOut o = {.ptr = out, .ld = OC, .f32 = 0, .accumulate = 0, .bias = bias};
+    matmul_fp4_native(o, w_rw, inp_rw, OC, N, C, alpha_dev, s);
 }
 
 // dinp (N x C, BF16) = alpha * dout @ weight
-void matmul_fp4_dgrad(floatX* dinp, const uint8_t* dout_rw, const uint8_t* dout_rw_scales, const uint8_t* w_cw,
-                      const uint8_t* w_cw_scales, int N, int C, int OC, const float* alpha_dev, cudaStream_t s) {
-    matmul_fp4_native(dinp, 0, w_cw, w_cw_scales, dout_rw, dout_rw_scales, C, N, OC, NULL, 0, alpha_dev, s);
+void matmul_fp4_dgrad(floatX* dinp, Fp4Operand dout_rw, Fp4Operand w_cw, int N, int C, int OC, const float* alpha_dev,
+                      cudaStream_t s) {
+    const GemmOut o = {.ptr = dinp, .ld = C, .f32 = 0, .accumulate = 0, .bias = NULL};
+    matmul_fp4_native(o, w_cw, dout_rw, C, N, OC, alpha_dev, s);
 }
 
 // dweight (OC x C, FP32) += alpha * dout^T @ inp
-void matmul_fp4_wgrad(float* dweight, const uint8_t* dout_cw, const uint8_t* dout_cw_scales, const uint8_t* inp_cw,
-                      const uint8_t* inp_cw_scales, int N, int C, int OC, const float* alpha_dev, cudaStream_t s) {
-    matmul_fp4_native(dweight, 1, inp_cw, inp_cw_scales, dout_cw, dout_cw_scales, C, OC, N, NULL, 1, alpha_dev, s);
+void matmul_fp4_wgrad(float* dweight, Fp4Operand dout_cw, Fp4Operand inp_cw, int N, int C, int OC,
+                      const float* alpha_dev, cudaStream_t s) {
+    const GemmOut o = {.ptr = dweight, .ld = C, .f32 = 1, .accumulate = 1, .bias = NULL};
+    matmul_fp4_native(o, inp_cw, dout_cw, C, OC, N, alpha_dev, s);
 }

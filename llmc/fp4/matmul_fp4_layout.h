@@ -1,6 +1,6 @@
 // matmul_fp4_layout.h: the data layout contract of the native NVFP4 GEMM (llmc/fp4/matmul_fp4.cuh), in plain
 // C so that the CPU tests (CI, no GPU) check it.
-// defines: matmul_fp4_scale_bytes(), matmul_fp4_swizzle_source(), fp4_swizzle_scales_cpu(),
+// defines: Fp4Operand, matmul_fp4_scale_bytes(), matmul_fp4_swizzle_source(), fp4_swizzle_scales_cpu(),
 //          matmul_fp4_spec_ok(), matmul_fp4_reference_cpu()
 //
 // What cuBLASLt reads for one NVFP4 operand (docs/FP4_NUMERICS.md, "Blackwell native path"):
@@ -23,6 +23,12 @@
 #pragma once
 #include "llmc/base/common.h"
 #include "llmc/fp4/formats.h"
+
+// One operand as the native GEMM reads it: its codes and its swizzled scales (the layout above).
+typedef struct {
+    const uint8_t* codes;
+    const uint8_t* scales;
+} Fp4Operand;
 
 // Bytes of the swizzled scale buffer for an R x C scale matrix (R rows of the operand, C = K/16).
 static inline size_t matmul_fp4_scale_bytes(int R, int C) {
@@ -61,12 +67,11 @@ static inline int matmul_fp4_spec_ok(const QuantParams* p) {
 
 // What the native GEMM computes, on the CPU, reading exactly the bytes cuBLASLt reads:
 //   out[n*M + m] = alpha * sum_k a(m, k) * b(n, k) [+ bias[m]] [+ out[n*M + m] if accumulate]
-// with a(m, k) = e2m1(a_codes nibble (m, k)) * ue4m3(a_scales_swizzled[offset(m, k/16, K/16)]) and b alike.
+// with a(m, k) = e2m1(a.codes nibble (m, k)) * ue4m3(a.scales[offset(m, k/16, K/16)]) and b alike.
 // The sum runs over k ascending in FP32 (each product is exact in FP32; only the sum rounds). This is
 // the spec of matmul_fp4_native (llmc/fp4/matmul_fp4.cuh): out is N x M row-major.
-static inline void matmul_fp4_reference_cpu(float* out, const uint8_t* a_codes, const uint8_t* a_scales_swizzled,
-                                            const uint8_t* b_codes, const uint8_t* b_scales_swizzled, int M,
-                                            int N, int K, float alpha, const float* bias, int accumulate) {
+static inline void matmul_fp4_reference_cpu(float* out, Fp4Operand a, Fp4Operand b, int M, int N, int K, float alpha,
+                                            const float* bias, int accumulate) {
     fail_if(M <= 0 || N <= 0 || K <= 0 || K % 32, "matmul_fp4_reference_cpu: M=%d N=%d K=%d (K %% 32 == 0)", M, N, K);
     const GridTraits* g = grid_traits(QGRID_E2M1);
     const int C = K / 16;
@@ -74,8 +79,8 @@ static inline void matmul_fp4_reference_cpu(float* out, const uint8_t* a_codes, 
     float* bv = (float*)xmalloc(sizeof(float) * (size_t)N * K);
     for (int pass = 0; pass < 2; pass++) {
         const int R = pass ? N : M;
-        const uint8_t* codes = pass ? b_codes : a_codes;
-        const uint8_t* sc = pass ? b_scales_swizzled : a_scales_swizzled;
+        const uint8_t* codes = pass ? b.codes : a.codes;
+        const uint8_t* sc = pass ? b.scales : a.scales;
         float* v = pass ? bv : av;
         for (int64_t r = 0; r < R; r++)
             for (int64_t k = 0; k < K; k++) {

@@ -1,6 +1,6 @@
 // matmul_fp8.cuh: GEMMs on FP8 (E4M3 x E4M3) tensor cores with one FP32 scale per row of each operand,
 // for MXFP4 operands folded into E4M3 (fp8_fold.h).
-// defines: matmul_fp8() (positional, and with Fp8Operand / Fp8Out views), matmul_fp8_available(), matmul_fp8_reason()
+// defines: Fp8Operand, matmul_fp8(), matmul_fp8_available(), matmul_fp8_reason()
 // D (M x Nn, row-major, rows ldd apart) [+]= alpha * diag(sa) A B^T diag(sb) [+ bias]: A is M x K and B is
 // Nn x K, both with K contiguous (cuBLASLt's FP8 GEMMs on Hopper take only this "TN" layout), sa and sb
 // their per-row scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, cuBLASLt 12.9+). Fast accumulation is
@@ -132,10 +132,19 @@ static inline int matmul_fp8_split(int M, int Nn, int ldd, int out_fp32, const f
            (size_t)M * Nn * sizeof(float) <= FP8_SPLIT_MAX_BYTES;
 }
 
-static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const float* sa, const uint8_t* b,
-                       const float* sb, int M, int Nn, int K, const floatX* bias, int accumulate, const float* alpha_dev,
+// An operand of the FP8 GEMM: E4M3 values, K contiguous, and one FP32 scale per row.
+typedef struct {
+    const uint8_t* values;
+    const float* row_scale;
+} Fp8Operand;
+
+// d (M x Nn, GemmOut of llmc/base/matmul.cuh) [+]= alpha * diag(a.row_scale) A B^T diag(b.row_scale) [+ d.bias]
+static void matmul_fp8(GemmOut d, Fp8Operand a, Fp8Operand b, int M, int Nn, int K, const float* alpha_dev,
                        cudaStream_t stream) {
-    if (matmul_fp8_split(M, Nn, ldd, out_fp32, bias, accumulate)) {
+    const floatX* bias = d.bias;
+    const float* sa = a.row_scale;
+    const float* sb = b.row_scale;
+    if (matmul_fp8_split(M, Nn, d.ld, d.f32, bias, d.accumulate)) {
         const size_t bytes = (size_t)M * Nn * sizeof(float);
         if (bytes > g_fp8.split_bytes) {   // (the first step of a run: every later one reuses it)
             if (g_fp8.split_tmp) { cuda_check(cudaStreamSynchronize(stream)); cuda_check(cudaFree(g_fp8.split_tmp)); }
@@ -144,41 +153,24 @@ static void matmul_fp8(void* d, int ldd, int out_fp32, const uint8_t* a, const f
         }
         Fp8Key key = {M, Nn, K, Nn, 1, 0, 0, 1};
         Fp8Plan* p = matmul_fp8_plan(&key);
-        cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, g_matmul.constants + 1, b, p->a, a, p->b, g_matmul.constants,
-                                    g_fp8.split_tmp, p->d, g_fp8.split_tmp, p->d, &p->algo, g_matmul.workspace,
-                                    g_matmul.workspace_bytes, stream));
+        cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, g_matmul.constants + 1, b.values, p->a, a.values, p->b,
+                                    g_matmul.constants, g_fp8.split_tmp, p->d, g_fp8.split_tmp, p->d, &p->algo,
+                                    g_matmul.workspace, g_matmul.workspace_bytes, stream));
         const int64_t n = (int64_t)M * (Nn / 4);
-        fp8_scale_add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((float*)d, ldd, g_fp8.split_tmp, sa, sb, M, Nn,
-                                                                           alpha_dev);
+        fp8_scale_add_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>((float*)d.ptr, d.ld, g_fp8.split_tmp, sa, sb,
+                                                                           M, Nn, alpha_dev);
         cuda_check_last();
         return;
     }
-    Fp8Key key = {M, Nn, K, ldd, out_fp32, bias != NULL, accumulate, 0};
+    Fp8Key key = {M, Nn, K, d.ld, d.f32, bias != NULL, d.accumulate, 0};
     Fp8Plan* p = matmul_fp8_plan(&key);
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
     cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)));
     if (bias) cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     const float* alpha = alpha_dev ? alpha_dev : g_matmul.constants + 1;
-    const float* beta = g_matmul.constants + (accumulate ? 1 : 0);
-    cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, b, p->a, a, p->b, beta, d, p->d, d, p->d, &p->algo,
-                                g_matmul.workspace, g_matmul.workspace_bytes, stream));
-}
-
-// The same GEMM with its operands and output named: A and B as E4M3 values (K contiguous) with their per-row scales.
-typedef struct {
-    const uint8_t* values;
-    const float* row_scale;
-} Fp8Operand;
-typedef struct {
-    void* ptr;
-    int ld;
-    int f32, accumulate;      // FP32 (else BF16) output; add to it (else overwrite)
-    const floatX* bias;       // or NULL
-} Fp8Out;
-static void matmul_fp8(Fp8Out d, Fp8Operand a, Fp8Operand b, int M, int Nn, int K, const float* alpha_dev,
-                       cudaStream_t stream) {
-    matmul_fp8(d.ptr, d.ld, d.f32, a.values, a.row_scale, b.values, b.row_scale, M, Nn, K, d.bias, d.accumulate, alpha_dev,
-               stream);
+    const float* beta = g_matmul.constants + (d.accumulate ? 1 : 0);
+    cublas_check(cublasLtMatmul(g_matmul.handle, p->desc, alpha, b.values, p->a, a.values, p->b, beta, d.ptr, p->d, d.ptr,
+                                p->d, &p->algo, g_matmul.workspace, g_matmul.workspace_bytes, stream));
 }
 
 static void matmul_fp8_destroy(void) {

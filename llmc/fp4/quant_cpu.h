@@ -1,7 +1,7 @@
 // fp4/quant_cpu.h: the CPU quantizer, plain loops over the same HD arithmetic the kernels use.
 // defines: QuantView, quant_check_shape(), quant_operand_dims(), quant_rotated_operand_cpu(),
-//          quant_amax_cpu(), quant_block_scale_4o6_cpu(), quant_eden_cpu(), quant_eden_corrections_cpu(),
-//          quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
+//          quant_amax_cpu(), QuantRotated, QuantCpuOut, quant_block_scale_4o6_cpu(), quant_eden_cpu(),
+//          quant_eden_corrections_cpu(), quant_cpu_pass(), quant_cpu(), dequant_packed_cpu(),
 //          QuantStats, quant_stats_element(), quant_stats_cpu(), quant_stats_add(), quant_stats_format(),
 //          QuantCompare, quant_compare_element(), quant_compare_cpu(), quant_compare_add(), quant_compare_format()
 // It is the reference twin of the GPU quantizer, llmc/fp4/quant.cuh (dev/test/test_quant_gpu_cpu.cu compares
@@ -101,11 +101,11 @@ static inline float quant_amax_cpu(const QuantParams* p, QuantView v, int axis) 
     return f32_from_bits(m);
 }
 
-// Packed -> BF16 in the view's layout. with_tensor_scale = 0 gives exactly the fake-quant values
-// (code * block scale); 1 gives BF16(FP32(code * block scale) * scale_dec).
+// Packed -> BF16 in the view's layout. scale_dec NULL gives exactly the fake-quant values (code * block scale);
+// else BF16(FP32(code * block scale) * *scale_dec).
 static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes, const uint8_t* scales,
-                                      float scale_dec, int64_t rows, int64_t cols, int axis,
-                                      int with_tensor_scale, uint16_t* out, int64_t ld_out) {
+                                      const float* scale_dec, int64_t rows, int64_t cols, int axis, uint16_t* out,
+                                      int64_t ld_out) {
     fail_if(p->grid.e4m3, "dequant_packed_cpu: the e4m3 grid has no packed 4-bit form");
     int64_t M, K;
     quant_operand_dims(rows, cols, axis, &M, &K);
@@ -119,7 +119,7 @@ static inline void dequant_packed_cpu(const QuantParams* p, const uint8_t* codes
             if (s != s) o = BF16_CANONICAL_NAN;
             else {
                 float y = grid_code_value(&p->grid, c) * s;
-                if (with_tensor_scale) y = y * scale_dec;
+                if (scale_dec) y = y * *scale_dec;
                 o = bf16_bits_rne(y);
             }
             out[quant_view_offset(i, k, axis, ld_out)] = o;
@@ -188,6 +188,21 @@ HD void quant_stats_add(QuantStats* acc, const QuantStats* s) {
     acc->clipped += s->clipped; acc->zero_blocks += s->zero_blocks; acc->nonfinite += s->nonfinite;
 }
 
+// The operand as the quantizer sees it (quant_rotated_operand_cpu): M x K floats, row-major.
+typedef struct {
+    const float* t;
+    int64_t M, K;
+} QuantRotated;
+
+// Where one pass of the quantizer writes; each pointer may be NULL (not wanted).
+typedef struct {
+    uint16_t* fake;       // the view's layout, rows ld_fake apart
+    int64_t ld_fake;
+    uint8_t* codes;       // packed, operand row-major
+    uint8_t* scales;
+    QuantStats* st;       // statistics, accumulated
+} QuantCpuOut;
+
 // The element's code, as quant_cpu_pass rounds it: RNE, or SR with the element's view-position bits.
 static inline uint8_t quant_round_cpu(const QuantParams* p, float x, uint64_t key, int64_t i, int64_t k, int axis,
                                       int64_t cols) {
@@ -196,36 +211,39 @@ static inline uint8_t quant_round_cpu(const QuantParams* p, float x, uint64_t ke
 }
 
 // Four Over Six (docs/NUMERICS_NEXT.md section 1): the scale of the W x L block at operand (i0, k0) of the
-// rotated operand t (M x K): the candidate mapping the block max to 4 when its codes have a strictly
+// rotated operand o: the candidate mapping the block max to 4 when its codes have a strictly
 // smaller squared error (quant_4o6_err_add, elements in order) than the one mapping it to 6. Both
 // candidates round with the same rule and, for SR, the same bits, which the caller uses again for the codes
 // of the chosen one (so they are the codes measured here).
-static inline QuantBlockScale quant_block_scale_4o6_cpu(const QuantParams* p, const float* t, int64_t K, int64_t i0,
-                                                        int64_t k0, float bamax, float s_enc, uint64_t key, int axis,
-                                                        int64_t cols) {
+static inline QuantBlockScale quant_block_scale_4o6_cpu(const QuantParams* p, QuantRotated o, int64_t i0, int64_t k0,
+                                                        float bamax, float s_enc, uint64_t key, int axis, int64_t cols) {
     const QuantBlockScale cand[2] = {quant_block_scale_e4m3_to(bamax, s_enc, 6.0f),
                                      quant_block_scale_e4m3_to(bamax, s_enc, 4.0f)};
     float err[2] = {0.0f, 0.0f};
     for (int m = 0; m < 2; m++)
         for (int64_t i = i0; i < i0 + p->block_w; i++)
             for (int64_t k = k0; k < k0 + p->block_l; k++) {
-                const float x = t[i * K + k];
+                const float x = o.t[i * o.K + k];
                 const uint8_t c = quant_round_cpu(p, x * cand[m].inv, key, i, k, axis, cols);
                 quant_4o6_err_add(&err[m], &p->grid, c, cand[m].sdec, x, s_enc);
             }
     return err[1] < err[0] ? cand[1] : cand[0];
 }
 
-// MS-EDEN (docs/NUMERICS_NEXT.md section 2) over the rotated operand t (M x K, K a multiple of 128), for
+// MS-EDEN (docs/NUMERICS_NEXT.md section 2) over the rotated operand o (M x K, K a multiple of 128), for
 // quant_cpu_pass: per operand row, per 128-element rotation group, the 8 pre-correction group scales s_g, the
 // scaled values u = y * inv_g and their RTN codes c, the sums num = sum u^2 and den = sum u * val(c) in
 // eden_sum128's order, the correction C, and each group's stored scale s'_g = eden_scale_sr(s_g * C, r16 of
 // the scale's index). Outputs as quant_cpu_pass; the statistics see the block scale s'_g and x = u. corr (if
 // not NULL): the corrections C, M x K/128 row-major (what the golden records pin down: the SR of the scales
 // hides a last-bit difference in C).
-static inline void quant_eden_cpu(const QuantParams* p, const float* t, int64_t M, int64_t K, float s_enc, float tdec,
-                                  uint64_t key, int axis, uint16_t* fake, int64_t ld_fake, uint8_t* codes,
-                                  uint8_t* scales, QuantStats* st, float* corr) {
+static inline void quant_eden_cpu(const QuantParams* p, QuantRotated o, float s_enc, float tdec, uint64_t key, int axis,
+                                  const QuantCpuOut* out, float* corr) {
+    const float* t = o.t;
+    const int64_t M = o.M, K = o.K;
+    uint16_t* fake = out->fake;
+    uint8_t *codes = out->codes, *scales = out->scales;
+    QuantStats* st = out->st;
     const int64_t NB = K / 16;   // scales per operand row
     for (int64_t i = 0; i < M; i++) {
         for (int64_t k0 = 0; k0 < K; k0 += 128) {
@@ -261,24 +279,27 @@ static inline void quant_eden_cpu(const QuantParams* p, const float* t, int64_t 
                         uint8_t* byte = codes + i * (K / 2) + k / 2;
                         *byte = (k & 1) ? (uint8_t)((*byte & 0x0F) | (c[kk] << 4)) : (uint8_t)((*byte & 0xF0) | c[kk]);
                     }
-                    if (fake) fake[quant_view_offset(i, k, axis, ld_fake)] = bf16_bits_rne(grid_code_value(&p->grid, c[kk]) * bs.sdec);
+                    if (fake) fake[quant_view_offset(i, k, axis, out->ld_fake)] = bf16_bits_rne(grid_code_value(&p->grid, c[kk]) * bs.sdec);
                 }
             }
         }
     }
 }
 
-// One pass of the quantizer over a view along `axis`: the outputs that are not NULL (fake, packed
-// codes / scales, amax, statistics accumulated into *st) of the same codes. Returns scale_dec (the
-// tensor-level dequantization factor). quant_cpu and quant_stats_cpu below are its two uses.
-static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, uint64_t key, uint16_t* fake,
-                                   int64_t ld_fake, uint8_t* codes, uint8_t* scales, float* amax_out, QuantStats* st,
-                                   const char* who) {
+// One pass of the quantizer over a view along `axis`: the outputs that are not NULL (out's fake, packed codes /
+// scales and statistics accumulated into *st; the amax) of the same codes. Returns scale_dec (the tensor-level
+// dequantization factor). quant_cpu and quant_stats_cpu below are its two uses.
+static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, uint64_t key, const QuantCpuOut* out,
+                                   float* amax_out, const char* who) {
+    uint16_t* fake = out->fake;
+    uint8_t *codes = out->codes, *scales = out->scales;
+    QuantStats* st = out->st;
     quant_check_shape(p, v.rows, v.cols, axis, who);
     fail_if((codes || scales) && p->grid.e4m3, "%s: the e4m3 grid has no packed 4-bit form (fake output only)", who);
     int64_t M, K;
     quant_operand_dims(v.rows, v.cols, axis, &M, &K);
     float* t = quant_rotated_operand_cpu(p, v, axis);
+    const QuantRotated rot = {t, M, K};
     uint32_t mb = 0;
     for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
     float amax = f32_from_bits(mb);
@@ -287,7 +308,7 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
     const int W = p->block_w, L = p->block_l;
     if (p->rounding == QROUND_EDEN) {
         fail_if(p->hadamard != 128 || W != 1 || L != 16 || p->grid.e4m3, "%s: eden needs e2m1, 1x16 and h128", who);
-        quant_eden_cpu(p, t, M, K, s_enc, tdec, key, axis, fake, ld_fake, codes, scales, st, NULL);
+        quant_eden_cpu(p, rot, s_enc, tdec, key, axis, out, NULL);
         free(t);
         if (amax_out) *amax_out = amax;
         return tdec;
@@ -298,7 +319,7 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
             for (int64_t i = i0; i < i0 + W; i++)
                 for (int64_t k = k0; k < k0 + L; k++) bb = amax_bits_update(bb, t[i * K + k]);
             QuantBlockScale bs = p->scale == QSCALE_E4M3_4O6
-                ? quant_block_scale_4o6_cpu(p, t, K, i0, k0, f32_from_bits(bb), s_enc, key, axis, v.cols)
+                ? quant_block_scale_4o6_cpu(p, rot, i0, k0, f32_from_bits(bb), s_enc, key, axis, v.cols)
                 : quant_block_scale(p, f32_from_bits(bb), s_enc);
             for (int64_t i = i0; i < i0 + W; i++) {
                 if (scales) scales[i * (K / L) + k0 / L] = bs.bits;
@@ -313,7 +334,7 @@ static inline float quant_cpu_pass(const QuantParams* p, QuantView v, int axis, 
                     if (fake) {
                         uint16_t o = bs.is_nan ? (uint16_t)BF16_CANONICAL_NAN
                                                : bf16_bits_rne(grid_code_value(&p->grid, c) * bs.sdec);
-                        fake[quant_view_offset(i, k, axis, ld_fake)] = o;
+                        fake[quant_view_offset(i, k, axis, out->ld_fake)] = o;
                     }
                 }
             }
@@ -335,7 +356,9 @@ static inline void quant_eden_corrections_cpu(const QuantParams* p, QuantView v,
     uint32_t mb = 0;
     for (int64_t j = 0; j < M * K; j++) mb = amax_bits_update(mb, t[j]);
     const float s_enc = quant_tensor_scale_enc(p, f32_from_bits(mb));
-    quant_eden_cpu(p, t, M, K, s_enc, quant_tensor_scale_dec(p, s_enc), 0, axis, NULL, 0, NULL, NULL, NULL, corr);
+    const QuantRotated rot = {t, M, K};
+    const QuantCpuOut none = {.fake = NULL, .ld_fake = 0, .codes = NULL, .scales = NULL, .st = NULL};
+    quant_eden_cpu(p, rot, s_enc, quant_tensor_scale_dec(p, s_enc), 0, axis, &none, corr);
     free(t);
 }
 
@@ -344,13 +367,15 @@ static inline void quant_eden_corrections_cpu(const QuantParams* p, QuantView v,
 static inline float quant_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key,
                               uint16_t* fake, int64_t ld_fake, uint8_t* codes, uint8_t* scales,
                               float* amax_out) {
-    return quant_cpu_pass(p, v, axis, key, fake, ld_fake, codes, scales, amax_out, NULL, "quant_cpu");
+    const QuantCpuOut out = {.fake = fake, .ld_fake = ld_fake, .codes = codes, .scales = scales, .st = NULL};
+    return quant_cpu_pass(p, v, axis, key, &out, amax_out, "quant_cpu");
 }
 
 // Accumulate the statistics of quantizing one view along `axis` into *st (the caller zeroes it):
 // the codes are the ones quant_cpu produces.
 static inline void quant_stats_cpu(const QuantParams* p, QuantView v, int axis, uint64_t key, QuantStats* st) {
-    quant_cpu_pass(p, v, axis, key, NULL, 0, NULL, NULL, NULL, st, "quant_stats_cpu");
+    const QuantCpuOut out = {.fake = NULL, .ld_fake = 0, .codes = NULL, .scales = NULL, .st = st};
+    quant_cpu_pass(p, v, axis, key, &out, NULL, "quant_stats_cpu");
 }
 
 // One log field: "relerr=0.0951 flush=1.23% clip=0.41% zblk=0.00%" (+ " nonfinite=N" when nonzero).

@@ -223,11 +223,20 @@ static inline int64_t recipe_tokens_multiple(const Recipe* r, int backward) {
     return m;
 }
 
-// One slot's operand of one linear layer: 0, or 1 (the token count N does not fit) or 2 (a channel
-// count does not) with err saying which slot, which dimension and what would fit.
-static inline int recipe_check_operand_(const Recipe* r, const QuantSpec* q, int qk, Slot s, const char* linear,
-                                        int64_t N, int64_t K, int64_t OC, int backward, char* err, size_t n) {
+// One linear layer as the shape checks see it: K inputs, OC outputs, and where --qk-fp8 splits its outputs (0: never).
+typedef struct {
+    const char* name;
+    int64_t K, OC, qk_split;
+} RecipeLinear;
+
+// One slot's operand of one linear layer (or of one part of a split one, lin: its name, K and OC; qk: the q/k
+// part, quantized with q = recipe_qk_spec): 0, or 1 (the token count N does not fit) or 2 (a channel count does not)
+// with err saying which slot, which dimension and what would fit.
+static inline int recipe_check_operand_(const Recipe* r, const QuantSpec* q, int qk, Slot s, const RecipeLinear* lin,
+                                        int64_t N, int backward, char* err, size_t n) {
     if (quant_spec_is_bf16(q)) return 0;
+    const int64_t K = lin->K, OC = lin->OC;
+    const char* linear = lin->name;
     static const int red_is_n[NUM_SLOTS] = {0, 0, 0, 0, 1, 1}, other_is_n[NUM_SLOTS] = {1, 0, 1, 0, 0, 0};
     const int64_t red[NUM_SLOTS] = {K, K, OC, OC, N, N}, other[NUM_SLOTS] = {N, OC, N, K, OC, K};
     static const char* const operand[NUM_SLOTS] = {"X", "W", "dY", "W", "dY", "X"};
@@ -262,12 +271,6 @@ static inline int recipe_check_operand_(const Recipe* r, const QuantSpec* q, int
     return bad_n ? 1 : 2;
 }
 
-// One linear layer as the shape checks see it: K inputs, OC outputs, and where --qk-fp8 splits its outputs (0: never).
-typedef struct {
-    const char* name;
-    int64_t K, OC, qk_split;
-} RecipeLinear;
-
 // Whether every quantized slot can quantize the operands of these linear layers for N tokens (backward = 0: the
 // forward only, as evaluation and text samples run). Returns 0, or 1 when N is the problem and 2 when a channel count
 // is, with err saying which slot and what would fit. Call it for a recipe that quantizes something (recipe_quantizes).
@@ -282,11 +285,13 @@ static inline int recipe_check_linears(const Recipe* r, int64_t N, const RecipeL
                 // the layer splits into the Q/K part (recipe_qk_spec) and the V part (the recipe's own)
                 QuantSpec q = recipe_qk_spec(r, (Slot)s);
                 snprintf(what, sizeof(what), "%s (q/k part)", lin[l].name);
-                rc = recipe_check_operand_(r, &q, 1, (Slot)s, what, N, K, qk, backward, err, n);
+                const RecipeLinear qk_part = {what, K, qk, 0};
+                rc = recipe_check_operand_(r, &q, 1, (Slot)s, &qk_part, N, backward, err, n);
                 snprintf(what, sizeof(what), "%s (v part)", lin[l].name);
-                if (!rc) rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, what, N, K, OC - qk, backward, err, n);
+                const RecipeLinear v_part = {what, K, OC - qk, 0};
+                if (!rc) rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, &v_part, N, backward, err, n);
             } else {
-                rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, lin[l].name, N, K, OC, backward, err, n);
+                rc = recipe_check_operand_(r, &r->slot[s], 0, (Slot)s, &lin[l], N, backward, err, n);
             }
             if (rc) return rc;
         }

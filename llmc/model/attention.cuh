@@ -13,7 +13,7 @@
 // kernels; LLMC_ATTENTION_VERBOSE=1 logs every cuDNN build step that fails and the engine chosen.
 // Shapes: AttnShape {B, T, NH, KVH, HS}: NH query heads of size HS, KVH key/value heads (NH % KVH ==
 // 0; query head h reads key/value head h / (NH / KVH), as transformers' repeat_kv); KVH == NH is plain
-// multi-head attention (GPT-2), and the positional overloads (..., B, T, NH, HS, stream) mean that.
+// multi-head attention (GPT-2).
 // HS is 32, 64 or 128 (what both backends run, so a fallback from cuDNN never meets a size it lacks).
 // Tensors: qkv and dqkv (B, T, NH + 2 KVH, HS) BF16 (per token: the NH q heads, then the KVH k heads,
 // then the KVH v heads; with KVH == NH that is (B, T, 3, NH, HS)); dK and dV of a key/value head are
@@ -295,17 +295,6 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
         cuda_malloc(&attn_state.dsum, need);
         attn_state.dsum_bytes = need;
     }
-    attn_own_backward(dqkv, dout, qkv, out, stats, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
-}
-
-// Multi-head attention (KVH = NH), qkv (B, T, 3, NH, HS): the calls GPT-2 makes.
-void attention_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int HS, cudaStream_t stream) {
-    const AttnShape sh = {B, T, NH, /*KVH=*/NH, HS};
-    attention_forward(out, stats, qkv, sh, stream);
-}
-
-void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
-                        int B, int T, int NH, int HS, cudaStream_t stream) {
-    const AttnShape sh = {B, T, NH, /*KVH=*/NH, HS};
-    attention_backward(dqkv, dout, qkv, out, stats, sh, stream);
+    const AttnBackwardIn in = {dout, qkv, out, stats};
+    attn_own_backward(dqkv, in, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
 }

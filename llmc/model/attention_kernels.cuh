@@ -1,5 +1,5 @@
 // attention_kernels.cuh: the program's own causal flash attention, forward and backward, BF16 in/out.
-// defines: attn_own_supported_head_size(), attn_own_forward(), attn_own_backward()
+// defines: AttnBackwardIn, attn_own_supported_head_size(), attn_own_forward(), attn_own_backward()
 // Used when cuDNN is absent or cannot build its graph. FlashAttention-2 structure (Dao 2023): each
 // block owns a 64-row tile, four warps own 16 rows each, scores never leave registers, softmax is
 // online (running max and sum), and the tensor-core MMA is mma.sync.m16n8k16 BF16 -> FP32 (sm_80+).
@@ -27,6 +27,14 @@
 #define ATTN_LN2 0.6931471805599453f
 
 static inline int attn_own_supported_head_size(int HS) { return HS == 32 || HS == 64 || HS == 128; }
+
+// What the backward reads: the output's gradient dout and the forward's qkv, out and stats.
+typedef struct {
+    const floatX* dout;
+    const floatX* qkv;
+    const floatX* out;
+    const float* stats;
+} AttnBackwardIn;
 
 // ----------------------------------------------------------------------------------------------
 // device helpers
@@ -418,20 +426,20 @@ static void attn_own_forward_hs(floatX* out, float* stats, const floatX* qkv, in
 }
 
 template <int HS>
-static void attn_own_backward_hs(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                                 const float* dsum, int B, int T, int NH, int KVH, cudaStream_t stream) {
+static void attn_own_backward_hs(floatX* dqkv, AttnBackwardIn in, const float* dsum, int B, int T, int NH, int KVH,
+                                 cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
     dim3 grid_kv((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * KVH));   // a block per key tile of a kv head
     dim3 grid_q((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));     // a block per query tile of a q head
     const size_t smem_kv = (size_t)(2 * ATTN_TILE * (HS + 8) + 2 * HS * (ATTN_TILE + 8)) * sizeof(floatX) + 2 * ATTN_TILE * sizeof(float);
     static bool opted_kv = false;
     attn_smem_opt_in(attn_own_backward_dkdv_kernel<HS>, smem_kv, &opted_kv);
-    attn_own_backward_dkdv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, KVH, scale, scale_log2);
+    attn_own_backward_dkdv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2);
     cuda_check_last();
     const size_t smem_q = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
     static bool opted_q = false;
     attn_smem_opt_in(attn_own_backward_dq_kernel<HS>, smem_q, &opted_q);
-    attn_own_backward_dq_kernel<HS><<<grid_q, ATTN_THREADS, smem_q, stream>>>(dqkv, dout, qkv, stats, dsum, T, NH, KVH, scale, scale_log2);
+    attn_own_backward_dq_kernel<HS><<<grid_q, ATTN_THREADS, smem_q, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2);
     cuda_check_last();
 }
 
@@ -447,15 +455,15 @@ static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B
 
 // dsum: scratch of B*NH*T floats. dqkv: every element written (dK and dV of a key/value head hold the
 // sums over its NH/KVH query heads), none accumulated into.
-static void attn_own_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
-                              float* dsum, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
+static void attn_own_backward(floatX* dqkv, AttnBackwardIn in, float* dsum, int B, int T, int NH, int KVH, int HS,
+                              cudaStream_t stream) {
     fail_if(!attn_own_supported_head_size(HS), "attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
     const int rows = B * T * NH, warps_per_block = 8;
-    attn_own_dsum_kernel<<<(unsigned)ceil_div(rows, warps_per_block), 32 * warps_per_block, 0, stream>>>(dsum, dout, out, B, T, NH, HS);
+    attn_own_dsum_kernel<<<(unsigned)ceil_div(rows, warps_per_block), 32 * warps_per_block, 0, stream>>>(dsum, in.dout, in.out, B, T, NH, HS);
     cuda_check_last();
     switch (HS) {
-        case 32: attn_own_backward_hs<32>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
-        case 64: attn_own_backward_hs<64>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
-        case 128: attn_own_backward_hs<128>(dqkv, dout, qkv, stats, dsum, B, T, NH, KVH, stream); break;
+        case 32: attn_own_backward_hs<32>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
+        case 64: attn_own_backward_hs<64>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
+        case 128: attn_own_backward_hs<128>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
     }
 }

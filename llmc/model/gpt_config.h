@@ -1,6 +1,6 @@
 // gpt_config.h: model shapes of the two families (GPT-2 and Llama, docs/MODELS.md), their named presets, the
 // shape flags that override them, and their checks. Plain C (the CPU tests build models' checkpoints).
-// defines: GPTConfig, Arch, ARCH_NAMES, config_gpt2(), config_from_descriptor(), config_apply_shape(),
+// defines: GPTConfig, Arch, ARCH_NAMES, ShapeFlags, config_gpt2(), config_from_descriptor(), config_apply_shape(),
 //          config_check(), config_same_shape(), config_describe(), config_descriptor_of(), config_head_size(),
 //          config_kv_heads(), config_qkv_channels(), MODEL_NAMES, GPT_DEFAULT_MODEL
 #pragma once
@@ -81,32 +81,39 @@ static inline GPTConfig config_from_descriptor(const char* d) {
     return c;
 }
 
-// The shape flags over a preset (a value <= 0 keeps the preset's; tie < 0 keeps it). GPT-2 takes --n-layer,
-// --n-embd and --n-head; the rest are Llama's. Returns -1 with err saying which flag does not apply.
-static inline int config_apply_shape(GPTConfig* c, int n_layer, int n_embd, int n_head, int kv_heads, int mlp_hidden,
-                                     float rope_theta, float norm_eps, int tie, char* err, size_t n) {
-    if (c->arch == ARCH_GPT2 && (kv_heads > 0 || mlp_hidden > 0 || rope_theta > 0 || norm_eps > 0 || tie == 0)) {
+// The shape flags (--n-layer ... --tie-embeddings): a value <= 0 keeps the preset's; tie < 0 keeps it.
+typedef struct {
+    int n_layer, n_embd, n_head, kv_heads, mlp_hidden;
+    float rope_theta, norm_eps;
+    int tie;                // 1 on, 0 off, -1 the preset's
+} ShapeFlags;
+
+// The shape flags over a preset. GPT-2 takes --n-layer, --n-embd and --n-head; the rest are Llama's. Returns -1
+// with err saying which flag does not apply.
+static inline int config_apply_shape(GPTConfig* c, const ShapeFlags* f, char* err, size_t n) {
+    if (c->arch == ARCH_GPT2 && (f->kv_heads > 0 || f->mlp_hidden > 0 || f->rope_theta > 0 || f->norm_eps > 0 ||
+                                 f->tie == 0)) {
         snprintf(err, n, "--kv-heads, --mlp-hidden, --rope-theta, --norm-eps and --tie-embeddings off are Llama's "
                  "options (GPT-2 has %d-wide MLPs, one key/value head per head, LayerNorm and a tied head): "
                  "pick a llama model or --arch llama", 4 * c->channels);
         return -1;
     }
     const int C0 = c->channels;
-    if (n_layer > 0) c->num_layers = n_layer;
-    if (n_embd > 0) c->channels = n_embd;
-    if (n_head > 0) c->num_heads = n_head;
+    if (f->n_layer > 0) c->num_layers = f->n_layer;
+    if (f->n_embd > 0) c->channels = f->n_embd;
+    if (f->n_head > 0) c->num_heads = f->n_head;
     if (c->arch == ARCH_GPT2) {
         c->kv_heads = c->num_heads;
         c->mlp_hidden = 4 * c->channels;
         return 0;
     }
-    if (n_head > 0 && kv_heads <= 0) c->kv_heads = c->num_heads;   // a new head count: no GQA unless asked
-    if (kv_heads > 0) c->kv_heads = kv_heads;
-    if (mlp_hidden > 0) c->mlp_hidden = mlp_hidden;
+    if (f->n_head > 0 && f->kv_heads <= 0) c->kv_heads = c->num_heads;   // a new head count: no GQA unless asked
+    if (f->kv_heads > 0) c->kv_heads = f->kv_heads;
+    if (f->mlp_hidden > 0) c->mlp_hidden = f->mlp_hidden;
     else if (c->channels != C0) c->mlp_hidden = llama_default_hidden(c->channels);
-    if (rope_theta > 0) c->rope_theta = rope_theta;
-    if (norm_eps > 0) c->norm_eps = norm_eps;
-    if (tie >= 0) c->tied = tie;
+    if (f->rope_theta > 0) c->rope_theta = f->rope_theta;
+    if (f->norm_eps > 0) c->norm_eps = f->norm_eps;
+    if (f->tie >= 0) c->tied = f->tie;
     return 0;
 }
 

@@ -1,6 +1,6 @@
 // layernorm.cuh: LayerNorm forward (plain and fused with the residual add) and backward.
-// defines: layernorm_forward(), fused_residual_layernorm_forward(), layernorm_backward_scratch_bytes(),
-//          layernorm_backward()
+// defines: LayerNormTensors, layernorm_forward(), fused_residual_layernorm_forward(),
+//          layernorm_backward_scratch_bytes(), layernorm_backward()
 // y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5), biased variance, statistics
 // in fp32 and saved per row for the backward pass.
 // One warp per row; the row lives in registers (lane l holds 16-byte chunks l, l+32, ...), so each
@@ -18,6 +18,18 @@
 #define LNB_WARPS 8           // warps per block in backward
 #define LNB_MAX_BLOCKS 1024   // backward blocks (and scratch partial rows) at most
 #define LN_MAX_NV 8           // C <= 8 * 32 * LN_MAX_NV = 2048
+
+// One LayerNorm's tensors: its parameters (C each), their FP32 gradients (the backward adds to them; the forward
+// ignores them) and the per-row statistics (N each) that the forward saves for the backward (NULL in a forward
+// that saves nothing).
+typedef struct {
+    const floatX* weight;
+    const floatX* bias;
+    float* dweight;
+    float* dbias;
+    float* mean;
+    float* rstd;
+} LayerNormTensors;
 
 // ---------------------------------------------------------------------------------------------
 // forward. FUSED: x = bf16(inp1 + inp2) is written to residual and normalized; otherwise x = inp1.
@@ -81,16 +93,15 @@ layernorm_forward_kernel(floatX* residual, floatX* out, float* mean, float* rstd
 }
 
 template <bool FUSED>
-static void layernorm_forward_launch(floatX* residual, floatX* out, float* mean, float* rstd, const floatX* inp1,
-                                     const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C,
-                                     cudaStream_t s) {
+static void layernorm_forward_launch(floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
+                                     LayerNormTensors ln, int N, int C, cudaStream_t s) {
     fail_if(C % 8 != 0 || C < 8 || C > 256 * LN_MAX_NV, "layernorm: C=%d must be a multiple of 8 in [8, %d]", C, 256 * LN_MAX_NV);
     if (N <= 0) return;
     const char* who = FUSED ? "fused_residual_layernorm_forward" : "layernorm_forward";
     require_aligned16(who, out);
     require_aligned16(who, inp1);
-    require_aligned16(who, weight);
-    require_aligned16(who, bias);
+    require_aligned16(who, ln.weight);
+    require_aligned16(who, ln.bias);
     if (FUSED) {
         require_aligned16(who, inp2);
         require_aligned16(who, residual);
@@ -98,7 +109,7 @@ static void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
     int nv = (int)ceil_div(C / 8, 32);
     unsigned grid = (unsigned)ceil_div(N, LN_WARPS);
     #define LNF_CASE(K) case K: layernorm_forward_kernel<K, FUSED><<<grid, LN_WARPS * 32, 0, s>>>( \
-        residual, out, mean, rstd, inp1, inp2, weight, bias, N, C); break;
+        residual, out, ln.mean, ln.rstd, inp1, inp2, ln.weight, ln.bias, N, C); break;
     switch (nv) {
         LNF_CASE(1) LNF_CASE(2) LNF_CASE(3) LNF_CASE(4) LNF_CASE(5) LNF_CASE(6) LNF_CASE(7) LNF_CASE(8)
     }
@@ -106,17 +117,16 @@ static void layernorm_forward_launch(floatX* residual, floatX* out, float* mean,
     cuda_check_last();
 }
 
-// mean and rstd may be NULL (inference: nothing saved).
-void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
-                       const floatX* bias, int N, int C, cudaStream_t s) {
-    layernorm_forward_launch<false>(NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, s);
+// out = layernorm(inp) with ln's weight and bias; ln.mean and ln.rstd get the statistics, or are NULL (inference:
+// nothing saved).
+void layernorm_forward(floatX* out, const floatX* inp, LayerNormTensors ln, int N, int C, cudaStream_t s) {
+    layernorm_forward_launch<false>(NULL, out, inp, NULL, ln, N, C, s);
 }
 
 // residual = bf16(inp1 + inp2); normed = layernorm(residual), in one pass over memory.
-void fused_residual_layernorm_forward(floatX* residual, floatX* normed, float* mean, float* rstd, const floatX* inp1,
-                                      const floatX* inp2, const floatX* weight, const floatX* bias, int N, int C,
-                                      cudaStream_t s) {
-    layernorm_forward_launch<true>(residual, normed, mean, rstd, inp1, inp2, weight, bias, N, C, s);
+void fused_residual_layernorm_forward(floatX* residual, floatX* normed, const floatX* inp1, const floatX* inp2,
+                                      LayerNormTensors ln, int N, int C, cudaStream_t s) {
+    layernorm_forward_launch<true>(residual, normed, inp1, inp2, ln, N, C, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,30 +240,30 @@ layernorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, con
     for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) dst[i] = block_sums[i];
 }
 
-// dinp (bf16) += dLN/dinp . dout; dweight, dbias (fp32) += their gradients. scratch: at least
-// layernorm_backward_scratch_bytes(N, C), 16-byte aligned, contents irrelevant.
-void layernorm_backward(floatX* dinp, float* dweight, float* dbias, void* scratch, const floatX* dout,
-                        const floatX* inp, const floatX* weight, const float* mean, const float* rstd, int N, int C,
-                        cudaStream_t s) {
+// dinp (bf16) += dLN/dinp . dout; ln.dweight, ln.dbias (fp32) += their gradients, from inp and ln's weight, mean
+// and rstd (the bias is not read). scratch: at least layernorm_backward_scratch_bytes(N, C), 16-byte aligned,
+// contents irrelevant.
+void layernorm_backward(floatX* dinp, const floatX* dout, const floatX* inp, LayerNormTensors ln, void* scratch, int N,
+                        int C, cudaStream_t s) {
     fail_if(C % 8 != 0 || C < 8 || C > 256 * LN_MAX_NV, "layernorm_backward: C=%d must be a multiple of 8 in [8, %d]",
             C, 256 * LN_MAX_NV);
     if (N <= 0) return;
     require_aligned16("layernorm_backward", dinp);
     require_aligned16("layernorm_backward", dout);
     require_aligned16("layernorm_backward", inp);
-    require_aligned16("layernorm_backward", weight);
+    require_aligned16("layernorm_backward", ln.weight);
     int G, rpb;
     layernorm_backward_grid(N, &G, &rpb);
     int nv = (int)ceil_div(C / 8, 32);
     size_t smem = (size_t)2 * C * sizeof(float);
     float* partials = (float*)scratch;
     #define LNB_CASE(K) case K: layernorm_backward_kernel<K><<<G, LNB_WARPS * 32, smem, s>>>( \
-        dinp, partials, dout, inp, weight, mean, rstd, N, C, rpb); break;
+        dinp, partials, dout, inp, ln.weight, ln.mean, ln.rstd, N, C, rpb); break;
     switch (nv) {
         LNB_CASE(1) LNB_CASE(2) LNB_CASE(3) LNB_CASE(4) LNB_CASE(5) LNB_CASE(6) LNB_CASE(7) LNB_CASE(8)
     }
     #undef LNB_CASE
     cuda_check_last();
-    column_sums_add(dweight, partials, G, C, (size_t)2 * C, s);
-    column_sums_add(dbias, partials + C, G, C, (size_t)2 * C, s);
+    column_sums_add(ln.dweight, partials, G, C, (size_t)2 * C, s);
+    column_sums_add(ln.dbias, partials + C, G, C, (size_t)2 * C, s);
 }

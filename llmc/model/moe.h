@@ -6,8 +6,8 @@
 // balancing, and which layers are MoE layers (--moe-every).
 // defines: MoeScore, MOE_SCORE_NAMES, moe_ranks_before(), moe_exp(), moe_sigmoid(), moe_select_key(),
 //          moe_select_topk(), moe_bf16_rne(), moe_check_shape(), moe_route_softmax_topk(), moe_route_sigmoid_bias(),
-//          moe_route(), moe_route_backward(), moe_prob_stats(), moe_prob(), moe_probs(), moe_rows_bound(),
-//          moe_permute(), moe_gather(), moe_combine(), moe_combine_backward(), moe_aux_loss(), moe_z_loss(),
+//          moe_route(), moe_route_backward(), moe_prob_stats(), moe_prob(), moe_probs(), moe_rows_bound(), MoePerm,
+//          moe_permute(), moe_gather(), MoeRouted, moe_combine(), moe_combine_backward(), moe_aux_loss(), moe_z_loss(),
 //          moe_bias_update(), moe_layer_is_moe(), moe_num_layers(), moe_layer_index()
 //
 // Arithmetic (what a kernel must do to give the same bits):
@@ -217,14 +217,22 @@ static inline int64_t moe_rows_bound(int64_t N, int E, int k, int multiple) {
     return N * k + (int64_t)E * (multiple - 1);
 }
 
+// The permutation's buffers, which moe_permute fills: counts [E], offsets [E+1], row_of [N*k], slot_of_row [rows_cap].
+typedef struct {
+    int* counts;
+    int* offsets;
+    int* row_of;
+    int* slot_of_row;
+} MoePerm;
+
 // Token slots -> rows of the permuted buffer, grouped by expert. ids [N][k] (each token's k experts distinct, in
-// [0, E)). Writes counts [E] (assignments per expert), offsets [E+1] (offsets[0] = 0, offsets[e+1] = offsets[e] +
+// [0, E)). Writes counts (assignments per expert), offsets (offsets[0] = 0, offsets[e+1] = offsets[e] +
 // counts[e] rounded up to `multiple`: expert e's rows are [offsets[e], offsets[e] + counts[e]), then its zero pad
-// rows up to offsets[e+1]), row_of [N*k] (token slot t*k + j -> its row) and slot_of_row [rows_cap] (row -> t*k + j,
-// or -1 for a pad row, and for rows past offsets[E]). The order within an expert is by token, then slot (stable).
+// rows up to offsets[e+1]), row_of (token slot t*k + j -> its row) and slot_of_row (row -> t*k + j, or -1 for a pad
+// row, and for rows past offsets[E]). The order within an expert is by token, then slot (stable).
 // Returns the rows used, offsets[E] (<= rows_cap, else fail). counts is also the fill's cursor: no scratch.
-static inline int moe_permute(const int* ids, int N, int E, int k, int multiple, int* counts, int* offsets,
-                              int* row_of, int* slot_of_row, int rows_cap) {
+static inline int moe_permute(const int* ids, int N, int E, int k, int multiple, MoePerm perm, int rows_cap) {
+    int *counts = perm.counts, *offsets = perm.offsets, *row_of = perm.row_of, *slot_of_row = perm.slot_of_row;
     moe_check_shape("moe_permute", N, E, k, multiple);
     fail_if(!ids || !counts || !offsets || !row_of || !slot_of_row, "moe_permute: NULL buffer");
     for (int e = 0; e < E; e++) counts[e] = 0;
@@ -270,13 +278,24 @@ static inline void moe_gather(const float* x, int N, int C, int k, const int* sl
 
 // --- combine -------------------------------------------------------------------------------------------------------
 
-// Un-permute and weight: yp [rows][C] (the experts' outputs, BF16 values) -> out [N][C] in FP32, per element
+// What the combine reads of the experts' side: their outputs yp [rows][C] (BF16 values), each token slot's row
+// row_of [N*k] (moe_permute's), and the routing weights [N][k] (NULL: 1).
+typedef struct {
+    const float* yp;
+    const int* row_of;
+    const float* weights;
+    int rows;
+} MoeRouted;
+
+// Un-permute and weight: in.yp -> out [N][C] in FP32, per element
 //   acc = base[t][c] (the shared experts' output; 0 when base is NULL);
 //   for j = 0 .. k-1: acc = fmaf(w[t][j], yp[row_of[t*k + j]][c], acc)      (weights NULL: w = 1, acc + y)
 // and the kernel rounds acc once to BF16 (moe_bf16_rne). With weights NULL it is also the gather's backward
 // (dx = the sum of a token's k rows of dxp).
-static inline void moe_combine(const float* yp, const int* row_of, const float* weights, const float* base, int N,
-                               int k, int C, int rows, float* out) {
+static inline void moe_combine(MoeRouted in, const float* base, int N, int k, int C, float* out) {
+    const float *yp = in.yp, *weights = in.weights;
+    const int* row_of = in.row_of;
+    const int rows = in.rows;
     fail_if(N < 1 || C < 1 || k < 1 || rows < 0, "moe_combine: N %d, C %d, k %d, rows %d", N, C, k, rows);
     fail_if(!yp || !row_of || !out, "moe_combine: NULL buffer");
     for (int t = 0; t < N; t++) {
@@ -294,12 +313,16 @@ static inline void moe_combine(const float* yp, const int* row_of, const float* 
     }
 }
 
-// The combine's backward, from dout [N][C] (BF16 values): dyp [rows][C] gets w[t][j] * dout[t][c] in the row of
-// (t, j) (one FP32 product; the kernel rounds it once to BF16) and zero in every other row (pads); dweights [N][k]
-// (NULL: not wanted) gets the dot product of dout[t] and that row of yp, summed in double in channel order and
-// rounded to float (a kernel's order differs: a tolerance). The base's gradient is dout itself.
-static inline void moe_combine_backward(const float* dout, const float* yp, const int* row_of, const float* weights,
-                                        int N, int k, int C, int rows, float* dyp, float* dweights) {
+// The combine's backward, from dout [N][C] (BF16 values) and what the combine read (in.weights not NULL): dyp
+// [rows][C] gets w[t][j] * dout[t][c] in the row of (t, j) (one FP32 product; the kernel rounds it once to BF16) and
+// zero in every other row (pads); dweights [N][k] (NULL: not wanted) gets the dot product of dout[t] and that row of
+// yp, summed in double in channel order and rounded to float (a kernel's order differs: a tolerance). The base's
+// gradient is dout itself.
+static inline void moe_combine_backward(const float* dout, MoeRouted in, int N, int k, int C, float* dyp,
+                                        float* dweights) {
+    const float *yp = in.yp, *weights = in.weights;
+    const int* row_of = in.row_of;
+    const int rows = in.rows;
     fail_if(N < 1 || C < 1 || k < 1 || rows < 0, "moe_combine_backward: N %d, C %d, k %d, rows %d", N, C, k, rows);
     fail_if(!dout || !yp || !row_of || !weights || !dyp, "moe_combine_backward: NULL buffer");
     memset(dyp, 0, (size_t)rows * C * sizeof(float));

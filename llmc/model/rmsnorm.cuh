@@ -1,5 +1,6 @@
 // rmsnorm.cuh: RMSNorm forward (plain and fused with the residual add) and backward, Llama's norm.
-// defines: rmsnorm_forward(), fused_residual_rmsnorm_forward(), rmsnorm_backward_scratch_bytes(), rmsnorm_backward()
+// defines: RMSNormTensors, rmsnorm_forward(), fused_residual_rmsnorm_forward(), rmsnorm_backward_scratch_bytes(),
+//          rmsnorm_backward()
 // y = bf16(x * rstd * weight), rstd = 1 / sqrtf(mean(x^2) + eps) (IEEE sqrtf and division), statistics in fp32,
 // rstd saved per row for the backward pass (docs/MODELS.md, "RMSNorm").
 // The layout of layernorm.cuh: one warp per row, the row in registers (lane l holds 16-byte chunks l, l+32, ...),
@@ -16,6 +17,14 @@
 #define RMSB_WARPS 8           // warps per block in backward
 #define RMSB_MAX_BLOCKS 1024   // backward blocks (and scratch partial rows) at most
 #define RMS_MAX_NV 8           // C <= 8 * 32 * RMS_MAX_NV = 2048
+
+// One RMSNorm's tensors: its weight (C), the weight's FP32 gradient (the backward adds to it; the forward ignores it)
+// and the per-row rstd (N) that the forward saves for the backward (NULL in a forward that saves nothing).
+typedef struct {
+    const floatX* weight;
+    float* dweight;
+    float* rstd;
+} RMSNormTensors;
 
 // ---------------------------------------------------------------------------------------------
 // forward. FUSED: x = bf16(inp1 + inp2) is written to residual and normalized; otherwise x = inp1.
@@ -65,8 +74,8 @@ rmsnorm_forward_kernel(floatX* residual, floatX* out, float* rstd, const floatX*
 }
 
 template <bool FUSED>
-static void rmsnorm_forward_launch(floatX* residual, floatX* out, float* rstd, const floatX* inp1, const floatX* inp2,
-                                   const floatX* weight, int N, int C, float eps, cudaStream_t s) {
+static void rmsnorm_forward_launch(floatX* residual, floatX* out, const floatX* inp1, const floatX* inp2,
+                                   RMSNormTensors rms, int N, int C, float eps, cudaStream_t s) {
     const char* who = FUSED ? "fused_residual_rmsnorm_forward" : "rmsnorm_forward";
     fail_if(C % 8 != 0 || C < 8 || C > 256 * RMS_MAX_NV, "%s: C=%d must be a multiple of 8 in [8, %d]", who, C,
             256 * RMS_MAX_NV);
@@ -74,7 +83,7 @@ static void rmsnorm_forward_launch(floatX* residual, floatX* out, float* rstd, c
     if (N <= 0) return;
     require_aligned16(who, out);
     require_aligned16(who, inp1);
-    require_aligned16(who, weight);
+    require_aligned16(who, rms.weight);
     if (FUSED) {
         require_aligned16(who, inp2);
         require_aligned16(who, residual);
@@ -82,7 +91,7 @@ static void rmsnorm_forward_launch(floatX* residual, floatX* out, float* rstd, c
     int nv = (int)ceil_div(C / 8, 32);
     unsigned grid = (unsigned)ceil_div(N, RMS_WARPS);
     #define RMSF_CASE(K) case K: rmsnorm_forward_kernel<K, FUSED><<<grid, RMS_WARPS * 32, 0, s>>>( \
-        residual, out, rstd, inp1, inp2, weight, N, C, eps); break;
+        residual, out, rms.rstd, inp1, inp2, rms.weight, N, C, eps); break;
     switch (nv) {
         RMSF_CASE(1) RMSF_CASE(2) RMSF_CASE(3) RMSF_CASE(4) RMSF_CASE(5) RMSF_CASE(6) RMSF_CASE(7) RMSF_CASE(8)
     }
@@ -90,17 +99,15 @@ static void rmsnorm_forward_launch(floatX* residual, floatX* out, float* rstd, c
     cuda_check_last();
 }
 
-// rstd may be NULL (inference: nothing saved).
-void rmsnorm_forward(floatX* out, float* rstd, const floatX* inp, const floatX* weight, int N, int C, float eps,
-                     cudaStream_t s) {
-    rmsnorm_forward_launch<false>(NULL, out, rstd, inp, NULL, weight, N, C, eps, s);
+// out = rmsnorm(inp) with rms's weight; rms.rstd gets the statistics, or is NULL (inference: nothing saved).
+void rmsnorm_forward(floatX* out, const floatX* inp, RMSNormTensors rms, int N, int C, float eps, cudaStream_t s) {
+    rmsnorm_forward_launch<false>(NULL, out, inp, NULL, rms, N, C, eps, s);
 }
 
 // residual = bf16(inp1 + inp2) (one rounding of the fp32 sum); normed = rmsnorm(residual), in one pass over memory.
-void fused_residual_rmsnorm_forward(floatX* residual, floatX* normed, float* rstd, const floatX* inp1,
-                                    const floatX* inp2, const floatX* weight, int N, int C, float eps,
-                                    cudaStream_t s) {
-    rmsnorm_forward_launch<true>(residual, normed, rstd, inp1, inp2, weight, N, C, eps, s);
+void fused_residual_rmsnorm_forward(floatX* residual, floatX* normed, const floatX* inp1, const floatX* inp2,
+                                    RMSNormTensors rms, int N, int C, float eps, cudaStream_t s) {
+    rmsnorm_forward_launch<true>(residual, normed, inp1, inp2, rms, N, C, eps, s);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -206,29 +213,29 @@ rmsnorm_backward_kernel(floatX* dinp, float* partials, const floatX* dout, const
     for (int i = threadIdx.x; i < C; i += blockDim.x) dst[i] = block_sums[i];
 }
 
-// dinp (bf16) += dRMSNorm/dinp . dout (the fp32 sum of the old value and the gradient, rounded once); dweight
-// (fp32) += its gradient. rstd: the forward's. scratch: at least rmsnorm_backward_scratch_bytes(N, C), 16-byte
+// dinp (bf16) += dRMSNorm/dinp . dout (the fp32 sum of the old value and the gradient, rounded once); rms.dweight
+// (fp32) += its gradient. rms.rstd: the forward's. scratch: at least rmsnorm_backward_scratch_bytes(N, C), 16-byte
 // aligned, contents irrelevant.
-void rmsnorm_backward(floatX* dinp, float* dweight, void* scratch, const floatX* dout, const floatX* inp,
-                      const floatX* weight, const float* rstd, int N, int C, cudaStream_t s) {
+void rmsnorm_backward(floatX* dinp, const floatX* dout, const floatX* inp, RMSNormTensors rms, void* scratch, int N,
+                      int C, cudaStream_t s) {
     fail_if(C % 8 != 0 || C < 8 || C > 256 * RMS_MAX_NV, "rmsnorm_backward: C=%d must be a multiple of 8 in [8, %d]",
             C, 256 * RMS_MAX_NV);
     if (N <= 0) return;
     require_aligned16("rmsnorm_backward", dinp);
     require_aligned16("rmsnorm_backward", dout);
     require_aligned16("rmsnorm_backward", inp);
-    require_aligned16("rmsnorm_backward", weight);
+    require_aligned16("rmsnorm_backward", rms.weight);
     int G, rpb;
     rmsnorm_backward_grid(N, &G, &rpb);
     int nv = (int)ceil_div(C / 8, 32);
     size_t smem = (size_t)C * sizeof(float);
     float* partials = (float*)scratch;
     #define RMSB_CASE(K) case K: rmsnorm_backward_kernel<K><<<G, RMSB_WARPS * 32, smem, s>>>( \
-        dinp, partials, dout, inp, weight, rstd, N, C, rpb); break;
+        dinp, partials, dout, inp, rms.weight, rms.rstd, N, C, rpb); break;
     switch (nv) {
         RMSB_CASE(1) RMSB_CASE(2) RMSB_CASE(3) RMSB_CASE(4) RMSB_CASE(5) RMSB_CASE(6) RMSB_CASE(7) RMSB_CASE(8)
     }
     #undef RMSB_CASE
     cuda_check_last();
-    column_sums_add(dweight, partials, G, C, (size_t)C, s);
+    column_sums_add(rms.dweight, partials, G, C, (size_t)C, s);
 }
