@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_eval_files.sh: the committed held-out token files (data/eval) read back by the Python reader
-# (dev/data/eval_prepro.py --verify: header, checksum, item walk), and, where tiktoken and the raw files
-# (../shared/data/eval) are there, rebuilt from the raw files byte for byte, so the committed files are
+# (dev/data/eval_prepro.py --verify: header, checksum, item walk), and, where tiktoken is installed and
+# EVAL_RAW_DIR names a folder with the raw files (hellaswag_val_full.txt.xz, lambada_test.jsonl; data/README.md
+# says where they come from), rebuilt from the raw files byte for byte, so the committed files are
 # what the one command makes. Needs python3 with numpy (any python3 on PATH that has it, else
 # /usr/bin/python3, or PYTHON=...); skips what it cannot run, with a message.
 cd "$(dirname "$0")/../.."
@@ -22,8 +23,10 @@ if [ $rc -eq 0 ] && grep -q "hellaswag: 10042 items" <<<"$out" && grep -q "lamba
 else
     failed=$((failed + 1)); echo "FAIL eval_files: dev/data/eval_prepro.py --verify (exit $rc)"
 fi
-raw=../shared/data/eval
-if ! "$py" -c "import tiktoken" >/dev/null 2>&1; then
+raw=${EVAL_RAW_DIR:-}
+if [ -z "$raw" ]; then
+    skipped=$((skipped + 1)); echo "SKIP eval_files rebuild: EVAL_RAW_DIR is not set (a folder with the raw files)"
+elif ! "$py" -c "import tiktoken" >/dev/null 2>&1; then
     skipped=$((skipped + 1)); echo "SKIP eval_files rebuild: no tiktoken here (pip install tiktoken)"
 elif [ ! -e "$raw/hellaswag_val_full.txt.xz" ] || [ ! -e "$raw/lambada_test.jsonl" ]; then
     skipped=$((skipped + 1)); echo "SKIP eval_files rebuild: the raw files are not in $raw"
