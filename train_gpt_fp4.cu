@@ -357,7 +357,7 @@ static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, siz
     const size_t bytes = opt4_bytes(m->opt4_elems, m->opt4_nseg) + (size_t)m->opt4_nseg * OPT4_STATES * sizeof(float);
     m->opt4_mem = device_alloc<uint8_t>(bytes ? bytes : 1, NULL);
     cuda_check(cudaMemset(m->opt4_mem, 0, bytes ? bytes : 1));   // fresh state: every code, scale and amax 0 (G5)
-    m->opt4_amax = (float*)(m->opt4_mem + OPT4_STATES * (opt4_code_bytes(m->opt4_elems) + opt4_scale_bytes(m->opt4_elems)));
+    m->opt4_amax = (float*)(m->opt4_mem + opt4_amax_offset(m->opt4_elems));
     const double MiB = 1024.0 * 1024.0;
     dist_printf(m->dist, "optimizer state: NVFP4 m and sqrt(v), %d segments, %.1f MiB (FP32 m and v: %.1f MiB)\n",
                 m->opt4_nseg, bytes / MiB, 2.0 * count * sizeof(float) / MiB);

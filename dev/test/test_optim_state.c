@@ -135,7 +135,9 @@ static void test_segments(void) {
     for (int i = 0; i < k; i++) tot += s[i].n;
     CHECK(tot == 50, "the shard's segments cover its 50 elements (%zu)", tot);
     CHECK(opt4_segments(sizes, per_layer, 3, 2, 0, 93, s, 4, &elems) == -1, "too small an output: -1");
-    CHECK(opt4_bytes(64, 3) == 2 * (32 + 4) + 3 * 2 * 4, "bytes of 64 elements, 3 segments: %zu", opt4_bytes(64, 3));
+    CHECK(opt4_bytes(64, 3) == 80 + 3 * 2 * 4, "bytes of 64 elements, 3 segments: %zu", opt4_bytes(64, 3));
+    CHECK(opt4_amax_offset(496) == 560 && opt4_amax_offset(512) == 576, "the amaxes start 16-byte aligned (%zu, %zu)",
+          opt4_amax_offset(496), opt4_amax_offset(512));
     k = opt4_segments(sizes, per_layer, 3, 2, 93, 0, s, 8, &elems);
     CHECK(k == 0 && elems == 0, "an empty shard: no segments");
 }

@@ -40,7 +40,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
     std::vector<uint8_t> h_state(state_bytes, 0);
     const size_t cb = opt4_code_bytes(elems), sb = opt4_scale_bytes(elems);
     Opt4HostState hs = {{h_state.data(), h_state.data() + cb + sb}, {h_state.data() + cb, h_state.data() + 2 * cb + sb},
-                        (float*)(h_state.data() + 2 * (cb + sb))};
+                        (float*)(h_state.data() + opt4_amax_offset(elems))};
     // device
     floatX* d_params; float* d_master = NULL; float* d_grads; uint8_t* d_state;
     cuda_check(cudaMalloc(&d_params, total * sizeof(floatX)));
@@ -52,7 +52,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
         cuda_check(cudaMalloc(&d_master, count * sizeof(float)));
         cuda_check(cudaMemcpy(d_master, master.data(), count * 4, cudaMemcpyHostToDevice));
     }
-    float* d_amax = (float*)(d_state + 2 * (cb + sb));
+    float* d_amax = (float*)(d_state + opt4_amax_offset(elems));
     const uint64_t seed = 42;
     std::vector<float> grads(total);
     for (int step = 1; step <= 6; step++) {

@@ -166,12 +166,16 @@ static inline int opt4_segments(const size_t* sizes, const int* per_layer, int n
     return k;
 }
 
-// Bytes of one state's codes and scales over elems elements (a multiple of 16), and of the amaxes.
+// Bytes of one state's codes and scales over elems elements (a multiple of 16), and where the amaxes start in the
+// one buffer that holds m's codes and scales, u's, then the amaxes (rounded up to 16 bytes: the floats stay aligned).
 static inline size_t opt4_code_bytes(size_t elems) { return elems / 2; }
 static inline size_t opt4_scale_bytes(size_t elems) { return elems / OPT4_BLOCK; }
-// What the checkpoint's optimizer section holds for the state: m's codes and scales, u's, then the amaxes.
+static inline size_t opt4_amax_offset(size_t elems) {
+    return (OPT4_STATES * (opt4_code_bytes(elems) + opt4_scale_bytes(elems)) + 15) / 16 * 16;
+}
+// What the checkpoint's optimizer section holds for the state: that buffer up to the end of the amaxes.
 static inline size_t opt4_bytes(size_t elems, int segments) {
-    return OPT4_STATES * (opt4_code_bytes(elems) + opt4_scale_bytes(elems)) + (size_t)segments * OPT4_STATES * sizeof(float);
+    return opt4_amax_offset(elems) + (size_t)segments * OPT4_STATES * sizeof(float);
 }
 
 // ---------------------------------------------------------------------------------------------------
