@@ -1,0 +1,161 @@
+// test_muon.c: CPU tests of llmc/base/muon_ref.h, Muon's reference twin (issue #50 item 3, groundwork: the GPU path
+// is not built). Checks: the momentum and the weight step against PyTorch's (dev/golden/muon_golden.bin, written by
+// dev/ref/muon_ref.py from Keller Jordan's muon_update) and the orthogonalised update against it to BF16 rounding;
+// Newton-Schulz's scalar map on diagonal matrices (each singular value follows phi(s) = a s + b s^3 + c s^5, computed
+// in double); the singular values of the result inside the band five steps give; transposition symmetry
+// (NS(G^T) = NS(G)^T); the two scale rules; zero gradients.
+#include "llmc/base/muon_ref.h"
+#include "dev/test/testing.h"
+
+static uint64_t lcg = 0xA4093822299F31D0ull;
+static double urand(void) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    return ((lcg >> 11) + 0.5) / 9007199254740992.0;
+}
+static double nrand(void) { return sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()); }
+
+static double rel_l2(const float* a, const float* b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) { num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); den += (double)b[i] * b[i]; }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void test_golden(void) {
+    const char* path = "dev/golden/muon_golden.bin";
+    FILE* f = fopen(path, "rb");
+    if (!f) { CHECK(0, "cannot open %s (python3 dev/ref/muon_ref.py writes it)", path); return; }
+    char magic[8];
+    int32_t count = 0;
+    CHECK(fread(magic, 1, 8, f) == 8 && memcmp(magic, "MUONGLD1", 8) == 0 && fread(&count, 4, 1, f) == 1 && count > 0,
+          "%s: bad header", path);
+    for (int c = 0; c < count; c++) {
+        int32_t iv[5];
+        float fv[3];
+        if (fread(iv, 4, 5, f) != 5 || fread(fv, 4, 3, f) != 3) { CHECK(0, "%s: truncated at case %d", path, c); break; }
+        const int rows = iv[0], cols = iv[1];
+        const size_t n = (size_t)rows * cols;
+        float* t[6];
+        int ok = 1;
+        for (int k = 0; k < 6; k++) { t[k] = (float*)xmalloc(n * 4); ok &= fread(t[k], 4, n, f) == n; }
+        CHECK(ok, "%s: case %d truncated", path, c);
+        MuonParams p = {fv[0], fv[1], fv[2], iv[2], iv[3], iv[4]};
+        float* w = (float*)xmalloc(n * 4); float* m = (float*)xmalloc(n * 4); float* up = (float*)xmalloc(n * 4);
+        memcpy(w, t[0], n * 4); memcpy(m, t[2], n * 4);
+        muon_update_ref(w, t[1], m, rows, cols, &p, up);
+        const double em = rel_l2(m, t[3], n), eu = rel_l2(up, t[4], n), ew = rel_l2(w, t[5], n);
+        printf("  case %d (%dx%d, nesterov %d, %s scale): momentum %.2e, update %.2e, weights %.2e (relative L2 vs PyTorch)\n",
+               c, rows, cols, iv[2], iv[3] ? "moonlight" : "keller", em, eu, ew);
+        CHECK(em < 1e-6, "case %d: momentum against PyTorch: relative L2 %.3g", c, em);
+        CHECK(eu < 3e-2, "case %d: update against PyTorch (BF16 Newton-Schulz, sums in another order): %.3g", c, eu);
+        CHECK(ew < 1e-3, "case %d: weights against PyTorch: %.3g", c, ew);
+        for (int k = 0; k < 6; k++) free(t[k]);
+        free(w); free(m); free(up);
+    }
+    fclose(f);
+}
+
+// phi applied 5 times to s / ||s|| for a diagonal matrix, with each operation rounded to BF16 as the matrix
+// code rounds it (a product of diagonal matrices sums one nonzero term, so the rounding is the same): exact
+static float ns_scalar_bf16(float s, float norm, int steps) {
+    float x = muon_bf16(s / (norm + 1e-7f));
+    for (int i = 0; i < steps; i++) {
+        const float a = muon_bf16(x * x), ca = muon_bf16(MUON_NS_C * a), caa = muon_bf16(ca * a);
+        const float b = muon_bf16(muon_bf16(MUON_NS_B * a) + caa);
+        x = muon_bf16(muon_bf16(MUON_NS_A * x) + muon_bf16(b * x));
+    }
+    return x;
+}
+// ... and in double, without rounding: the map the BF16 iteration approximates
+static double ns_scalar(double s, double norm, int steps) {
+    double x = s / norm;
+    for (int i = 0; i < steps; i++) x = MUON_NS_A * x + MUON_NS_B * x * x * x + MUON_NS_C * x * x * x * x * x;
+    return x;
+}
+
+static void test_scalar_map(void) {
+    const int n = 8;
+    float x[64], scratch[3 * 64 + 64];
+    const float s[8] = {1.0f, 0.5f, 0.25f, 0.1f, 0.05f, 0.01f, 0.003f, 0.0f};
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += muon_bf16(s[i]) * muon_bf16(s[i]);
+    const float norm = muon_bf16(sqrtf(ss));
+    memset(x, 0, sizeof(x));
+    for (int i = 0; i < n; i++) x[i * n + i] = s[i];
+    muon_newton_schulz(x, n, n, 5, scratch);
+    for (int i = 0; i < n; i++) {
+        const float want = ns_scalar_bf16(muon_bf16(s[i]), norm, 5);
+        const double exact = ns_scalar(s[i], norm, 5);
+        CHECK(x[i * n + i] == want, "diagonal %g: NS gives %g, the BF16 scalar map %g", s[i], x[i * n + i], want);
+        printf("  diagonal %-6g -> %.4f (BF16 map %.4f, exact map %.4f)\n", s[i], x[i * n + i], want, exact);
+    }
+    int offdiag0 = 1;
+    for (int i = 0; i < n; i++) for (int j = 0; j < n; j++) if (i != j) offdiag0 &= x[i * n + j] == 0.0f;
+    CHECK(offdiag0, "a diagonal matrix stays diagonal");
+}
+
+// The singular values of NS(G) for a random G: the eigenvalues of X X^T (Jacobi, double) lie in [0.6^2, 1.25^2]
+// except for directions below the ~1e-3 floor, which random Gaussian matrices do not have.
+static void test_band_and_transpose(void) {
+    const int n = 12, k = 40;
+    float g[12 * 40], x[12 * 40], scratch[3 * 144 + 480];
+    for (int i = 0; i < n * k; i++) g[i] = (float)nrand();
+    memcpy(x, g, sizeof(g));
+    muon_newton_schulz(x, n, k, 5, scratch);
+    double a[144];
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double t = 0;
+            for (int q = 0; q < k; q++) t += (double)x[i * k + q] * x[j * k + q];
+            a[i * n + j] = t;
+        }
+    for (int sweep = 0; sweep < 60; sweep++)   // cyclic Jacobi
+        for (int p = 0; p < n; p++)
+            for (int q = p + 1; q < n; q++) {
+                if (fabs(a[p * n + q]) < 1e-14) continue;
+                const double th = 0.5 * atan2(2 * a[p * n + q], a[q * n + q] - a[p * n + p]);
+                const double c = cos(th), s = sin(th);
+                for (int r = 0; r < n; r++) {
+                    const double ap = a[r * n + p], aq = a[r * n + q];
+                    a[r * n + p] = c * ap - s * aq; a[r * n + q] = s * ap + c * aq;
+                }
+                for (int r = 0; r < n; r++) {
+                    const double ap = a[p * n + r], aq = a[q * n + r];
+                    a[p * n + r] = c * ap - s * aq; a[q * n + r] = s * ap + c * aq;
+                }
+            }
+    double lo = 1e9, hi = 0;
+    for (int i = 0; i < n; i++) { const double sv = sqrt(fmax(a[i * n + i], 0)); lo = fmin(lo, sv); hi = fmax(hi, sv); }
+    printf("  NS of a random 12x40 matrix: singular values in [%.3f, %.3f]\n", lo, hi);
+    CHECK(lo > 0.6 && hi < 1.25, "singular values in [0.6, 1.25]: [%.3f, %.3f]", lo, hi);
+    // transposition: the update of G^T (40 x 12) is the transpose of G's
+    MuonParams p = {0.0f, 0.0f, 0.0f, 0, MUON_SCALE_KELLER, 5};
+    float w1[480] = {0}, w2[480] = {0}, m1[480] = {0}, m2[480] = {0}, u1[480], u2[480], gt[480];
+    for (int i = 0; i < n; i++) for (int j = 0; j < k; j++) gt[j * n + i] = g[i * k + j];
+    muon_update_ref(w1, g, m1, n, k, &p, u1);
+    muon_update_ref(w2, gt, m2, k, n, &p, u2);
+    int same = 1;
+    const float sc = muon_scale(k, n, MUON_SCALE_KELLER);
+    for (int i = 0; i < n; i++) for (int j = 0; j < k; j++) same &= u2[j * n + i] == u1[i * k + j] * sc;
+    CHECK(same, "NS(G^T) = NS(G)^T, with the tall matrix's scale sqrt(40/12)");
+}
+
+static void test_scales_and_zero(void) {
+    CHECK(muon_scale(16, 32, MUON_SCALE_KELLER) == 1.0f && fabsf(muon_scale(48, 24, MUON_SCALE_KELLER) - sqrtf(2.0f)) < 1e-6f,
+          "Keller's scale: sqrt(max(1, rows / cols))");
+    CHECK(fabsf(muon_scale(16, 64, MUON_SCALE_MOONLIGHT) - 1.6f) < 1e-6f, "Moonlight's scale: 0.2 sqrt(max(rows, cols))");
+    float w[64], g[64] = {0}, m[64] = {0}, u[64];
+    for (int i = 0; i < 64; i++) w[i] = 1.0f;
+    MuonParams p = {0.1f, 0.95f, 0.5f, 1, MUON_SCALE_KELLER, 5};
+    muon_update_ref(w, g, m, 8, 8, &p, u);
+    int ok = 1;
+    for (int i = 0; i < 64; i++) ok &= u[i] == 0.0f && w[i] == 1.0f - 0.1f * 0.5f;
+    CHECK(ok, "a zero gradient: a zero update, only the decay moves the weights");
+}
+
+int main(void) {
+    test_golden();
+    test_scalar_map();
+    test_band_and_transpose();
+    test_scales_and_zero();
+    return test_summary("muon");
+}
