@@ -1505,7 +1505,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"ckpt-every", 'n', OPT_INT, &tc->ckpt_every, NULL, "checkpoint every N steps and at the end (0: at the end only; -1: never, for benchmarks)"},
         {"spike-z", 0, OPT_FLOAT, &tc->spike_z, NULL, "skip an update whose loss or grad norm is this many sd above its running mean (0: off)"},
         {"shuffle", 0, OPT_BOOL, &tc->shuffle, NULL, "shuffle shards and sequences each epoch (on|off)"},
-        {"deterministic", 0, OPT_BOOL, &tc->deterministic, NULL, "on: the same command repeats bit for bit (cuDNN's deterministic attention backward); off: cuDNN may sum the attention's dQ with atomics, faster, not repeatable (README, \"Reproducibility\")"},
+        {"deterministic", 0, OPT_BOOL, &tc->deterministic, NULL, "on: the same command repeats bit for bit (cuDNN's deterministic attention backward); off: cuDNN may sum the attention's dQ with atomics, not repeatable (and no faster at d12 on an H100; README, \"Reproducibility\")"},
         {"peak-tflops", 0, OPT_FLOAT, &tc->peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
         {"zero", 0, OPT_CHOICE, &tc->zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc->nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},

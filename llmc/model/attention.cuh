@@ -24,7 +24,7 @@
 // Determinism: both backends are bitwise deterministic by default (the same inputs give the same bits,
 // run after run, on the same GPU and library versions). cuDNN's backward is built in its deterministic
 // form (dQ = dS.K without atomics, attention_cudnn.cuh); attention_set_deterministic(0) (the trainer's
-// --deterministic off) asks it for the faster form that sums dQ with FP32 atomics in no fixed order. The
+// --deterministic off) asks it for the form that sums dQ with FP32 atomics in no fixed order. The
 // own backward is deterministic either way. If cuDNN cannot build the asked-for graph, the own kernels
 // take over, as on any other cuDNN failure.
 #pragma once
@@ -59,7 +59,7 @@ static struct {
 
 static void attention_set_verbose(int on) { attn_state.verbose = on; }
 
-// 1 (the default): every backward bitwise deterministic; 0: cuDNN may sum dQ with atomics (faster).
+// 1 (the default): every backward bitwise deterministic; 0: cuDNN may sum dQ with atomics (no faster at d12, H100).
 // Set before the first attention call of a shape (plans are built once per shape and setting).
 static void attention_set_deterministic(int on) { attn_state.nondeterministic = !on; }
 static int attention_is_deterministic(void) { return !attn_state.nondeterministic; }
