@@ -357,27 +357,10 @@ static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, siz
     const size_t bytes = opt4_bytes(m->opt4_elems, m->opt4_nseg) + (size_t)m->opt4_nseg * OPT4_STATES * sizeof(float);
     m->opt4_mem = device_alloc<uint8_t>(bytes ? bytes : 1, NULL);
     cuda_check(cudaMemset(m->opt4_mem, 0, bytes ? bytes : 1));   // fresh state: every code, scale and amax 0 (G5)
-    m->opt4_amax = (float*)(m->opt4_mem + opt4_amax_offset(m->opt4_elems));
+    m->opt4_amax = opt4_state_in(m->opt4_mem, m->opt4_elems).amax;
     const double MiB = 1024.0 * 1024.0;
     dist_printf(m->dist, "optimizer state: NVFP4 m and sqrt(v), %d segments, %.1f MiB (FP32 m and v: %.1f MiB)\n",
                 m->opt4_nseg, bytes / MiB, 2.0 * count * sizeof(float) / MiB);
-}
-
-// Segment s's view of the NVFP4 state, for one update under keys from (seed, step).
-static Opt4Device opt4_device_view(const GPT* m, int s, uint64_t seed, int step) {
-    const Opt4Seg* sg = &m->opt4_segs[s];
-    const size_t codes = opt4_code_bytes(m->opt4_elems), scales = opt4_scale_bytes(m->opt4_elems);
-    Opt4Device st;
-    for (int k = 0; k < OPT4_STATES; k++) {
-        uint8_t* base = m->opt4_mem + (size_t)k * (codes + scales);
-        st.codes[k] = base + sg->base / 2;
-        st.scales[k] = base + codes + sg->base / OPT4_BLOCK;
-        st.key[k] = rng_key(seed, (uint32_t)step, opt4_tensor_id(sg->tensor, sg->layer, k));
-    }
-    st.amax_old = m->opt4_amax + 2 * s;
-    st.amax_new = m->opt4_amax + 2 * (m->opt4_nseg + s);
-    st.index0 = sg->index0;
-    return st;
 }
 
 static void gpt_free(GPT* m) {
@@ -777,7 +760,7 @@ static void gpt_update_nvfp4(GPT* m, AdamWParams* a, float weight_decay, int ste
         a->weight_decay = m->family->params[sg->tensor].decay ? weight_decay : 0.0f;
         a->rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)sg->tensor);   // the weights' BF16 rounding
         const Opt4Step st = opt4_step_init(a);
-        const Opt4Device view = opt4_device_view(m, s, seed, step);
+        const Opt4Device view = opt4_device_view(m->opt4_mem, m->opt4_elems, S, sg, s, seed, step);
         const size_t b = sg->begin;
         adamw_nvfp4_update(m->params_memory + b, m->master ? m->master + (b - m->opt_begin) : NULL, m->grads_memory + b,
                            &view, sg->n, b - off, &st, m->stream);

@@ -114,6 +114,22 @@ __global__ void adamw_nvfp4_pass2(const float* grads, Opt4Device st, size_t n, O
                       st.scales[1] + blk);
 }
 
+// Segment s (of S, sg its layout) of the state buffer mem of elems elements (llmc/fp4/optim_state.h's layout, with
+// this update's amaxes after the stored ones), with the rng keys of (seed, step).
+static Opt4Device opt4_device_view(uint8_t* mem, size_t elems, int S, const Opt4Seg* sg, int s, uint64_t seed, int step) {
+    const Opt4HostState h = opt4_state_in(mem, elems);
+    Opt4Device st;
+    for (int k = 0; k < OPT4_STATES; k++) {
+        st.codes[k] = h.codes[k] + sg->base / 2;
+        st.scales[k] = h.scales[k] + sg->base / OPT4_BLOCK;
+        st.key[k] = rng_key(seed, (uint32_t)step, opt4_tensor_id(sg->tensor, sg->layer, k));
+    }
+    st.amax_old = h.amax + 2 * s;
+    st.amax_new = h.amax + 2 * (S + s);
+    st.index0 = sg->index0;
+    return st;
+}
+
 // Updates one segment of n elements: params, master (or NULL), grads point at its first element; index_offset is
 // params[0]'s index in its whole tensor, for the BF16 rounding of the weights (as adamw_update's);
 // st->amax_new must start at 0.

@@ -38,9 +38,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
     for (size_t i = 0; i < count; i++) master[i] = bf16f(params[lo + i]);
     const size_t state_bytes = opt4_bytes(elems, S) + (size_t)S * 2 * sizeof(float);
     std::vector<uint8_t> h_state(state_bytes, 0);
-    const size_t cb = opt4_code_bytes(elems), sb = opt4_scale_bytes(elems);
-    Opt4HostState hs = {{h_state.data(), h_state.data() + cb + sb}, {h_state.data() + cb, h_state.data() + 2 * cb + sb},
-                        (float*)(h_state.data() + opt4_amax_offset(elems))};
+    Opt4HostState hs = opt4_state_in(h_state.data(), elems);
     // device
     floatX* d_params; float* d_master = NULL; float* d_grads; uint8_t* d_state;
     cuda_check(cudaMalloc(&d_params, total * sizeof(floatX)));
@@ -52,7 +50,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
         cuda_check(cudaMalloc(&d_master, count * sizeof(float)));
         cuda_check(cudaMemcpy(d_master, master.data(), count * 4, cudaMemcpyHostToDevice));
     }
-    float* d_amax = (float*)(d_state + opt4_amax_offset(elems));
+    float* d_amax = opt4_state_in(d_state, elems).amax;
     const uint64_t seed = 42;
     std::vector<float> grads(total);
     for (int step = 1; step <= 6; step++) {
@@ -68,15 +66,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
             a.weight_decay = sg->tensor == 1 ? 0.0f : 0.1f;
             a.rng_key = rng_key(seed, (uint32_t)step, 1000u + (uint32_t)sg->tensor);
             const Opt4Step st = opt4_step_init(&a);
-            Opt4Device v;
-            for (int k = 0; k < 2; k++) {
-                v.codes[k] = d_state + k * (cb + sb) + sg->base / 2;
-                v.scales[k] = d_state + k * (cb + sb) + cb + sg->base / 16;
-                v.key[k] = rng_key(seed, (uint32_t)step, opt4_tensor_id(sg->tensor, sg->layer, k));
-            }
-            v.amax_old = d_amax + 2 * s;
-            v.amax_new = d_amax + 2 * (S + s);
-            v.index0 = sg->index0;
+            const Opt4Device v = opt4_device_view(d_state, elems, S, sg, s, seed, step);
             const size_t b = sg->begin, woff = b - toff[sg->tensor];
             adamw_nvfp4_update(d_params + b, d_master ? d_master + (b - lo) : NULL, d_grads + b, &v, sg->n, woff, &st, 0);
             // the twin
@@ -114,7 +104,7 @@ static void run_case(bool fp32_master, size_t lo, size_t count) {
     }
     // the state is not trivial: some G2 scales, nonzero amaxes
     int g2 = 0;
-    for (size_t i = 0; i < sb; i++) g2 += h_state[cb + sb + cb + i] == 1;
+    for (size_t i = 0; i < opt4_scale_bytes(elems); i++) g2 += hs.scales[1][i] == 1;
     printf("  %s: %d blocks of sqrt(v) at the smallest scale (G2)\n", name, g2);
     cudaFree(d_params); cudaFree(d_grads); cudaFree(d_state); cudaFree(d_master);
 }

@@ -2,7 +2,8 @@
 // plain C: the arithmetic the GPU update (llmc/adamw.cuh, adamw_nvfp4_update) and its CPU twin here share, the
 // layout of the state, and the twin itself.
 // defines: Opt4Seg, Opt4Step, opt4_step_init(), opt4_s_enc(), opt4_decode(), opt4_moments(), opt4_param(),
-//          opt4_encode_block(), opt4_segments(), opt4_bytes(), opt4_tensor_id(), Opt4HostState, opt4_update_cpu()
+//          opt4_encode_block(), opt4_segments(), opt4_bytes(), opt4_tensor_id(), Opt4HostState, opt4_state_in(),
+//          opt4_update_cpu()
 //
 // What is stored, per segment (one parameter tensor of one layer, or its part in this rank's ZeRO-1 shard) and
 // per state (m, and u = sqrt(v)):
@@ -178,14 +179,28 @@ static inline size_t opt4_bytes(size_t elems, int segments) {
     return opt4_amax_offset(elems) + (size_t)segments * OPT4_STATES * sizeof(float);
 }
 
-// ---------------------------------------------------------------------------------------------------
-// The CPU twin (tests): the state in host memory, the parameters as FP32 values.
-
+// The state's arrays inside its one buffer of elems elements (host or device memory: only addresses are formed):
+// m's codes, m's scales, u's codes, u's scales, then the amaxes ([segments][2]; the trainer and the GPU update
+// keep this update's amaxes after them, another [segments][2]).
 typedef struct {
     uint8_t* codes[OPT4_STATES];
     uint8_t* scales[OPT4_STATES];
     float* amax;        // [segments][2]
 } Opt4HostState;
+
+static inline Opt4HostState opt4_state_in(uint8_t* mem, size_t elems) {
+    Opt4HostState h;
+    const size_t cb = opt4_code_bytes(elems), sb = opt4_scale_bytes(elems);
+    for (int k = 0; k < OPT4_STATES; k++) {
+        h.codes[k] = mem + (size_t)k * (cb + sb);
+        h.scales[k] = h.codes[k] + cb;
+    }
+    h.amax = (float*)(mem + opt4_amax_offset(elems));
+    return h;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The CPU twin (tests): the state in host memory, the parameters as FP32 values.
 
 // One AdamW update of segment s (its n parameters p, gradients g; p updated in place to the new FP32 values,
 // which the trainer then rounds to BF16 as AdamW does), with step constants st, random keys from (seed, step).
