@@ -402,10 +402,25 @@ static bool attn_cudnn_build_forward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     return attn_cudnn_make_plan(p, handle);
 }
 
+// out (dK or dV, [B, KVH, T, HS]) = a.b: directly with KVH == NH; with GQA per query head into a virtual
+// [B, NH, T, HS] tensor, then summed over each group of NH/KVH heads.
+static void attn_cudnn_matmul_kv(AttnCudnnPlan* p, const char* what, const char* name, cudnnBackendDescriptor_t a,
+                                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out, const AttnCudnnShapes* d) {
+    if (p->KVH == p->NH) {
+        attn_cudnn_matmul(p, what, a, b, out);
+        return;
+    }
+    char per_head[64], sum[64];
+    snprintf(per_head, sizeof(per_head), "%s per query head", name);
+    snprintf(sum, sizeof(sum), "%s head-group sum", name);
+    cudnnBackendDescriptor_t h = attn_cudnn_virtual(p, per_head, p->fullhead_type, d->q, d->acc_str);
+    attn_cudnn_matmul(p, what, a, b, h);
+    attn_cudnn_reduction(p, sum, CUDNN_REDUCE_TENSOR_ADD, h, out);
+}
+
 static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     const AttnCudnnShapes d = attn_cudnn_shapes(p->B, p->T, p->NH, p->KVH, p->HS);
     const cudnnDataType_t bf16 = CUDNN_DATA_BFLOAT16, f32 = CUDNN_DATA_FLOAT;
-    const bool gqa = p->KVH != p->NH;
     cudnnBackendDescriptor_t Q = attn_cudnn_tensor(p, "Q", ATTN_UID_Q, bf16, d.q, d.q_str, false, false);
     cudnnBackendDescriptor_t Kt = attn_cudnn_tensor(p, "K^T", ATTN_UID_K, bf16, d.kt, d.kt_str, false, false);
     cudnnBackendDescriptor_t Vt = attn_cudnn_tensor(p, "V^T", ATTN_UID_V, bf16, d.kt, d.kt_str, false, false);
@@ -440,13 +455,7 @@ static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     // dV = P^T.dO (GQA: per query head, then summed over each group of NH/KVH heads)
     cudnnBackendDescriptor_t probT = attn_cudnn_virtual(p, "P^T", bf16, d.s, d.st_str);
     attn_cudnn_reshape(p, "P^T", prob, probT);
-    if (!gqa) {
-        attn_cudnn_matmul(p, "P^T.dO", probT, dO, dV);
-    } else {
-        cudnnBackendDescriptor_t dVh = attn_cudnn_virtual(p, "dV per query head", p->fullhead_type, d.q, d.acc_str);
-        attn_cudnn_matmul(p, "P^T.dO", probT, dO, dVh);
-        attn_cudnn_reduction(p, "dV head-group sum", CUDNN_REDUCE_TENSOR_ADD, dVh, dV);
-    }
+    attn_cudnn_matmul_kv(p, "P^T.dO", "dV", probT, dO, dV, &d);
 
     // dS = P * (dP - softmax_sum) * scale
     cudnnBackendDescriptor_t dp1 = attn_cudnn_virtual(p, "dO.V^T", f32, d.s, d.s_str);
@@ -463,13 +472,7 @@ static bool attn_cudnn_build_backward(AttnCudnnPlan* p, cudnnHandle_t handle) {
     // dK = dS^T.Q (GQA: per query head, then summed over each group of NH/KVH heads)
     cudnnBackendDescriptor_t dsT = attn_cudnn_virtual(p, "dS^T", bf16, d.s, d.st_str);
     attn_cudnn_reshape(p, "dS^T", ds, dsT);
-    if (!gqa) {
-        attn_cudnn_matmul(p, "dS^T.Q", dsT, Q, dK);
-    } else {
-        cudnnBackendDescriptor_t dKh = attn_cudnn_virtual(p, "dK per query head", p->fullhead_type, d.q, d.acc_str);
-        attn_cudnn_matmul(p, "dS^T.Q", dsT, Q, dKh);
-        attn_cudnn_reduction(p, "dK head-group sum", CUDNN_REDUCE_TENSOR_ADD, dKh, dK);
-    }
+    attn_cudnn_matmul_kv(p, "dS^T.Q", "dK", dsT, Q, dK, &d);
 
     // dQ = dS.K: straight into dQ (deterministic), or accumulated in FP32 in our workspace, then converted
     cudnnBackendDescriptor_t K = attn_cudnn_virtual(p, "K", f32, d.kv, d.kv_str);
