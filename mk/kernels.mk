@@ -4,7 +4,7 @@
 #   build/bench_kernels  times them at GPT-2 124M training shapes, prints GB/s
 
 GPU_TESTS += build/test_kernels
-build/test_kernels: llmc/model/target_argmax.cuh
+build/test_kernels: llmc/model/target_argmax.cuh dev/test/kernel_check.cuh
 
 build/bench_kernels: dev/bench/bench_kernels.cu $(HEADERS)
 	@mkdir -p build

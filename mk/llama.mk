@@ -6,6 +6,6 @@ GPU_TESTS += build/test_llama_kernels
 LLAMA_KERNEL_HEADERS := llmc/model/rmsnorm.cuh llmc/model/rope.h llmc/model/rope.cuh llmc/model/swiglu.cuh \
                         llmc/model/reduce.cuh
 
-build/test_llama_kernels: $(LLAMA_KERNEL_HEADERS)
+build/test_llama_kernels: $(LLAMA_KERNEL_HEADERS) dev/test/kernel_check.cuh
 # dev/test/check_resume_llama.sh: check_resume.sh on llama-tiny under nvfp4 (GPU; skips without one).
 GPU_TESTS += dev/test/check_resume_llama.sh
