@@ -29,7 +29,6 @@ File format (little-endian):
       then the n context tokens, then each candidate's tokens in order
 """
 import argparse
-import json
 import lzma
 import os
 import sys
@@ -80,19 +79,13 @@ def hellaswag_items(path):
 
 
 def lambada_items(path):
+    from prepro import jsonl_texts   # the JSONL reader prepro.py uses (main() puts dev/data on the path)
     items = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                text = json.loads(line)["text"]
-            except (json.JSONDecodeError, KeyError, TypeError):
-                die(f"{path}:{lineno}: not a JSON object with a \"text\" field")
-            if not isinstance(text, str) or " " not in text:
-                die(f"{path}:{lineno}: a passage without a space has no last word to predict")
-            ctx, word = text.rsplit(" ", 1)
-            items.append((ctx, [" " + word], 0))
+    for lineno, text in jsonl_texts(path):
+        if " " not in text:
+            die(f"{path}:{lineno}: a passage without a space has no last word to predict")
+        ctx, word = text.rsplit(" ", 1)
+        items.append((ctx, [" " + word], 0))
     return items
 
 

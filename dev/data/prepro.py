@@ -117,23 +117,31 @@ def gpt2_encoding(bpe_dir):
     return enc
 
 
+def jsonl_texts(path):
+    """Yields (line number, text) for every non-blank line of a .jsonl or .jsonl.xz file: a JSON object whose
+    "text" field is a string (anything else ends the program with the file and line). eval_prepro.py reads
+    LAMBADA with it too."""
+    opener = lzma.open if path.endswith(".xz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                text = json.loads(line)["text"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                die(f"{path}:{lineno}: not a JSON object with a \"text\" field")
+            if not isinstance(text, str):
+                die(f"{path}:{lineno}: the \"text\" field is not a string")
+            yield lineno, text
+
+
 def documents(paths):
     """Yields the text of every document, in order."""
     for path in paths:
         try:
             if path.endswith(".jsonl") or path.endswith(".jsonl.xz"):
-                opener = lzma.open if path.endswith(".xz") else open
-                with opener(path, "rt", encoding="utf-8") as f:
-                    for lineno, line in enumerate(f, 1):
-                        if not line.strip():
-                            continue
-                        try:
-                            text = json.loads(line)["text"]
-                        except (json.JSONDecodeError, KeyError, TypeError):
-                            die(f"{path}:{lineno}: not a JSON object with a \"text\" field")
-                        if not isinstance(text, str):
-                            die(f"{path}:{lineno}: the \"text\" field is not a string")
-                        yield text
+                for _, text in jsonl_texts(path):
+                    yield text
             else:
                 with open(path, "r", encoding="utf-8") as f:
                     yield f.read()
