@@ -7,6 +7,8 @@
 // open_tasks that no scenario below reaches, are rows of tables (test_option_checks, test_plan_checks, the rows of
 // test_heldout): a negative case per check, and each range limit on both sides, its last valid value reaching the GPU
 // check and its first invalid one refused.
+// test_every_check_has_a_case holds the rule to that: it reads the checking functions' source (CHECK_SITES) and fails
+// for any fail_if / fail whose message no passing case drew, so a check added without a row fails the test.
 // Checkpoints are written with llmc/run/checkpoint.h and llmc/model/gpt_config.h for a tiny model (1 layer, 8
 // channels, vocabulary 128), so they take a few kilobytes.
 // usage: build/test_cli [path to train_gpt_fp4]   (default ./train_gpt_fp4; skips if it is not built)
@@ -65,6 +67,21 @@ static int run_trainer(const char* const* args, const char* const* env, char* er
     return rc;
 }
 
+// The error messages that passing cases drew from the trainer (test_every_check_has_a_case reads them).
+static char** seen_errors = NULL;
+static int num_seen_errors = 0, cap_seen_errors = 0;
+static void seen_error_add(const char* line) {
+    if (num_seen_errors == cap_seen_errors) {
+        cap_seen_errors = cap_seen_errors ? 2 * cap_seen_errors : 256;
+        seen_errors = (char**)realloc(seen_errors, cap_seen_errors * sizeof(char*));
+    }
+    size_t n = strcspn(line, "\n");
+    char* copy = (char*)malloc(n + 1);
+    memcpy(copy, line, n);
+    copy[n] = '\0';
+    seen_errors[num_seen_errors++] = copy;
+}
+
 // One case: the trainer must exit with status 1 and its last stderr line must be "error: ..." holding
 // both substrings (want2 may be NULL). want1 "no CUDA GPU found": a valid case that must pass every
 // CPU check; for every other case that message is a failure (the check came after the GPU, or not at all).
@@ -84,6 +101,7 @@ static void expect_a(const char* what, const char* const* env, const char* want1
           want2 ? " and \"" : "", want2 ? want2 : "", want2 ? "\"" : "", err);
     int shown = (int)strcspn(last + 7, "\n");
     if (ok) printf("ok   %-52s %.2f s  %.*s\n", what, seconds, shown < 90 ? shown : 90, last + 7);
+    if (ok && !wants_gpu) seen_error_add(last + 7);
 }
 // The same with the arguments listed (EXPECT below).
 static void expect_v(const char* what, const char* const* env, const char* want1, const char* want2, ...) {
@@ -137,6 +155,7 @@ typedef struct {
     int rng_step_offset;     // the rng section's step is step + this (0: a consistent file)
     int zero;                // written with ZeRO-1 (an optimizer shard then holds no weights)
     int long_text;           // the recipe text padded to 1500 bytes (the trainer reads up to 1023)
+    int opt_state;           // the header's optimizer state kind (0: FP32 moments, as every case but one writes)
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -148,6 +167,7 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     h[H_STEP] = spec->step; h[H_ADAM_T] = spec->step + spec->adam_t_offset; h[H_HAS_MASTER] = 0;
     h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = spec->zero;
     h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
+    h[H_OPT_STATE] = spec->opt_state;
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
     header_set_u64(h, H_OPT_COUNT_LO, opt_count);
@@ -970,6 +990,245 @@ static void test_plan_checks(void) {
     rmdir(empty);
 }
 
+// A tokenizer file: its header (magic, version, vocabulary, end-of-text id) and `records` one-byte tokens, the one at
+// `empty` (if >= 0) of length 0.
+static void write_tokenizer(const char* path, uint32_t magic, uint32_t version, uint32_t vocab, uint32_t eot,
+                            int records, int empty) {
+    uint32_t h[256] = {0};
+    h[0] = magic; h[1] = version; h[2] = vocab; h[3] = eot;
+    FILE* f = fopen_check(path, "wb");
+    fwrite_check(h, sizeof(uint32_t), 256, f, path);
+    for (int i = 0; i < records; i++) {
+        const uint8_t rec[2] = {(uint8_t)(i == empty ? 0 : 1), (uint8_t)('a' + i % 26)};
+        fwrite_check(rec, 1, i == empty ? 1 : 2, f, path);
+    }
+    fclose_check(f, path);
+}
+
+// tokenizer_init's header checks and the optimizer state kind of a checkpoint header, each on both sides.
+static void test_file_checks(void) {
+    char t[6][128], ck[128], ck2[128];
+    for (int i = 0; i < 6; i++) snprintf(t[i], sizeof(t[i]), "%s/tok%d.bin", tmpdir, i);
+    write_tokenizer(t[0], TOKENIZER_MAGIC + 1, 2, 4, 3, 4, -1);
+    write_tokenizer(t[1], TOKENIZER_MAGIC, 3, 4, 3, 4, -1);
+    write_tokenizer(t[2], TOKENIZER_MAGIC, 1, 1, 0, 1, -1);              // version 1, one token: the smallest
+    write_tokenizer(t[3], TOKENIZER_MAGIC, 2, 0, 0, 0, -1);
+    write_tokenizer(t[4], TOKENIZER_MAGIC, 2, (1u << 24) + 1, 0, 0, -1);   // (the check comes before the tokens)
+    write_tokenizer(t[5], TOKENIZER_MAGIC, 2, 4, 3, 4, 2);
+    snprintf(ck, sizeof(ck), "%s/kind2.bin", tmpdir);
+    snprintf(ck2, sizeof(ck2), "%s/kind-1.bin", tmpdir);
+    CkptSpec kind = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
+    kind.opt_state = 2;
+    write_checkpoint(ck, &kind);
+    kind.opt_state = -1;
+    write_checkpoint(ck2, &kind);
+    const CliCase cases[] = {
+        {"a tokenizer of another magic", NULL, "has bad magic 20240329 (want 20240328)", t[0],
+         {BASE_ARGS, "--tokenizer", t[0]}},
+        {"a tokenizer of version 3", NULL, "has version 3; this program reads versions 1 and 2", t[1],
+         {BASE_ARGS, "--tokenizer", t[1]}},
+        {"a version-1 tokenizer of one token", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--tokenizer", t[2]}},
+        {"a tokenizer of 0 tokens", NULL, "has an implausible vocabulary size 0", t[3], {BASE_ARGS, "--tokenizer", t[3]}},
+        {"a tokenizer of 2^24 + 1 tokens", NULL, "has an implausible vocabulary size 16777217", t[4],
+         {BASE_ARGS, "--tokenizer", t[4]}},
+        {"a tokenizer with an empty token", NULL, "token 2 has length 0 (corrupt file)", t[5],
+         {BASE_ARGS, "--tokenizer", t[5]}},
+        {"optimizer state kind 2", NULL, "optimizer state kind 2 unknown", ck, {RESUME_ARGS, "--init-from", ck}},
+        {"optimizer state kind -1", NULL, "optimizer state kind -1 unknown", ck2, {RESUME_ARGS, "--init-from", ck2}},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]));
+    for (int i = 0; i < 6; i++) remove(t[i]);
+    remove(ck);
+    remove(ck2);
+}
+
+// --- every check has a case ----------------------------------------------------------------------
+// The functions that stop the trainer on a bad command line, launch, checkpoint, recipe or file before the GPU (main()
+// calls them before setup_gpu, and the headers' functions they call that stop the program themselves). Every fail_if
+// and fail in them whose message has text of its own must have drawn its error from a passing case above: a check
+// added without a case fails here, naming its message. A message that is only a helper's ("%s", err) is that
+// helper's to test (batch_plan in test_data, config_check in test_core, quant_spec_parse in test_recipe, ...).
+typedef struct {
+    const char* file;
+    const char* function;
+} CheckSite;
+static const CheckSite CHECK_SITES[] = {
+    {"train_gpt_fp4.cu", "check_options"},    {"train_gpt_fp4.cu", "plan_launch"},
+    {"train_gpt_fp4.cu", "plan_model"},       {"train_gpt_fp4.cu", "new_model_config"},
+    {"train_gpt_fp4.cu", "config_require"},   {"train_gpt_fp4.cu", "open_checkpoint"},
+    {"train_gpt_fp4.cu", "check_checkpoint_sizes"}, {"train_gpt_fp4.cu", "read_run_state"},
+    {"train_gpt_fp4.cu", "check_resume"},     {"train_gpt_fp4.cu", "check_shard_file"},
+    {"train_gpt_fp4.cu", "plan_recipe"},      {"train_gpt_fp4.cu", "plan_schedule"},
+    {"train_gpt_fp4.cu", "open_data"},        {"train_gpt_fp4.cu", "open_tasks"},
+    {"train_gpt_fp4.cu", "held_out_load"},    {"llmc/run/dist_host.h", "dist_host_env_int_"},
+    {"llmc/run/dist_host.h", "dist_host_env_source"}, {"llmc/fp4/recipe.h", "recipe_parse_spec"},
+    {"llmc/fp4/recipe.h", "recipe_preset"},   {"llmc/fp4/recipe.h", "recipe_resolve_layers"},
+    {"llmc/fp4/recipe.h", "recipe_check"},    {"llmc/run/tokenizer.h", "tokenizer_init"},
+};
+// Messages no command line can draw, with why. Each must still be in the source (else this list is stale: a failure).
+static const struct {
+    const char* message;   // the start of its format
+    const char* why;
+} CHECK_EXEMPT[] = {
+    {"started as rank %d of %d (%s), but this build has no NCCL", "a build without NCCL only; this one may have it"},
+    {"unknown --recipe '%s'", "--recipe's choice list (args.h) refuses an unknown name first; test_recipe calls it"},
+    {"recipe %s: the %s evaluation runs the forward on", "an evaluation's rows hold B x T tokens (seq = T) or a multiple "
+     "of 64 (seq < T), and a forward slot needs a multiple of at most 32 (its block width), which B x T already is"},
+};
+
+static char* read_text_file(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char* text = (char*)malloc((size_t)n + 1);
+    size_t got = fread(text, 1, (size_t)n, f);
+    text[got] = '\0';
+    fclose(f);
+    return text;
+}
+
+// Past a string or character literal (p at its opening quote).
+static const char* skip_literal(const char* p) {
+    const char q = *p++;
+    for (; *p && *p != q; p++)
+        if (*p == '\\' && p[1]) p++;
+    return *p ? p + 1 : p;
+}
+// Past white space and comments.
+static const char* skip_space(const char* p) {
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (p[0] == '/' && p[1] == '/') { while (*p && *p != '\n') p++; continue; }
+        if (p[0] == '/' && p[1] == '*') { const char* e = strstr(p + 2, "*/"); p = e ? e + 2 : p + strlen(p); continue; }
+        return p;
+    }
+}
+
+// The body of the function `name` defined (at file scope, "static ...") in src, between its braces.
+static int function_body(const char* src, const char* name, const char** begin, const char** end) {
+    const size_t n = strlen(name);
+    for (const char* p = strstr(src, name); p; p = strstr(p + 1, name)) {
+        if (p == src || !(p[-1] == ' ' || p[-1] == '*') || p[n] != '(') continue;
+        const char* line = p;
+        while (line > src && line[-1] != '\n') line--;
+        if (strncmp(line, "static ", 7) != 0) continue;
+        const char* q = p + n;
+        int depth = 0;
+        for (; *q; q++) {
+            if (*q == '(') depth++;
+            else if (*q == ')' && --depth == 0) break;
+        }
+        if (!*q) return 0;
+        q = skip_space(q + 1);
+        if (*q != '{') continue;   // a declaration
+        const char* b = q;
+        depth = 0;
+        for (; *q; q++) {
+            if (*q == '"' || *q == '\'') { q = skip_literal(q) - 1; continue; }
+            if (q[0] == '/' && (q[1] == '/' || q[1] == '*')) { q = skip_space(q) - 1; continue; }
+            if (*q == '{') depth++;
+            else if (*q == '}' && --depth == 0) { *begin = b; *end = q; return 1; }
+        }
+        return 0;
+    }
+    return 0;
+}
+
+// The message format of the fail_if or fail call whose arguments start at p: its adjacent literals joined and
+// unescaped ("" when it is not a literal). fail_if's condition comes first, up to the first comma outside brackets.
+static void call_format(const char* p, int has_condition, char* out, size_t cap) {
+    if (has_condition) {
+        int depth = 0;
+        for (; *p; p++) {
+            if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
+            if (*p == '(' || *p == '[' || *p == '{') depth++;
+            else if (*p == ')' || *p == ']' || *p == '}') depth--;
+            else if (*p == ',' && depth == 0) { p++; break; }
+        }
+    }
+    size_t o = 0;
+    for (p = skip_space(p); *p == '"'; p = skip_space(p)) {
+        for (p++; *p && *p != '"'; p++) {
+            char c = *p;
+            if (c == '\\' && p[1]) { p++; c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p; }
+            if (o + 1 < cap) out[o++] = c;
+        }
+        if (*p) p++;
+    }
+    out[o] = '\0';
+}
+
+// Whether msg holds fmt's own text in order, a conversion (%d, %s, %llu, %.*s ...) standing for any text. *own: how
+// many characters of fmt are its own text.
+static int format_matches(const char* fmt, const char* msg, int* own) {
+    char piece[2048];
+    const char* at = msg;
+    int ok = 1;
+    *own = 0;
+    for (const char* f = fmt; *f;) {
+        size_t n = 0;
+        while (*f && !(f[0] == '%' && f[1] != '%')) {
+            if (f[0] == '%') f++;   // "%%"
+            if (n + 1 < sizeof(piece)) piece[n++] = *f;
+            f++;
+        }
+        piece[n] = '\0';
+        *own += (int)n;
+        if (n) {
+            const char* hit = ok ? strstr(at, piece) : NULL;
+            if (!hit) ok = 0;
+            else at = hit + n;
+        }
+        if (*f == '%') {
+            for (f++; *f && strchr("-+ #0123456789.*hlLqjzt", *f); f++) {}
+            if (*f) f++;
+        }
+    }
+    return ok;
+}
+
+static void test_every_check_has_a_case(void) {
+    int checks = 0, delegated = 0, exempt_used[sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0])] = {0};
+    for (size_t k = 0; k < sizeof(CHECK_SITES) / sizeof(CHECK_SITES[0]); k++) {
+        const CheckSite* site = &CHECK_SITES[k];
+        if (!test_fixture_ok("every check has a case", site->file)) return;
+        char* src = read_text_file(site->file);
+        const char *begin = NULL, *end = NULL;
+        CHECK(src && function_body(src, site->function, &begin, &end), "%s: no function %s (renamed? update CHECK_SITES)",
+              site->file, site->function);
+        if (!begin) { free(src); continue; }
+        int calls = 0;
+        for (const char* p = begin; p < end; p++) {
+            if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
+            if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_space(p) - 1; continue; }
+            const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5);
+            if ((!is_if && !is_fail) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
+            calls++;
+            char fmt[4096];
+            call_format(p + (is_if ? 8 : 5), is_if, fmt, sizeof(fmt));
+            int own = 0, seen = 0, exempt = 0;
+            for (int i = 0; i < num_seen_errors && !seen; i++) seen = format_matches(fmt, seen_errors[i], &own);
+            format_matches(fmt, "", &own);
+            if (own < 8) { delegated++; continue; }   // "%s", "%s: %s": a helper's message
+            for (size_t e = 0; e < sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]); e++)
+                if (!strncmp(fmt, CHECK_EXEMPT[e].message, strlen(CHECK_EXEMPT[e].message))) exempt_used[e] = exempt = 1;
+            if (exempt) continue;
+            checks++;
+            CHECK(seen, "%s (%s): no case draws the check \"%s\": add a row with a value it refuses (and the nearest "
+                  "one it takes)", site->function, site->file, fmt);
+        }
+        CHECK(calls > 0, "%s (%s): no fail_if or fail found (moved? update CHECK_SITES)", site->function, site->file);
+        free(src);
+    }
+    for (size_t e = 0; e < sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]); e++)
+        CHECK(exempt_used[e], "CHECK_EXEMPT names \"%s\", which no CHECK_SITES function has any more: drop it",
+              CHECK_EXEMPT[e].message);
+    printf("every check has a case: %d checks drawn by %d error messages (%d helper messages, %zu exempt)\n", checks,
+           num_seen_errors, delegated, sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]));
+}
+
 int main(int argc, char** argv) {
     if (argc > 1) trainer = argv[1];
     if (access(trainer, X_OK) != 0) {
@@ -992,6 +1251,8 @@ int main(int argc, char** argv) {
     test_values();
     test_option_checks();
     test_plan_checks();
+    test_file_checks();
+    test_every_check_has_a_case();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);
