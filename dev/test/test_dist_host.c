@@ -183,8 +183,52 @@ static void test_place(void) {
     clear_launch_env();
 }
 
+// The launcher's numbers (dist_host_env_int_): decimal digits only, 0 to 2^30 on both sides; anything else stops with
+// the variable named. WORLD_SIZE is read first, so its value alone decides.
+static void place_world(const void* arg) {
+    setenv("WORLD_SIZE", (const char*)arg, 1);
+    setenv("RANK", "0", 1);
+    int w, r;
+    dist_host_place(0, &w, &r);
+    printf("world %d\n", w);
+}
+
+static void test_env_numbers(void) {
+    clear_launch_env();
+    const struct { const char* text; int world; } good[] = {
+        {"1", 1}, {"8", 8}, {"0008", 8},                  // decimal, leading zeros too (not octal)
+        {"1073741824", 1 << 30},                          // 2^30: the largest taken
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        char out[512];
+        char want[32];
+        snprintf(want, sizeof(want), "world %d\n", good[i].world);
+        const int rc = test_run_child_io(place_world, good[i].text, out, sizeof(out), 1);
+        CHECK(rc == 0 && strcmp(out, want) == 0, "WORLD_SIZE='%s': exit %d, '%s', want '%s'", good[i].text, rc, out, want);
+    }
+    const char* const bad[] = {
+        " 2", "2 ", "\t2", "+2", "-0", "-1", "0x2", "2x", "1e3", "2.0", "nan", "inf", "-",
+        "1073741825",                                     // 2^30 + 1: the first refused
+        "2147483648", "99999999999999999999",             // past int, past long (strtol: ERANGE)
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[512], want[128];
+        snprintf(want, sizeof(want), "error: environment variable WORLD_SIZE='%s' is not a non-negative integer", bad[i]);
+        const int rc = test_run_child(place_world, bad[i], err, sizeof(err));
+        CHECK(rc == 1 && strncmp(err, want, strlen(want)) == 0, "WORLD_SIZE='%s': exit %d, '%s'", bad[i], rc, err);
+    }
+    // WORLD_SIZE=0 parses, and is refused as a world size; the empty string counts as unset
+    char err[512];
+    CHECK(test_run_child(place_world, "0", err, sizeof(err)) == 1 && strstr(err, "WORLD_SIZE=0: the world size must be "
+          "at least 1"), "WORLD_SIZE=0: '%s'", err);
+    CHECK(test_run_child_io(place_world, "", err, sizeof(err), 1) == 0 && strcmp(err, "world 1\n") == 0,
+          "WORLD_SIZE='': '%s'", err);
+    clear_launch_env();
+}
+
 int main(void) {
     test_place();
+    test_env_numbers();
     test_shards();
     test_id_file();
     return test_summary("test_dist_host");

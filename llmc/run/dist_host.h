@@ -19,12 +19,15 @@
 // first. Sets *world = 1, *rank = 0 when no launcher is found. Returns the variable the world size came
 // from ("" for none). dist_init later checks that MPI or NCCL agree.
 
+// A launcher's count or index: decimal digits only, 0 to 2^30 (strtol alone would also take " 2", "+2" and "-0").
 static inline int dist_host_env_int_(const char* name, int* out) {
     const char* s = getenv(name);
     if (!s || !*s) return 0;
     char* end = NULL;
+    errno = 0;
     long v = strtol(s, &end, 10);
-    fail_if(*end != '\0' || v < 0 || v > (1L << 30), "environment variable %s='%s' is not a non-negative integer", name, s);
+    fail_if(!(s[0] >= '0' && s[0] <= '9') || *end != '\0' || errno || v < 0 || v > (1L << 30),
+            "environment variable %s='%s' is not a non-negative integer", name, s);
     *out = (int)v;
     return 1;
 }
