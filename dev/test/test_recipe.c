@@ -208,6 +208,47 @@ static void test_limits(void) {
         const int rc = quant_spec_parse(hs[i].spec, &q, err, sizeof(err));
         CHECK(hs[i].ok ? rc == 0 : rc != 0 && err[0], "'%s': rc %d '%s'", hs[i].spec, rc, err);
     }
+    // every number a spec holds, malformed: the message names the word. Seeds are decimal (leading zeros too, as the
+    // option parser reads them, never octal) or hexadecimal after 0x, 0 to 2^64 - 1; sides 1 to 3 digits (16, 32);
+    // Hadamard points 0 or a power of two to 128
+    const struct { const char* spec; const char* message; } bad_numbers[] = {
+        {"int4,h16,seed=", "bad seed in 'seed='"},           {"int4,h16,seed=1e3", "bad seed in 'seed=1e3'"},
+        {"int4,h16,seed=12abc", "bad seed in 'seed=12abc'"}, {"int4,h16,seed=0x", "bad seed in 'seed=0x'"},
+        {"int4,h16,seed=0x-1", "bad seed in 'seed=0x-1'"},   {"int4,h16,seed=0x+1", "bad seed in 'seed=0x+1'"},
+        {"int4,h16,seed=0xg", "bad seed in 'seed=0xg'"},     {"int4,h16,seed=nan", "bad seed in 'seed=nan'"},
+        {"int4,h16,seed=inf", "bad seed in 'seed=inf'"},     {"int4,h16,seed=1.5", "bad seed in 'seed=1.5'"},
+        {"int4,h16,seed=0x10000000000000000", "bad seed in 'seed=0x10000000000000000'"},   // 2^64 in hex
+        {"int4,h16,seed=99999999999999999999", "bad seed in 'seed=99999999999999999999'"},
+        {"nvfp4,h", "unknown quantization option 'h'"},      {"nvfp4,h1e2", "unknown quantization option 'h1e2'"},
+        {"nvfp4,h0x10", "unknown quantization option 'h0x10'"}, {"nvfp4,h0128", "unknown quantization option 'h0128'"},
+        {"nvfp4,1x", "unknown quantization option '1x'"},    {"nvfp4,x16", "unknown quantization option 'x16'"},
+        {"nvfp4,1x16.0", "unknown quantization option '1x16.0'"}, {"nvfp4,0x10", "block '0x10'"},
+        {"nvfp4,16x0016", "unknown quantization option '16x0016'"},   // 4 digits: no side is that long
+    };
+    for (size_t i = 0; i < sizeof(bad_numbers) / sizeof(bad_numbers[0]); i++) {
+        QuantSpec q;
+        char err[512] = "";
+        const int rc = quant_spec_parse(bad_numbers[i].spec, &q, err, sizeof(err));
+        CHECK(rc != 0 && strstr(err, bad_numbers[i].message), "'%s': rc %d '%s', want '%s'", bad_numbers[i].spec, rc, err,
+              bad_numbers[i].message);
+    }
+    const struct { const char* spec; unsigned long long seed; int hadamard, w, l; } good_numbers[] = {
+        {"int4,h16,seed=010", 10, 16, 1, 16},               // decimal (base 0 read it as octal: 8)
+        {"int4,h16,seed=0", 0, 16, 1, 16},                   {"int4,h16,seed=0x10", 16, 16, 1, 16},
+        {"int4,h16,seed=0XfF", 255, 16, 1, 16},              {"int4,h16,seed=0x0010", 16, 16, 1, 16},
+        {"int4,h16,seed=0xffffffffffffffff", 18446744073709551615ull, 16, 1, 16},   // 2^64 - 1 in hex
+        {"int4,h016,seed=7", 7, 16, 1, 16},                  // 3 digits, decimal
+        {"nvfp4,016x016", 0, 0, 16, 16},                     {"nvfp4,h002", 0, 2, 1, 16},
+    };
+    for (size_t i = 0; i < sizeof(good_numbers) / sizeof(good_numbers[0]); i++) {
+        QuantSpec q;
+        char err[512] = "";
+        const int rc = quant_spec_parse(good_numbers[i].spec, &q, err, sizeof(err));
+        CHECK(rc == 0 && q.sign_seed == good_numbers[i].seed && q.hadamard == good_numbers[i].hadamard &&
+              q.block_w == good_numbers[i].w && q.block_l == good_numbers[i].l, "'%s': rc %d '%s', seed %llu h%d %dx%d, "
+              "want seed %llu h%d %dx%d", good_numbers[i].spec, rc, err, (unsigned long long)q.sign_seed, q.hadamard,
+              q.block_w, q.block_l, good_numbers[i].seed, good_numbers[i].hadamard, good_numbers[i].w, good_numbers[i].l);
+    }
 
     // the slot rules, named: GEMM g reads slots 2g and 2g + 1; dgrad's and wgrad's are the backward's; src=fprop
     // reads fprop.w for dgrad.w and fprop.x for wgrad.x
@@ -221,7 +262,11 @@ static void test_limits(void) {
 
     // --bf16-forward-from: (0, 1] on both sides, and the tail's length where it rounds (halves up, at least one)
     const struct { const char* text; int ok; } ff[] = {{"1", 1}, {"1.0000001", 0}, {"1.2e-38", 1}, {"0", 0}, {"-0", 0},
-                                                       {" 0.5", 0}, {"0x0.8p0", 0}};   // strtof takes both: 0.5
+                                                       {" 0.5", 0}, {"0x0.8p0", 0},   // strtof takes both: 0.5
+                                                       {"", 0}, {"\t0.5", 0}, {"0.5 ", 0}, {"0.5abc", 0}, {"1e", 0},
+                                                       {"1e-50", 0}, {"nan", 0}, {"-nan", 0}, {"inf", 0},
+                                                       {"infinity", 0}, {"1e39", 0}, {"-0.5", 0}, {"10%", 0},
+                                                       {"0X1P-1", 0}, {"+0.5", 1}, {".5", 1}, {"5e-1", 1}};
     for (size_t i = 0; i < sizeof(ff) / sizeof(ff[0]); i++) {
         float f = 0.5f;
         char err[512] = "";

@@ -297,10 +297,15 @@ static inline int quant_spec_parse(const char* text, QuantSpec* out, char* err, 
         if (!strcmp(tok, "fixed")) { s.signs = QSIGNS_FIXED; found = 1; }
         if (!strcmp(tok, "step")) { s.signs = QSIGNS_STEP; found = 1; }
         if (!strncmp(tok, "seed=", 5)) {
+            // decimal, or hexadecimal after 0x; strtoull's base 0 would read a leading 0 as octal ("seed=010": 8)
+            const char* digits = tok + 5;
+            const int hex = digits[0] == '0' && (digits[1] == 'x' || digits[1] == 'X');
             char* end;
             errno = 0;
-            unsigned long long v = strtoull(tok + 5, &end, 0);
-            if (!(tok[5] >= '0' && tok[5] <= '9') || *end || errno) {
+            unsigned long long v = strtoull(digits + 2 * hex, &end, hex ? 16 : 10);
+            const char first = digits[2 * hex];
+            if (!((first >= '0' && first <= '9') || (hex && ((first >= 'a' && first <= 'f') || (first >= 'A' && first <= 'F'))))
+                || *end || errno) {
                 if (err) snprintf(err, errlen, "bad seed in '%s': give a number from 0 to 2^64 - 1 (decimal, or 0x hex)", tok);
                 return -1;
             }
