@@ -908,6 +908,49 @@ static void test_4o6(void) {
           "an all-equal block ties (both exact): scale 0x%02x (want 256, the 6-candidate), code %d", sc, c8[0] & 15);
 }
 
+// Index math the GPU kernels and the CPU twin share, against indices and values worked out by hand.
+static void test_shared_index_math(void) {
+    // sr_bits16: the 2 x 2 square (r / 2, c / 2) of a row of ceil(cols / 2) squares draws rng_bits64 once; element
+    // (r & 1, c & 1) takes bits [16 k, 16 k + 16), k = 2 (r & 1) + (c & 1)
+    const uint64_t key = rng_key(7, 3, 11);
+    const struct { uint64_t r, c, cols, draw; int k; } sq[] = {
+        {0, 0, 5, 0, 0}, {0, 1, 5, 0, 1}, {1, 0, 5, 0, 2}, {1, 1, 5, 0, 3},   // one square, four elements
+        {0, 4, 5, 2, 0}, {1, 4, 5, 2, 2},                                   // odd cols: the last square is half used
+        {2, 0, 5, 3, 0},                                                    // row 2 starts square row 1: 1 * 3
+        {3, 4, 5, 5, 2},                                                    // 1 * 3 + 2
+        {2, 0, 6, 3, 0}, {2, 0, 4, 2, 0},                                   // cols 6 and 4: 3 and 2 squares a row
+        {5, 0, 1, 2, 2},                                                    // one column: one square a row pair
+        {(1ull << 32) + 1, 7, 1ull << 20, (1ull << 31) * (1ull << 19) + 3, 3},   // large: no 32-bit product
+    };
+    for (size_t i = 0; i < sizeof(sq) / sizeof(sq[0]); i++) {
+        const uint32_t want = (uint32_t)(rng_bits64(key, sq[i].draw) >> (16 * sq[i].k)) & 0xFFFFu;
+        CHECK(sr_bits16(key, sq[i].r, sq[i].c, sq[i].cols) == want, "sr_bits16(r=%llu, c=%llu, cols=%llu): not draw %llu "
+              "bits %d", (unsigned long long)sq[i].r, (unsigned long long)sq[i].c, (unsigned long long)sq[i].cols,
+              (unsigned long long)sq[i].draw, 16 * sq[i].k);
+    }
+    // quant_step_sign_mask: sign i is bit 31 of draw 2^62 + i, stored at bit i % 32 of word i / 32
+    uint32_t mask[4];
+    quant_step_sign_mask(key, mask);
+    const int signs[] = {0, 1, 31, 32, 63, 64, 95, 96, 127};
+    for (size_t i = 0; i < sizeof(signs) / sizeof(signs[0]); i++) {
+        const int k = signs[i];
+        const uint32_t want = rng_bits32(key, 4611686018427387904ull + (uint64_t)k) >> 31;
+        CHECK(((mask[k / 32] >> (k % 32)) & 1u) == want, "step sign %d: bit %d of word %d", k, k % 32, k / 32);
+    }
+    // eden_scale_r16: the top 16 bits of draw 2^63 + j
+    const uint64_t js[] = {0, 1, 1ull << 40};
+    for (size_t i = 0; i < sizeof(js) / sizeof(js[0]); i++)
+        CHECK(eden_scale_r16(key, js[i]) == rng_bits32(key, 9223372036854775808ull + js[i]) >> 16, "eden_scale_r16(%llu)",
+              (unsigned long long)js[i]);
+    // hadamard_scale(n) = 1 / sqrt(n): 2^-k/2 exactly for even k = log2(n), the float nearest 1/sqrt(2) times 2^-(k-1)/2
+    // for odd k (0.70710677f = 0x3F3504F3)
+    const struct { int n; float want; } hs[] = {{1, 1.0f}, {2, 0.70710677f}, {4, 0.5f}, {8, 0.35355338f}, {16, 0.25f},
+                                                 {32, 0.17677669f}, {64, 0.125f}, {128, 0.088388346f}};
+    for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
+        CHECK(hadamard_scale(hs[i].n) == hs[i].want, "hadamard_scale(%d) = %.9g, want %.9g", hs[i].n,
+              hadamard_scale(hs[i].n), hs[i].want);
+}
+
 int main(void) {
     run_golden();
     test_formats_exhaustive();
@@ -924,5 +967,6 @@ int main(void) {
     test_e4m3_grid();
     test_e4m3_no_packed();
     test_4o6();
+    test_shared_index_math();
     return test_summary("fp4_cpu");
 }

@@ -24,9 +24,35 @@ static float nrand(void) { return sqrtf(-2.0f * logf(urand())) * cosf(6.2831853f
 // ----------------------------------------------------------------------------------------------------
 // swizzle
 
+// The inverse (matmul_fp4_swizzle_source, which the GPU swizzle kernel and the CPU twin both run), by hand: byte o of
+// tile t = o / 512 (tiles_c = ceil(C / 4) per 128 rows), w = o % 512: row (t / tiles_c) * 128 + (w % 16) / 4 * 32 +
+// w / 16, 16-block (t % tiles_c) * 4 + w % 4.
+static void test_swizzle_source_literal(void) {
+    const int64_t cases[][4] = {
+        // {o, C, r, c}
+        {0, 8, 0, 0},      {1, 8, 0, 1},      {3, 8, 0, 3},       {4, 8, 32, 0},      // w 4: (4 / 4) * 32
+        {15, 8, 96, 3},    {16, 8, 1, 0},     {511, 8, 127, 3},                      // the first tile's last byte
+        {512, 8, 0, 4},    {1023, 8, 127, 7}, {1024, 8, 128, 0},                     // tiles_c 2: tile 2 is rows 128..
+        {512, 6, 0, 4},    {1024, 6, 128, 0},                                        // C 6: still 2 tiles per row band
+        {512, 1, 128, 0},  {3, 1, 0, 3},                                             // C 1: one tile per band; c 3 is padding
+        {512, 4, 128, 0},  {512, 5, 0, 4},                                           // C = 4 and 4 + 1 on both sides
+        {5 * 512 + 100, 12, 166, 8},   // C 12: 3 tiles per band; t 5 = band 1, tile 2 (c 8); w 100: 32 + 100 / 16 = 38
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const int64_t* t = cases[i];
+        int64_t r = -1, c = -1;
+        matmul_fp4_swizzle_source(t[0], t[1], &r, &c);
+        CHECK(r == t[2] && c == t[3], "swizzle_source(o=%lld, C=%lld) = (%lld, %lld), want (%lld, %lld)", (long long)t[0],
+              (long long)t[1], (long long)r, (long long)c, (long long)t[2], (long long)t[3]);
+    }
+}
+
+
 static void test_scale_bytes(void) {
     const int shapes[][3] = {{1, 1, 512}, {128, 4, 512}, {129, 4, 1024}, {128, 5, 1024}, {300, 6, 3 * 128 * 8},
-                             {768, 48, 768 * 48}, {8192, 192, 8192 * 192}};
+                             {768, 48, 768 * 48}, {8192, 192, 8192 * 192},
+                             // rows and 16-blocks at 128 - 1, 128, 128 + 1 and 4 - 1, 4, 4 + 1 (by hand: 128 x 4 per tile)
+                             {127, 3, 512}, {256, 8, 2048}, {257, 9, 384 * 12}, {255, 7, 256 * 8}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
         CHECK(matmul_fp4_scale_bytes(shapes[i][0], shapes[i][1]) == (size_t)shapes[i][2],
               "scale_bytes(%d, %d) = %zu, want %d", shapes[i][0], shapes[i][1],
@@ -246,6 +272,7 @@ static void test_spec_ok(void) {
 int main(void) {
     test_scale_bytes();
     test_offsets_literal();
+    test_swizzle_source_literal();
     const int shapes[][2] = {{1, 1}, {1, 2}, {5, 3}, {31, 4}, {128, 4}, {129, 5}, {160, 6}, {256, 48}, {300, 7},
                              {37, 130}, {768, 192}};
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) test_swizzle_twin(shapes[i][0], shapes[i][1]);

@@ -245,12 +245,93 @@ static void test_determinism(void) {
     CHECK(memcmp(bytes[0], bytes[2], sizeof(bytes[0])) != 0, "another seed: other stochastic roundings");
 }
 
+// The layout helpers the trainer, the GPU kernels (through opt4_device_view) and the CPU twin share, against values
+// worked out by hand at their boundaries (none of them derived from the helpers themselves).
+static void test_layout_boundaries(void) {
+    // elems (a multiple of 16): codes elems / 2 bytes per state, scales elems / 16, the amaxes after both states'
+    // codes and scales, 2 (elems / 2 + elems / 16) = 9 elems / 8 bytes rounded up to 16
+    const struct { size_t elems, code, scale, amax; } sizes[] = {
+        {0, 0, 0, 0},        // nothing: the amaxes at 0
+        {16, 8, 1, 32},      // 18 -> 32
+        {32, 16, 2, 48},     // 36 -> 48
+        {48, 24, 3, 64},     // 54 -> 64
+        {64, 32, 4, 80},     // 72 -> 80
+        {112, 56, 7, 128},   // 126 -> 128
+        {128, 64, 8, 144},   // 144: already aligned, stays
+        {144, 72, 9, 176},   // 162 -> 176
+        {4294967296ull, 2147483648ull, 268435456ull, 4831838208ull},   // 2^32: 9 * 2^29, a multiple of 16 (no 32-bit wrap)
+    };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        const size_t e = sizes[i].elems;
+        CHECK(opt4_code_bytes(e) == sizes[i].code && opt4_scale_bytes(e) == sizes[i].scale &&
+              opt4_amax_offset(e) == sizes[i].amax, "elems %zu: codes %zu scales %zu amax at %zu, want %zu %zu %zu", e,
+              opt4_code_bytes(e), opt4_scale_bytes(e), opt4_amax_offset(e), sizes[i].code, sizes[i].scale, sizes[i].amax);
+    }
+    // the checkpoint's bytes: the amax offset plus 2 floats per segment
+    CHECK(opt4_bytes(0, 0) == 0 && opt4_bytes(0, 1) == 8 && opt4_bytes(16, 1) == 40 && opt4_bytes(32, 2) == 64 &&
+          opt4_bytes(4294967296ull, 3) == 4831838232ull, "opt4_bytes: %zu %zu %zu %zu %zu", opt4_bytes(0, 0),
+          opt4_bytes(0, 1), opt4_bytes(16, 1), opt4_bytes(32, 2), opt4_bytes(4294967296ull, 3));
+    // the arrays inside one buffer of 48 elements: m's codes at 0 (24 bytes), m's scales at 24 (3), u's codes at 27,
+    // u's scales at 51, the amaxes at 64
+    static uint8_t mem[128];
+    const Opt4HostState h = opt4_state_in(mem, 48);
+    CHECK(h.codes[0] == mem && h.scales[0] == mem + 24 && h.codes[1] == mem + 27 && h.scales[1] == mem + 51 &&
+          (uint8_t*)h.amax == mem + 64, "opt4_state_in(48): %td %td %td %td %td", h.codes[0] - mem, h.scales[0] - mem,
+          h.codes[1] - mem, h.scales[1] - mem, (uint8_t*)h.amax - mem);
+    // rng tensor ids: 0x20000000 | tensor << 16 | layer << 1 | state
+    const struct { int tensor, layer, state; uint32_t id; } ids[] = {
+        {0, 0, 0, 0x20000000u}, {0, 0, 1, 0x20000001u}, {0, 1, 0, 0x20000002u}, {1, 0, 0, 0x20010000u},
+        {12, 47, 1, 0x200C005Fu},        // 12 << 16 = 0xC0000, 47 << 1 | 1 = 95 = 0x5F
+        {15, 32767, 1, 0x200FFFFFu},     // the largest layer before the tensor's bits
+    };
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++)
+        CHECK(opt4_tensor_id(ids[i].tensor, ids[i].layer, ids[i].state) == ids[i].id, "opt4_tensor_id(%d, %d, %d) = %#x, "
+              "want %#x", ids[i].tensor, ids[i].layer, ids[i].state,
+              opt4_tensor_id(ids[i].tensor, ids[i].layer, ids[i].state), ids[i].id);
+    // segments at a block's edges: each starts a new 16-element block in the state (base), whatever its length
+    const struct {
+        size_t sizes[2];
+        int per_layer[2], layers;
+        size_t lo, count;
+        int k;
+        size_t elems, begin[2], n[2], index0[2], base[2];
+        int tensor[2], layer[2];
+    } segs[] = {
+        {{16, 0}, {0, 0}, 1, 0, 16, 1, 16, {0}, {16}, {0}, {0}, {0}, {0}},   // one block exactly
+        {{15, 0}, {0, 0}, 1, 0, 15, 1, 16, {0}, {15}, {0}, {0}, {0}, {0}},   // block - 1: padded to 16
+        {{17, 0}, {0, 0}, 1, 0, 17, 1, 32, {0}, {17}, {0}, {0}, {0}, {0}},   // block + 1: two blocks
+        {{1, 0}, {0, 0}, 1, 0, 1, 1, 16, {0}, {1}, {0}, {0}, {0}, {0}},      // one element
+        {{16, 1}, {0, 0}, 1, 0, 17, 2, 32, {0, 16}, {16, 1}, {0, 0}, {0, 16}, {0, 1}, {0, 0}},
+        {{16, 16}, {0, 0}, 1, 16, 1, 1, 16, {16}, {1}, {0}, {0}, {1}, {0}},  // a shard of tensor 1's first element
+        {{16, 16}, {0, 0}, 1, 15, 2, 2, 32, {15, 16}, {1, 1}, {15, 0}, {0, 16}, {0, 1}, {0, 0}},   // across the edge
+        {{48, 0}, {1, 0}, 3, 16, 16, 1, 16, {16}, {16}, {0}, {0}, {0}, {1}},   // layer 1 of 3 slices of 16
+        {{48, 0}, {1, 0}, 3, 31, 2, 2, 32, {31, 32}, {1, 1}, {15, 0}, {0, 16}, {0, 0}, {1, 2}},   // layers 1 and 2
+        {{16, 16}, {0, 0}, 1, 32, 0, 0, 0, {0}, {0}, {0}, {0}, {0}, {0}},    // at the end, empty
+    };
+    for (size_t i = 0; i < sizeof(segs) / sizeof(segs[0]); i++) {
+        Opt4Seg out[4];
+        size_t elems = 12345;
+        const int k = opt4_segments(segs[i].sizes, segs[i].per_layer, 2, segs[i].layers, segs[i].lo, segs[i].count, out,
+                                    segs[i].k, &elems);   // (cap = exactly the count: enough)
+        int ok = k == segs[i].k && elems == segs[i].elems;
+        for (int j = 0; ok && j < k; j++)
+            ok = out[j].begin == segs[i].begin[j] && out[j].n == segs[i].n[j] && out[j].index0 == segs[i].index0[j] &&
+                 out[j].base == segs[i].base[j] && out[j].tensor == segs[i].tensor[j] && out[j].layer == segs[i].layer[j];
+        CHECK(ok, "segments case %zu: %d segments over %zu elements (want %d over %zu)", i, k, elems, segs[i].k,
+              segs[i].elems);
+        if (segs[i].k > 0)
+            CHECK(opt4_segments(segs[i].sizes, segs[i].per_layer, 2, segs[i].layers, segs[i].lo, segs[i].count, out,
+                                segs[i].k - 1, &elems) == -1, "segments case %zu: one short of room: -1", i);
+    }
+}
+
 int main(void) {
     E2M1 = grid_traits(QGRID_E2M1);
     test_encode_basics();
     test_guards();
     test_sr_unbiased();
     test_segments();
+    test_layout_boundaries();
     test_first_step();
     test_toy_training();
     test_determinism();
