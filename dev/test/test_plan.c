@@ -211,6 +211,42 @@ static const MixedCase MIXED[] = {
      {"fbffff | fwd X:fprop.x^wgrad.x" BWD, "fbffff | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
     {"nvfp4", MIX_W, GEMM_PATH_EMULATED, 1, {"fbffff | fwd X:fprop.x^wgrad.x" BWD, "fbffff | fwd X:fprop.x^wgrad.x" BWD}},
     {"mxfp4", MIX_X, GEMM_PATH_FP8, 1, {"bfffff | fwd W:fprop.w^dgrad.w" BWD, "bf8888 | fwd W:fprop.w" BWD}},
+    // every src=fprop preset (quartet2, quartet2-4o6) on every path with each forward operand BF16, both, or neither:
+    // E4M3 block scales (4o6 too) never fold, so the FP8 path is the emulated plan; native packs each GEMM whose two
+    // operands are quantized (4o6's scales are E4M3 bytes too); with the forward all BF16 nothing reads its copy
+    {"quartet2", MIX_NONE, GEMM_PATH_FP8, 0, {"ffffff | fwd X:fprop.x W:fprop.w" BWD " | src=fprop dgrad.w wgrad.x"}},
+    {"quartet2", MIX_BOTH, GEMM_PATH_FP8, 0, {"bbffff | fwd -" BWD}},
+    {"quartet2", MIX_BOTH, GEMM_PATH_NATIVE, 0, {"bbpppp | fwd -" BWD}},
+    {"quartet2-4o6", MIX_NONE, GEMM_PATH_FP8, 0, {"ffffff | fwd X:fprop.x W:fprop.w" BWD " | src=fprop dgrad.w wgrad.x"}},
+    {"quartet2-4o6", MIX_X, GEMM_PATH_FP8, 0, {"bfffff | fwd W:fprop.w" BWD " | src=fprop dgrad.w"}},
+    {"quartet2-4o6", MIX_W, GEMM_PATH_FP8, 0, {"fbffff | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
+    {"quartet2-4o6", MIX_BOTH, GEMM_PATH_FP8, 0, {"bbffff | fwd -" BWD}},
+    {"quartet2-4o6", MIX_NONE, GEMM_PATH_NATIVE, 0,
+     {"pppppp | fwd X:fprop.x W:fprop.w" BWD " | src=fprop dgrad.w wgrad.x"}},
+    {"quartet2-4o6", MIX_X, GEMM_PATH_NATIVE, 0, {"bfpppp | fwd W:fprop.w" BWD " | src=fprop dgrad.w"}},
+    {"quartet2-4o6", MIX_W, GEMM_PATH_NATIVE, 0, {"fbpppp | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
+    {"quartet2-4o6", MIX_BOTH, GEMM_PATH_NATIVE, 0, {"bbpppp | fwd -" BWD}},
+    // ... and split by --qk-fp8: the Q/K part (MXFP8, read from BF16) takes its amaxes ahead, never packs and never
+    // folds (an E4M3 grid); the V part is the recipe's, src=fprop where its forward operand is FP4
+    {"quartet2", MIX_NONE, GEMM_PATH_EMULATED, 1,
+     {"ffffff | fwd X:fprop.x^wgrad.x W:fprop.w^dgrad.w" BWD,
+      "ffffff | fwd X:fprop.x W:fprop.w" BWD " | src=fprop dgrad.w wgrad.x"}},
+    {"quartet2", MIX_NONE, GEMM_PATH_NATIVE, 1,   // a split QKV never runs native: both parts fake
+     {"ffffff | fwd X:fprop.x^wgrad.x W:fprop.w^dgrad.w" BWD,
+      "ffffff | fwd X:fprop.x W:fprop.w" BWD " | src=fprop dgrad.w wgrad.x"}},
+    {"quartet2", MIX_X, GEMM_PATH_NATIVE, 1,
+     {"bfffff | fwd W:fprop.w^dgrad.w" BWD, "bfffff | fwd W:fprop.w" BWD " | src=fprop dgrad.w"}},
+    {"quartet2", MIX_W, GEMM_PATH_EMULATED, 1,
+     {"fbffff | fwd X:fprop.x^wgrad.x" BWD, "fbffff | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
+    {"quartet2", MIX_BOTH, GEMM_PATH_EMULATED, 1, {"bbffff | fwd -" BWD, "bbffff | fwd -" BWD}},
+    {"quartet2-4o6", MIX_X, GEMM_PATH_EMULATED, 1,
+     {"bfffff | fwd W:fprop.w^dgrad.w" BWD, "bfffff | fwd W:fprop.w" BWD " | src=fprop dgrad.w"}},
+    {"quartet2-4o6", MIX_W, GEMM_PATH_FP8, 1,
+     {"fbffff | fwd X:fprop.x^wgrad.x" BWD, "fbffff | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
+    {"quartet2-4o6", MIX_X, GEMM_PATH_NATIVE, 1,
+     {"bfffff | fwd W:fprop.w^dgrad.w" BWD, "bfffff | fwd W:fprop.w" BWD " | src=fprop dgrad.w"}},
+    {"quartet2-4o6", MIX_W, GEMM_PATH_NATIVE, 1,
+     {"fbffff | fwd X:fprop.x^wgrad.x" BWD, "fbffff | fwd X:fprop.x" BWD " | src=fprop wgrad.x"}},
 };
 
 static void test_mixed_forward(void) {
