@@ -1042,6 +1042,73 @@ static void test_file_checks(void) {
     remove(ck2);
 }
 
+// Sets header fields of a checkpoint file (fields[i] = values[i]) and its header checksum again: a file whose header
+// is consistent as a container but holds the given model fields.
+static void patch_header(const char* path, const int* fields, const int32_t* values, int n) {
+    FILE* f = fopen(path, "r+b");
+    int32_t h[CKPT_HEADER_INTS];
+    char text[4096];
+    if (!f || fread(h, sizeof(h), 1, f) != 1 || h[CKPT_H_TEXT_BYTES] >= (int32_t)sizeof(text) ||
+        fread(text, 1, (size_t)h[CKPT_H_TEXT_BYTES], f) != (size_t)h[CKPT_H_TEXT_BYTES]) {
+        CHECK(0, "rereading %s", path);
+        if (f) fclose(f);
+        return;
+    }
+    for (int i = 0; i < n; i++) h[fields[i]] = values[i];
+    h[CKPT_H_HEADER_CRC] = (int32_t)ckpt_header_crc_(h, text, (size_t)h[CKPT_H_TEXT_BYTES]);
+    fseek(f, 0, SEEK_SET);
+    fwrite(h, sizeof(h), 1, f);
+    fclose(f);
+}
+
+static int32_t float_bits(float x) {
+    int32_t b;
+    memcpy(&b, &x, 4);
+    return b;
+}
+
+// config_check on a checkpoint's header: the checks no shape flag reaches (the flags cannot name an architecture, a
+// size of 0, a padded vocabulary or a RoPE theta of 0), each next to the nearest header it takes.
+static void test_header_shapes(void) {
+    char ck[128];
+    snprintf(ck, sizeof(ck), "%s/shape.bin", tmpdir);
+    const CkptSpec gpt = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
+    CkptSpec llama = gpt;
+    llama.config = config_llama(1, 1, 32, 128, 128, 16);   // head size 32, the smallest Llama's kernels take
+    const struct {
+        const char* what;
+        const CkptSpec* spec;
+        int n, fields[2];
+        int32_t values[2];
+        const char* want;
+    } cases[] = {
+        {"a header of architecture 2", &gpt, 1, {H_ARCH}, {2}, "model config: unknown architecture 2"},
+        {"a header of architecture -1", &gpt, 1, {H_ARCH}, {-1}, "model config: unknown architecture -1"},
+        {"a header of architecture 1 (Llama)", &llama, 0, {0}, {0}, GPU_CHECK},
+        {"a header of 0 layers", &gpt, 1, {H_LAYERS}, {0}, "model config: every size must be positive (layers 0,"},
+        {"a header of 1 layer", &gpt, 0, {0}, {0}, GPU_CHECK},
+        {"a header of 0 positions", &gpt, 1, {H_MAX_T}, {0}, "every size must be positive", },
+        {"a header of vocabulary 0", &gpt, 1, {H_VOCAB}, {0}, "every size must be positive"},
+        {"a Llama header of 0 kv heads", &llama, 1, {H_KV_HEADS}, {0}, "every size must be positive"},
+        {"a Llama header of MLP width 0", &llama, 1, {H_MLP_HIDDEN}, {0}, "every size must be positive"},
+        {"padded vocabulary 128 of 129 tokens", &gpt, 1, {H_VOCAB}, {129},
+         "model config: padded vocab 128 must be >= vocab 129 and a multiple of 128"},
+        {"padded vocabulary 248 (not a multiple of 128)", &gpt, 2, {H_PADDED_VOCAB, H_VOCAB}, {248, 200},
+         "model config: padded vocab 248 must be >= vocab 200"},
+        {"RoPE theta 0", &llama, 1, {H_ROPE_THETA}, {0}, "RoPE theta (0) and the RMSNorm epsilon (1e-05) must be positive"},
+        {"RoPE theta NaN", &llama, 1, {H_ROPE_THETA}, {float_bits(NAN)}, "RoPE theta (nan)"},
+        {"RMSNorm epsilon -1e-30", &llama, 1, {H_NORM_EPS}, {float_bits(-1e-30f)}, "the RMSNorm epsilon (-1e-30)"},
+        {"RoPE theta and epsilon at the smallest float", &llama, 2, {H_ROPE_THETA, H_NORM_EPS},
+         {float_bits(1.4e-45f), float_bits(1.4e-45f)}, GPU_CHECK},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_checkpoint(ck, cases[i].spec);
+        patch_header(ck, cases[i].fields, cases[i].values, cases[i].n);
+        EXPECT(cases[i].what, NULL, cases[i].want, strcmp(cases[i].want, GPU_CHECK) ? ck : NULL, RESUME_ARGS, "--init-from", ck);
+    }
+    remove(ck);
+}
+
 // --- every check has a case ----------------------------------------------------------------------
 // The functions that stop the trainer on a bad command line, launch, checkpoint, recipe or file before the GPU (main()
 // calls them before setup_gpu, and the headers' functions they call that stop the program themselves). Every fail_if
@@ -1051,6 +1118,7 @@ static void test_file_checks(void) {
 typedef struct {
     const char* file;
     const char* function;
+    int messages;   // 1: a helper that returns its message (snprintf(err, n, ...)) for the trainer to stop with
 } CheckSite;
 static const CheckSite CHECK_SITES[] = {
     {"train_gpt_fp4.cu", "check_options"},    {"train_gpt_fp4.cu", "plan_launch"},
@@ -1064,6 +1132,9 @@ static const CheckSite CHECK_SITES[] = {
     {"llmc/run/dist_host.h", "dist_host_env_source"}, {"llmc/fp4/recipe.h", "recipe_parse_spec"},
     {"llmc/fp4/recipe.h", "recipe_preset"},   {"llmc/fp4/recipe.h", "recipe_resolve_layers"},
     {"llmc/fp4/recipe.h", "recipe_check"},    {"llmc/run/tokenizer.h", "tokenizer_init"},
+    // helpers whose messages only the trainer's rows here draw (the others' are their own tests': batch_plan in test_core,
+    // eval_task_load and eval_shape in test_eval, quant_spec_parse and the recipe's shape rules in test_recipe)
+    {"llmc/model/gpt_config.h", "config_apply_shape", 1}, {"llmc/model/gpt_config.h", "config_check", 1},
 };
 // Messages no command line can draw, with why. Each must still be in the source (else this list is stale: a failure).
 static const struct {
@@ -1136,10 +1207,11 @@ static int function_body(const char* src, const char* name, const char** begin, 
     return 0;
 }
 
-// The message format of the fail_if or fail call whose arguments start at p: its adjacent literals joined and
-// unescaped ("" when it is not a literal). fail_if's condition comes first, up to the first comma outside brackets.
-static void call_format(const char* p, int has_condition, char* out, size_t cap) {
-    if (has_condition) {
+// The message format of the call whose arguments start at p, after skip_args arguments (fail: 0, fail_if: its
+// condition, snprintf: the buffer and its size): its adjacent literals joined and unescaped ("" when it is not a
+// literal).
+static void call_format(const char* p, int skip_args, char* out, size_t cap) {
+    for (int a = 0; a < skip_args; a++) {
         int depth = 0;
         for (; *p; p++) {
             if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
@@ -1203,11 +1275,12 @@ static void test_every_check_has_a_case(void) {
         for (const char* p = begin; p < end; p++) {
             if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
             if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_space(p) - 1; continue; }
-            const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5);
-            if ((!is_if && !is_fail) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
+            const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5),
+                      is_msg = site->messages && !strncmp(p, "snprintf(err, ", 14);
+            if ((!is_if && !is_fail && !is_msg) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
             calls++;
             char fmt[4096];
-            call_format(p + (is_if ? 8 : 5), is_if, fmt, sizeof(fmt));
+            call_format(p + (is_if ? 8 : is_fail ? 5 : 9), is_if ? 1 : is_msg ? 2 : 0, fmt, sizeof(fmt));
             int own = 0, seen = 0, exempt = 0;
             for (int i = 0; i < num_seen_errors && !seen; i++) seen = format_matches(fmt, seen_errors[i], &own);
             format_matches(fmt, "", &own);
@@ -1219,7 +1292,8 @@ static void test_every_check_has_a_case(void) {
             CHECK(seen, "%s (%s): no case draws the check \"%s\": add a row with a value it refuses (and the nearest "
                   "one it takes)", site->function, site->file, fmt);
         }
-        CHECK(calls > 0, "%s (%s): no fail_if or fail found (moved? update CHECK_SITES)", site->function, site->file);
+        CHECK(calls > 0, "%s (%s): no fail_if, fail or snprintf(err, ...) found (moved? update CHECK_SITES)",
+              site->function, site->file);
         free(src);
     }
     for (size_t e = 0; e < sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]); e++)
@@ -1252,6 +1326,7 @@ int main(int argc, char** argv) {
     test_option_checks();
     test_plan_checks();
     test_file_checks();
+    test_header_shapes();
     test_every_check_has_a_case();
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
