@@ -865,6 +865,15 @@ static void test_plan_checks(void) {
         {"a Llama head size of 128", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-tiny", "--n-embd", "512"}},
         {"--kv-heads 1 (one for all heads)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-30m", "--kv-heads", "1"}},
         {"an MLP width of 104", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-tiny", "--mlp-hidden", "104"}},
+        // the widths the program's ints take (4C, SwiGLU's 2H), on both sides; far past them, no product overflows first
+        {"2^27 channels", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--n-embd", "134217728", "--n-head", "1"}},
+        {"2^27 + 8 channels", NULL, "134217736 channels are more than the 134217728 this program takes", NULL,
+         {BASE_ARGS, "--n-embd", "134217736", "--n-head", "1"}},
+        {"2^31 - 8 channels (4C was -32)", NULL, "2147483640 channels are more than the 134217728", NULL,
+         {BASE_ARGS, "--n-embd", "2147483640", "--n-head", "1"}},
+        {"a Llama MLP 2^29 wide", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--model", "llama-tiny", "--mlp-hidden", "536870912"}},
+        {"a Llama MLP 2^29 + 8 wide", NULL, "an MLP 536870920 wide is more than the 536870912 this program takes", NULL,
+         {BASE_ARGS, "--model", "llama-tiny", "--mlp-hidden", "536870920"}},
         // plan_recipe: the presets and slot specs, the BF16 blocks, recipe_check's rules, the shapes
         {"--recipe: an unknown preset", NULL, "--recipe expects one of", "got 'fp3'", {BASE_ARGS, "--recipe", "fp3"}},
         {"bad --fprop-w spec", NULL, "--fprop-w 'nvfp4,7x7'", "block '7x7'",

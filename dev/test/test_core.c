@@ -8,6 +8,7 @@
 #include "llmc/run/logger.h"
 #include "llmc/run/batch.h"
 #include "llmc/fp4/stochastic_round.h"
+#include "llmc/model/gpt_config.h"
 #include "dev/test/testing.h"
 
 typedef struct { int b; float lr; const char* model; int shuffle; const char* out; int only; } Cfg;
@@ -315,6 +316,55 @@ static void test_bf16_rounding(void) {
     CHECK_CLOSE(sum / n, x, 4e-5, 0, "BF16 stochastic rounding is unbiased");
 }
 
+// Model shapes at their width limits (llmc/model/gpt_config.h), on both sides: the widest taken, the next multiple of 8
+// refused with the limit named, and far past it (where 4C, 8C/3 and 3C overflowed an int before: under the sanitizer
+// build any such product stops the test).
+static void test_model_widths(void) {
+    const struct {
+        const char* model;
+        ShapeFlags flags;
+        int ok, mlp;             // ok: config_check takes it, with this MLP width
+        const char* message;     // else: its message
+    } cases[] = {
+        // GPT-2: C up to 2^27 (MLP 4C = 2^29)
+        {"d12", {0, 134217728, 1, 0, 0, 0, 0, -1}, 1, 536870912, NULL},
+        {"d12", {0, 134217736, 1, 0, 0, 0, 0, -1}, 0, 0, "134217736 channels are more than the 134217728 this program takes"},
+        {"d12", {0, 2147483640, 1, 0, 0, 0, 0, -1}, 0, 0, "2147483640 channels are more than the 134217728"},
+        // Llama: C up to 2^27 (head size 128: 2^20 heads), its default MLP 8C/3 rounded up to 256: 357914112
+        {"llama-tiny", {0, 134217728, 1048576, 0, 0, 0, 0, -1}, 1, 357914112, NULL},
+        {"llama-tiny", {0, 134217736, 1048576, 0, 0, 0, 0, -1}, 0, 0, "134217736 channels are more than the 134217728"},
+        {"llama-tiny", {0, 1073741824, 8388608, 0, 0, 0, 0, -1}, 0, 0, "1073741824 channels are more than"},
+        // Llama's MLP: up to 2^29 (2H = 2^30)
+        {"llama-tiny", {0, 0, 0, 0, 536870912, 0, 0, -1}, 1, 536870912, NULL},
+        {"llama-tiny", {0, 0, 0, 0, 536870920, 0, 0, -1}, 0, 0, "an MLP 536870920 wide is more than the 536870912"},
+        {"llama-tiny", {0, 0, 0, 0, 2147483640, 0, 0, -1}, 0, 0, "an MLP 2147483640 wide is more than the 536870912"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        GPTConfig c = config_from_descriptor(cases[i].model);
+        char err[512] = "";
+        const int applied = config_apply_shape(&c, &cases[i].flags, err, sizeof(err));
+        const int rc = applied ? applied : config_check(&c, err, sizeof(err));
+        if (cases[i].ok)
+            CHECK(rc == 0 && c.mlp_hidden == cases[i].mlp, "%s, case %zu: rc %d '%s', MLP %d (want %d)", cases[i].model, i,
+                  rc, err, c.mlp_hidden, cases[i].mlp);
+        else
+            CHECK(rc != 0 && strstr(err, cases[i].message), "%s, case %zu: rc %d '%s', want '%s'", cases[i].model, i, rc,
+                  err, cases[i].message);
+    }
+    // a checkpoint header's shape goes through config_gpt2 as it is: no product past an int before the check refuses it
+    const int widths[] = {2147483640, -2147483647 - 1, 134217736};
+    for (int i = 0; i < 3; i++) {
+        GPTConfig c = config_gpt2(1, 1, widths[i], 128, 128, 16);
+        char err[512] = "";
+        CHECK(config_check(&c, err, sizeof(err)) != 0 && c.mlp_hidden == 0, "a header of %d channels: '%s', MLP %d",
+              widths[i], err, c.mlp_hidden);
+    }
+    CHECK(llama_default_hidden(768) == 2048 && llama_default_hidden(640) == 1792 && llama_default_hidden(1) == 256 &&
+          llama_default_hidden(96) == 256 && llama_default_hidden(97) == 512 && llama_default_hidden(0) == 0,
+          "llama_default_hidden: %d %d %d %d %d", llama_default_hidden(768), llama_default_hidden(640),
+          llama_default_hidden(1), llama_default_hidden(96), llama_default_hidden(97));
+}
+
 int main(void) {
     test_args();
     test_numbers();
@@ -323,5 +373,6 @@ int main(void) {
     test_json_escape();
     test_log_resume();
     test_bf16_rounding();
+    test_model_widths();
     return test_summary("test_core");
 }

@@ -2,7 +2,7 @@
 // shape flags that override them, and their checks. Plain C (the CPU tests build models' checkpoints).
 // defines: GPTConfig, Arch, ARCH_NAMES, ShapeFlags, config_gpt2(), config_from_descriptor(), config_apply_shape(),
 //          config_check(), config_same_shape(), config_describe(), config_descriptor_of(), config_head_size(),
-//          config_kv_heads(), config_qkv_channels(), MODEL_NAMES, GPT_DEFAULT_MODEL
+//          config_kv_heads(), config_qkv_channels(), MODEL_NAMES, GPT_DEFAULT_MODEL, CONFIG_MAX_CHANNELS, CONFIG_MAX_MLP
 #pragma once
 #include "llmc/base/common.h"
 
@@ -27,6 +27,11 @@ typedef struct {
 
 #define GPT_DEFAULT_MODEL "d12"
 
+// The widest shapes config_check takes: the program forms GPT-2's MLP width 4C, the QKV outputs (up to 3C) and
+// SwiGLU's fused 2H in 32-bit ints, which these keep from overflowing (with room: Llama 3.1-405B has C = 16384).
+#define CONFIG_MAX_CHANNELS (1 << 27)
+#define CONFIG_MAX_MLP (1 << 29)
+
 // A GPT-2 shape: L layers of C channels and NH heads, a vocabulary of V tokens padded to Vp, maxT positions.
 static inline GPTConfig config_gpt2(int L, int NH, int C, int V, int Vp, int maxT) {
     GPTConfig c;
@@ -34,13 +39,16 @@ static inline GPTConfig config_gpt2(int L, int NH, int C, int V, int Vp, int max
     c.arch = ARCH_GPT2;
     c.num_layers = L; c.num_heads = NH; c.channels = C;
     c.vocab_size = V; c.padded_vocab_size = Vp; c.max_seq_len = maxT;
-    c.kv_heads = NH; c.mlp_hidden = 4 * C; c.tied = 1;
+    c.kv_heads = NH; c.mlp_hidden = C > 0 && C <= CONFIG_MAX_CHANNELS ? 4 * C : 0; c.tied = 1;   // (config_check refuses C)
     c.rope_theta = 0.0f; c.norm_eps = 1e-5f;
     return c;
 }
 
 // Llama's MLP width by default: 2/3 of 4C rounded up to a multiple of 256 (Llama's rule; Quartet II's models).
-static inline int llama_default_hidden(int C) { return (int)ceil_div((int64_t)8 * C / 3, 256) * 256; }
+// (0 for a width config_check refuses, rather than a product past an int)
+static inline int llama_default_hidden(int C) {
+    return C > 0 && C <= CONFIG_MAX_CHANNELS ? (int)ceil_div((int64_t)8 * C / 3, 256) * 256 : 0;
+}
 
 static inline GPTConfig config_llama(int L, int NH, int C, int V, int Vp, int maxT) {
     GPTConfig c = config_gpt2(L, NH, C, V, Vp, maxT);
@@ -104,7 +112,7 @@ static inline int config_apply_shape(GPTConfig* c, const ShapeFlags* f, char* er
     if (f->n_head > 0) c->num_heads = f->n_head;
     if (c->arch == ARCH_GPT2) {
         c->kv_heads = c->num_heads;
-        c->mlp_hidden = 4 * c->channels;
+        c->mlp_hidden = c->channels > 0 && c->channels <= CONFIG_MAX_CHANNELS ? 4 * c->channels : 0;
         return 0;
     }
     if (f->n_head > 0 && f->kv_heads <= 0) c->kv_heads = c->num_heads;   // a new head count: no GQA unless asked
@@ -128,6 +136,16 @@ static inline int config_qkv_channels(const GPTConfig* c) {
 static inline int config_check(const GPTConfig* c, char* err, size_t n) {
     if (c->arch < 0 || c->arch >= NUM_ARCHS) {
         snprintf(err, n, "model config: unknown architecture %d", c->arch);
+        return -1;
+    }
+    if (c->channels > CONFIG_MAX_CHANNELS) {
+        snprintf(err, n, "model config: %d channels are more than the %d this program takes (it forms 4C in a 32-bit "
+                 "int)", c->channels, CONFIG_MAX_CHANNELS);
+        return -1;
+    }
+    if (c->arch == ARCH_LLAMA && c->mlp_hidden > CONFIG_MAX_MLP) {
+        snprintf(err, n, "model config: an MLP %d wide is more than the %d this program takes (it forms SwiGLU's 2H in a "
+                 "32-bit int)", c->mlp_hidden, CONFIG_MAX_MLP);
         return -1;
     }
     if (c->num_layers <= 0 || c->channels <= 0 || c->num_heads <= 0 || c->vocab_size <= 0 || c->max_seq_len <= 0 ||
