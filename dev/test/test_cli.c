@@ -1016,14 +1016,15 @@ static void write_tokenizer(const char* path, uint32_t magic, uint32_t version, 
 
 // tokenizer_init's header checks and the optimizer state kind of a checkpoint header, each on both sides.
 static void test_file_checks(void) {
-    char t[6][128], ck[128], ck2[128];
-    for (int i = 0; i < 6; i++) snprintf(t[i], sizeof(t[i]), "%s/tok%d.bin", tmpdir, i);
+    char t[7][128], ck[128], ck2[128];
+    for (int i = 0; i < 7; i++) snprintf(t[i], sizeof(t[i]), "%s/tok%d.bin", tmpdir, i);
     write_tokenizer(t[0], TOKENIZER_MAGIC + 1, 2, 4, 3, 4, -1);
     write_tokenizer(t[1], TOKENIZER_MAGIC, 3, 4, 3, 4, -1);
     write_tokenizer(t[2], TOKENIZER_MAGIC, 1, 1, 0, 1, -1);              // version 1, one token: the smallest
     write_tokenizer(t[3], TOKENIZER_MAGIC, 2, 0, 0, 0, -1);
     write_tokenizer(t[4], TOKENIZER_MAGIC, 2, (1u << 24) + 1, 0, 0, -1);   // (the check comes before the tokens)
     write_tokenizer(t[5], TOKENIZER_MAGIC, 2, 4, 3, 4, 2);
+    write_tokenizer(t[6], TOKENIZER_MAGIC, 2, 1u << 24, 0, 0, -1);   // 2^24 passes the check; then its tokens are missing
     snprintf(ck, sizeof(ck), "%s/kind2.bin", tmpdir);
     snprintf(ck2, sizeof(ck2), "%s/kind-1.bin", tmpdir);
     CkptSpec kind = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
@@ -1042,11 +1043,13 @@ static void test_file_checks(void) {
          {BASE_ARGS, "--tokenizer", t[4]}},
         {"a tokenizer with an empty token", NULL, "token 2 has length 0 (corrupt file)", t[5],
          {BASE_ARGS, "--tokenizer", t[5]}},
+        {"a tokenizer of 2^24 tokens (the largest taken)", NULL, "file truncated (read 0 of 1 items)", t[6],
+         {BASE_ARGS, "--tokenizer", t[6]}},
         {"optimizer state kind 2", NULL, "optimizer state kind 2 unknown", ck, {RESUME_ARGS, "--init-from", ck}},
         {"optimizer state kind -1", NULL, "optimizer state kind -1 unknown", ck2, {RESUME_ARGS, "--init-from", ck2}},
     };
     run_cases(cases, sizeof(cases) / sizeof(cases[0]));
-    for (int i = 0; i < 6; i++) remove(t[i]);
+    for (int i = 0; i < 7; i++) remove(t[i]);
     remove(ck);
     remove(ck2);
 }
