@@ -7,8 +7,9 @@
 // open_tasks that no scenario below reaches, are rows of tables (test_option_checks, test_plan_checks, the rows of
 // test_heldout): a negative case per check, and each range limit on both sides, its last valid value reaching the GPU
 // check and its first invalid one refused.
-// test_every_check_has_a_case holds the rule to that: it reads the checking functions' source (CHECK_SITES) and fails
-// for any fail_if / fail whose message no passing case drew, so a check added without a row fails the test.
+// check_every_site (dev/test/check_coverage.h) holds the rule to that: it reads the checking functions' source
+// (CHECK_SITES) and fails for any fail_if / fail whose message no passing case drew, so a check added without a row
+// fails the test.
 // Checkpoints are written with llmc/run/checkpoint.h and llmc/model/gpt_config.h for a tiny model (1 layer, 8
 // channels, vocabulary 128), so they take a few kilobytes.
 // usage: build/test_cli [path to train_gpt_fp4]   (default ./train_gpt_fp4; skips if it is not built)
@@ -25,6 +26,7 @@
 #include "llmc/fp4/recipe_schedule.h"
 #include "llmc/run/tokenizer.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
 
 static const char* trainer = "./train_gpt_fp4";
 static char tmpdir[64];
@@ -67,21 +69,6 @@ static int run_trainer(const char* const* args, const char* const* env, char* er
     return rc;
 }
 
-// The error messages that passing cases drew from the trainer (test_every_check_has_a_case reads them).
-static char** seen_errors = NULL;
-static int num_seen_errors = 0, cap_seen_errors = 0;
-static void seen_error_add(const char* line) {
-    if (num_seen_errors == cap_seen_errors) {
-        cap_seen_errors = cap_seen_errors ? 2 * cap_seen_errors : 256;
-        seen_errors = (char**)realloc(seen_errors, cap_seen_errors * sizeof(char*));
-    }
-    size_t n = strcspn(line, "\n");
-    char* copy = (char*)malloc(n + 1);
-    memcpy(copy, line, n);
-    copy[n] = '\0';
-    seen_errors[num_seen_errors++] = copy;
-}
-
 // One case: the trainer must exit with status 1 and its last stderr line must be "error: ..." holding
 // both substrings (want2 may be NULL). want1 "no CUDA GPU found": a valid case that must pass every
 // CPU check; for every other case that message is a failure (the check came after the GPU, or not at all).
@@ -101,7 +88,7 @@ static void expect_a(const char* what, const char* const* env, const char* want1
           want2 ? " and \"" : "", want2 ? want2 : "", want2 ? "\"" : "", err);
     int shown = (int)strcspn(last + 7, "\n");
     if (ok) printf("ok   %-52s %.2f s  %.*s\n", what, seconds, shown < 90 ? shown : 90, last + 7);
-    if (ok && !wants_gpu) seen_error_add(last + 7);
+    if (ok && !wants_gpu) check_seen(last + 7);
 }
 // The same with the arguments listed (EXPECT below).
 static void expect_v(const char* what, const char* const* env, const char* want1, const char* want2, ...) {
@@ -1125,13 +1112,9 @@ static void test_header_shapes(void) {
 // The functions that stop the trainer on a bad command line, launch, checkpoint, recipe or file before the GPU (main()
 // calls them before setup_gpu, and the headers' functions they call that stop the program themselves). Every fail_if
 // and fail in them whose message has text of its own must have drawn its error from a passing case above: a check
-// added without a case fails here, naming its message. A message that is only a helper's ("%s", err) is that
-// helper's to test (batch_plan in test_data, config_check in test_core, quant_spec_parse in test_recipe, ...).
-typedef struct {
-    const char* file;
-    const char* function;
-    int messages;   // 1: a helper that returns its message (snprintf(err, n, ...)) for the trainer to stop with
-} CheckSite;
+// added without a case fails here, naming its message (dev/test/check_coverage.h). A message that is only a helper's
+// ("%s", err) is that helper's to test (batch_plan in test_core, eval_task_load and eval_shape in test_eval,
+// quant_spec_parse and the recipe's shape rules in test_recipe, the data loader in test_data).
 static const CheckSite CHECK_SITES[] = {
     {"train_gpt_fp4.cu", "check_options"},    {"train_gpt_fp4.cu", "plan_launch"},
     {"train_gpt_fp4.cu", "plan_model"},       {"train_gpt_fp4.cu", "new_model_config"},
@@ -1144,176 +1127,16 @@ static const CheckSite CHECK_SITES[] = {
     {"llmc/run/dist_host.h", "dist_host_env_source"}, {"llmc/fp4/recipe.h", "recipe_parse_spec"},
     {"llmc/fp4/recipe.h", "recipe_preset"},   {"llmc/fp4/recipe.h", "recipe_resolve_layers"},
     {"llmc/fp4/recipe.h", "recipe_check"},    {"llmc/run/tokenizer.h", "tokenizer_init"},
-    // helpers whose messages only the trainer's rows here draw (the others' are their own tests': batch_plan in test_core,
-    // eval_task_load and eval_shape in test_eval, quant_spec_parse and the recipe's shape rules in test_recipe)
+    // helpers whose messages only the trainer's rows here draw
     {"llmc/model/gpt_config.h", "config_apply_shape", 1}, {"llmc/model/gpt_config.h", "config_check", 1},
 };
-// Messages no command line can draw, with why. Each must still be in the source (else this list is stale: a failure).
-static const struct {
-    const char* message;   // the start of its format
-    const char* why;
-} CHECK_EXEMPT[] = {
+// Messages no command line can draw, with why.
+static const CheckExempt CHECK_EXEMPT[] = {
     {"started as rank %d of %d (%s), but this build has no NCCL", "a build without NCCL only; this one may have it"},
     {"unknown --recipe '%s'", "--recipe's choice list (args.h) refuses an unknown name first; test_recipe calls it"},
     {"recipe %s: the %s evaluation runs the forward on", "an evaluation's rows hold B x T tokens (seq = T) or a multiple "
      "of 64 (seq < T), and a forward slot needs a multiple of at most 32 (its block width), which B x T already is"},
 };
-
-static char* read_text_file(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char* text = (char*)malloc((size_t)n + 1);
-    size_t got = fread(text, 1, (size_t)n, f);
-    text[got] = '\0';
-    fclose(f);
-    return text;
-}
-
-// Past a string or character literal (p at its opening quote).
-static const char* skip_literal(const char* p) {
-    const char q = *p++;
-    for (; *p && *p != q; p++)
-        if (*p == '\\' && p[1]) p++;
-    return *p ? p + 1 : p;
-}
-// Past white space and comments.
-static const char* skip_space(const char* p) {
-    for (;;) {
-        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-        if (p[0] == '/' && p[1] == '/') { while (*p && *p != '\n') p++; continue; }
-        if (p[0] == '/' && p[1] == '*') { const char* e = strstr(p + 2, "*/"); p = e ? e + 2 : p + strlen(p); continue; }
-        return p;
-    }
-}
-
-// The body of the function `name` defined (at file scope, "static ...") in src, between its braces.
-static int function_body(const char* src, const char* name, const char** begin, const char** end) {
-    const size_t n = strlen(name);
-    for (const char* p = strstr(src, name); p; p = strstr(p + 1, name)) {
-        if (p == src || !(p[-1] == ' ' || p[-1] == '*') || p[n] != '(') continue;
-        const char* line = p;
-        while (line > src && line[-1] != '\n') line--;
-        if (strncmp(line, "static ", 7) != 0) continue;
-        const char* q = p + n;
-        int depth = 0;
-        for (; *q; q++) {
-            if (*q == '(') depth++;
-            else if (*q == ')' && --depth == 0) break;
-        }
-        if (!*q) return 0;
-        q = skip_space(q + 1);
-        if (*q != '{') continue;   // a declaration
-        const char* b = q;
-        depth = 0;
-        for (; *q; q++) {
-            if (*q == '"' || *q == '\'') { q = skip_literal(q) - 1; continue; }
-            if (q[0] == '/' && (q[1] == '/' || q[1] == '*')) { q = skip_space(q) - 1; continue; }
-            if (*q == '{') depth++;
-            else if (*q == '}' && --depth == 0) { *begin = b; *end = q; return 1; }
-        }
-        return 0;
-    }
-    return 0;
-}
-
-// The message format of the call whose arguments start at p, after skip_args arguments (fail: 0, fail_if: its
-// condition, snprintf: the buffer and its size): its adjacent literals joined and unescaped ("" when it is not a
-// literal).
-static void call_format(const char* p, int skip_args, char* out, size_t cap) {
-    for (int a = 0; a < skip_args; a++) {
-        int depth = 0;
-        for (; *p; p++) {
-            if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
-            if (*p == '(' || *p == '[' || *p == '{') depth++;
-            else if (*p == ')' || *p == ']' || *p == '}') depth--;
-            else if (*p == ',' && depth == 0) { p++; break; }
-        }
-    }
-    size_t o = 0;
-    for (p = skip_space(p); *p == '"'; p = skip_space(p)) {
-        for (p++; *p && *p != '"'; p++) {
-            char c = *p;
-            if (c == '\\' && p[1]) { p++; c = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p; }
-            if (o + 1 < cap) out[o++] = c;
-        }
-        if (*p) p++;
-    }
-    out[o] = '\0';
-}
-
-// Whether msg holds fmt's own text in order, a conversion (%d, %s, %llu, %.*s ...) standing for any text. *own: how
-// many characters of fmt are its own text.
-static int format_matches(const char* fmt, const char* msg, int* own) {
-    char piece[2048];
-    const char* at = msg;
-    int ok = 1;
-    *own = 0;
-    for (const char* f = fmt; *f;) {
-        size_t n = 0;
-        while (*f && !(f[0] == '%' && f[1] != '%')) {
-            if (f[0] == '%') f++;   // "%%"
-            if (n + 1 < sizeof(piece)) piece[n++] = *f;
-            f++;
-        }
-        piece[n] = '\0';
-        *own += (int)n;
-        if (n) {
-            const char* hit = ok ? strstr(at, piece) : NULL;
-            if (!hit) ok = 0;
-            else at = hit + n;
-        }
-        if (*f == '%') {
-            for (f++; *f && strchr("-+ #0123456789.*hlLqjzt", *f); f++) {}
-            if (*f) f++;
-        }
-    }
-    return ok;
-}
-
-static void test_every_check_has_a_case(void) {
-    int checks = 0, delegated = 0, exempt_used[sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0])] = {0};
-    for (size_t k = 0; k < sizeof(CHECK_SITES) / sizeof(CHECK_SITES[0]); k++) {
-        const CheckSite* site = &CHECK_SITES[k];
-        if (!test_fixture_ok("every check has a case", site->file)) return;
-        char* src = read_text_file(site->file);
-        const char *begin = NULL, *end = NULL;
-        CHECK(src && function_body(src, site->function, &begin, &end), "%s: no function %s (renamed? update CHECK_SITES)",
-              site->file, site->function);
-        if (!begin) { free(src); continue; }
-        int calls = 0;
-        for (const char* p = begin; p < end; p++) {
-            if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
-            if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_space(p) - 1; continue; }
-            const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5),
-                      is_msg = site->messages && !strncmp(p, "snprintf(err, ", 14);
-            if ((!is_if && !is_fail && !is_msg) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
-            calls++;
-            char fmt[4096];
-            call_format(p + (is_if ? 8 : is_fail ? 5 : 9), is_if ? 1 : is_msg ? 2 : 0, fmt, sizeof(fmt));
-            int own = 0, seen = 0, exempt = 0;
-            for (int i = 0; i < num_seen_errors && !seen; i++) seen = format_matches(fmt, seen_errors[i], &own);
-            format_matches(fmt, "", &own);
-            if (own < 8) { delegated++; continue; }   // "%s", "%s: %s": a helper's message
-            for (size_t e = 0; e < sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]); e++)
-                if (!strncmp(fmt, CHECK_EXEMPT[e].message, strlen(CHECK_EXEMPT[e].message))) exempt_used[e] = exempt = 1;
-            if (exempt) continue;
-            checks++;
-            CHECK(seen, "%s (%s): no case draws the check \"%s\": add a row with a value it refuses (and the nearest "
-                  "one it takes)", site->function, site->file, fmt);
-        }
-        CHECK(calls > 0, "%s (%s): no fail_if, fail or snprintf(err, ...) found (moved? update CHECK_SITES)",
-              site->function, site->file);
-        free(src);
-    }
-    for (size_t e = 0; e < sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]); e++)
-        CHECK(exempt_used[e], "CHECK_EXEMPT names \"%s\", which no CHECK_SITES function has any more: drop it",
-              CHECK_EXEMPT[e].message);
-    printf("every check has a case: %d checks drawn by %d error messages (%d helper messages, %zu exempt)\n", checks,
-           num_seen_errors, delegated, sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]));
-}
 
 int main(int argc, char** argv) {
     if (argc > 1) trainer = argv[1];
@@ -1339,7 +1162,8 @@ int main(int argc, char** argv) {
     test_plan_checks();
     test_file_checks();
     test_header_shapes();
-    test_every_check_has_a_case();
+    check_every_site("test_cli", CHECK_SITES, sizeof(CHECK_SITES) / sizeof(CHECK_SITES[0]), CHECK_EXEMPT,
+                     sizeof(CHECK_EXEMPT) / sizeof(CHECK_EXEMPT[0]));
     char log[128];
     snprintf(log, sizeof(log), "%s/log.jsonl", tmpdir);
     remove(log);

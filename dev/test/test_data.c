@@ -8,6 +8,7 @@
 #include "llmc/run/dataloader.h"
 #include "llmc/run/tokenizer.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
 
 static char tmpdir[64];
 
@@ -428,6 +429,7 @@ static void expect_exit(const char* what, void (*fn)(const void*), const void* a
     if (sub2) CHECK(strstr(buf, sub2) != NULL, "%s: stderr lacks \"%s\": %s", what, sub2, buf);
     if (!want_ok) CHECK(strncmp(buf, "error: ", 7) == 0 && strchr(buf, '\n') == buf + len - 1,
                         "%s: want exactly one line starting with 'error: ', got: %s", what, buf);
+    if (!want_ok && exited && code != 0 && strstr(buf, sub1) && (!sub2 || strstr(buf, sub2))) check_seen(buf);
 }
 
 typedef struct { const char* pattern; int B, T, world, vocab; } LoadArgs;
@@ -535,6 +537,130 @@ static void test_errors(void) {
     expect_exit("tokenizer truncated", tokenizer_open, path, 0, "truncated", "headeronly.bin");
 }
 
+// The checks test_errors does not reach, each next to the nearest input taken; then every check of the loader and the
+// tokenizer must have drawn its message (dev/test/check_coverage.h).
+typedef struct { const char* pattern; int B, T, rank, world; } InitArgs;
+static void init_at(const void* p) {
+    const InitArgs* a = (const InitArgs*)p;
+    DataLoader dl;
+    dataloader_init(&dl, a->pattern, a->B, a->T, a->rank, a->world, 0, 0, 0);
+    dataloader_free(&dl);
+}
+typedef struct { const char* pattern; int64_t epoch, shard_pos, batch_in_shard; } StateArgs;
+static void set_state_at(const void* p) {
+    const StateArgs* a = (const StateArgs*)p;
+    DataLoader dl;
+    dataloader_init(&dl, a->pattern, 2, 8, 0, 1, 0, 0, 0);
+    DataLoaderState st = dataloader_get_state(&dl);
+    st.epoch = a->epoch; st.shard_pos = a->shard_pos; st.batch_in_shard = a->batch_in_shard;
+    dataloader_set_state(&dl, &st);
+    dataloader_free(&dl);
+}
+
+static void test_error_edges(void) {
+    char path[256], pat[256], fine[256];
+    uint16_t toks[100];
+    for (int i = 0; i < 100; i++) toks[i] = (uint16_t)i;
+    snprintf(fine, sizeof(fine), "%s/edge_fine.bin", tmpdir);
+    write_shard_raw(fine, SHARD_MAGIC, SHARD_VERSION, 100, toks, 100);
+    // a shard the pattern lists but stat cannot follow (a dangling link), and one that is not a regular file (a FIFO)
+    snprintf(path, sizeof(path), "%s/edge_dangling.bin", tmpdir);
+    CHECK(symlink("/nonexistent/shard.bin", path) == 0, "symlink %s", path);
+    snprintf(pat, sizeof(pat), "%s/edge_dangl*.bin", tmpdir);
+    LoadArgs a = {pat, 2, 8, 1, 0};
+    expect_exit("a dangling link as a shard", init_only, &a, 0, "data shard '", "edge_dangling.bin': cannot stat it");
+    remove(path);
+    snprintf(path, sizeof(path), "%s/edge_fifo.bin", tmpdir);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    a.pattern = path;
+    expect_exit("a FIFO as a shard", init_only, &a, 0, "edge_fifo.bin' is not a regular file", NULL);
+    remove(path);
+    // a tokenizer's magic; a negative token count, and 0 (the header takes it, one batch does not)
+    snprintf(path, sizeof(path), "%s/edge_tok.bin", tmpdir);
+    write_shard_raw(path, 20240328, 1, 100, toks, 100);
+    expect_exit("a tokenizer file as a shard", init_only, &a, 0, "edge_tok.bin' is a tokenizer file, not a data shard",
+                NULL);
+    write_shard_raw(path, SHARD_MAGIC, SHARD_VERSION, -1, toks, 0);
+    expect_exit("a token count of -1", init_only, &a, 0, "has a negative token count -1 in its header", NULL);
+    write_shard_raw(path, SHARD_MAGIC, SHARD_VERSION, 0, toks, 0);
+    expect_exit("a token count of 0", init_only, &a, 0, "has 0 tokens, too few for one batch", NULL);
+    write_shard_raw(path, SHARD_MAGIC, SHARD_VERSION, 17, toks, 17);   // B x T + 1 = 2 x 8 + 1: exactly one batch
+    expect_exit("17 tokens for a batch of 2 x 8", init_only, &a, 1, "", NULL);
+    write_shard_raw(path, SHARD_MAGIC, SHARD_VERSION, 16, toks, 16);
+    expect_exit("16 tokens for a batch of 2 x 8", init_only, &a, 0, "has 16 tokens, too few for one batch", NULL);
+    remove(path);
+    // the batch shape and the rank, on both sides
+    const struct { InitArgs args; int ok; const char* message; } inits[] = {
+        {{fine, 0, 8, 0, 1}, 0, "data loader: batch size B=0 and sequence length T=8 must be positive"},
+        {{fine, 2, 0, 0, 1}, 0, "data loader: batch size B=2 and sequence length T=0 must be positive"},
+        {{fine, 1, 1, 0, 1}, 1, ""},
+        {{fine, 2, 8, 2, 2}, 0, "data loader: rank 2 is not in [0, world size 2)"},
+        {{fine, 2, 8, -1, 2}, 0, "data loader: rank -1 is not in [0, world size 2)"},
+        {{fine, 2, 8, 0, 0}, 0, "data loader: rank 0 is not in [0, world size 0)"},
+        {{fine, 2, 8, 1, 2}, 1, ""},
+    };
+    for (size_t i = 0; i < sizeof(inits) / sizeof(inits[0]); i++) {
+        char what[96];
+        snprintf(what, sizeof(what), "init B=%d T=%d rank %d of %d", inits[i].args.B, inits[i].args.T, inits[i].args.rank,
+                 inits[i].args.world);
+        expect_exit(what, init_at, &inits[i].args, inits[i].ok, inits[i].message, NULL);
+    }
+    // a saved position out of range (one shard: shard_pos 0 is the only one)
+    const struct { StateArgs args; int ok; } states[] = {
+        {{fine, 0, 0, 0}, 1}, {{fine, -1, 0, 0}, 0}, {{fine, 0, 1, 0}, 0}, {{fine, 0, -1, 0}, 0}, {{fine, 0, 0, -1}, 0},
+        {{fine, 1000000, 0, 1000000}, 1},   // (a later epoch and batch: the loader wraps them)
+    };
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+        char what[96], want[160];
+        snprintf(what, sizeof(what), "resume at epoch %lld, shard %lld, batch %lld", (long long)states[i].args.epoch,
+                 (long long)states[i].args.shard_pos, (long long)states[i].args.batch_in_shard);
+        snprintf(want, sizeof(want), "cannot resume the data loader: saved position (epoch %lld, shard %lld, batch %lld) "
+                 "is out of range", (long long)states[i].args.epoch, (long long)states[i].args.shard_pos,
+                 (long long)states[i].args.batch_in_shard);
+        expect_exit(what, set_state_at, &states[i].args, states[i].ok, states[i].ok ? "" : want, NULL);
+    }
+    remove(fine);
+    // the tokenizer's header: version 3, vocabulary 0 and 2^24 + 1, and a token of length 0
+    snprintf(path, sizeof(path), "%s/edge_tokenizer.bin", tmpdir);
+    // and an end-of-text id one past its tokens (the last one taken)
+    const struct { uint32_t version, vocab, eot; int empty; const char* message; } toks_bad[] = {
+        {3, 4, 0, -1, "has version 3; this program reads versions 1 and 2"},
+        {2, 0, 0, -1, "has an implausible vocabulary size 0"},
+        {2, (1u << 24) + 1, 0, -1, "has an implausible vocabulary size 16777217"},
+        {2, 4, 0, 1, "token 1 has length 0 (corrupt file)"},
+        {2, 4, 4, -1, "its end-of-text token 4 is outside its 4 tokens (corrupt file)"},
+        {2, 4, 3, -1, NULL},   // taken
+        {1, 4, 9, -1, NULL},   // version 1 has no end-of-text field (50256 is assumed): taken
+    };
+    for (size_t i = 0; i < sizeof(toks_bad) / sizeof(toks_bad[0]); i++) {
+        uint32_t h[256] = {0};
+        h[0] = 20240328; h[1] = toks_bad[i].version; h[2] = toks_bad[i].vocab; h[3] = toks_bad[i].eot;
+        FILE* f = fopen_check(path, "wb");
+        fwrite_check(h, sizeof(uint32_t), 256, f, path);
+        for (int k = 0; k < 4; k++) {
+            const uint8_t rec[2] = {(uint8_t)(k == toks_bad[i].empty ? 0 : 1), (uint8_t)('a' + k)};
+            fwrite_check(rec, 1, k == toks_bad[i].empty ? 1 : 2, f, path);
+        }
+        fclose_check(f, path);
+        char what[64];
+        snprintf(what, sizeof(what), "tokenizer case %zu", i);
+        expect_exit(what, tokenizer_open, path, toks_bad[i].message == NULL, toks_bad[i].message ? toks_bad[i].message : "",
+                    NULL);
+    }
+    remove(path);
+
+    static const CheckSite sites[] = {
+        {"llmc/run/dataloader.h", "dataloader_read_header_"}, {"llmc/run/dataloader.h", "dataloader_check_tokens_"},
+        {"llmc/run/dataloader.h", "dataloader_init"},        {"llmc/run/dataloader.h", "dataloader_set_state"},
+        {"llmc/run/tokenizer.h", "tokenizer_init"},
+    };
+    static const CheckExempt exempt[] = {
+        {"cannot list data files matching '%s' (glob error %d)", "glob fails only without memory here (no GLOB_ERR)"},
+        {"data pattern '%s' matches too many files", "2^31 files"},
+    };
+    check_every_site("test_data", sites, sizeof(sites) / sizeof(sites[0]), exempt, sizeof(exempt) / sizeof(exempt[0]));
+}
+
 // --- the shipped dataset and tokenizer --------------------------------------------------------------
 
 #define SHIPPED_TOKENIZER "data/gpt2_tokenizer.bin"
@@ -619,6 +745,7 @@ int main(void) {
     test_global_micro_index();
     test_resume();
     test_errors();
+    test_error_edges();
     test_shipped();
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
