@@ -4,7 +4,7 @@
 #                                   from ../shared/data/eval byte for byte where tiktoken is installed (skips)
 CPU_TESTS += build/test_eval
 CPU_TESTS += dev/test/test_eval_files.sh
-build/test_eval: llmc/run/eval_tasks.h llmc/run/checkpoint.h
+build/test_eval: llmc/run/eval_tasks.h llmc/run/checkpoint.h dev/test/check_coverage.h
 #   build/test_export               scripts/export_hf.py: GPT-2 and Llama (GQA, untied and tied) checkpoints with known
 #                                   weights exported, read back value for value, config.json checked, bad headers
 #                                   refused; with torch and transformers installed, the exports loaded and checked by

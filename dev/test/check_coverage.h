@@ -1,7 +1,8 @@
 // check_coverage.h: "every check has a case" for the CPU tests. A test records the error messages its passing cases
 // drew (check_seen); check_every_site then reads the source of the functions that stop the program (CheckSite: each
-// fail_if and fail, and for a helper that returns its message, each snprintf(err, ...)) and fails for every check
-// whose message none of them matches, naming it: a check added without a negative case fails its test.
+// fail_if and fail, and for a helper that returns its message, each snprintf(err, ...), snprintf(why, ...) and
+// bad = "...") and fails for every check whose message none of them matches, naming it: a check added without a
+// negative case fails its test.
 // defines: CheckSite, CheckExempt, check_seen(), check_every_site()
 // A message matches when it holds the format's own text in order (each conversion, %d, %s, %.*s ..., standing for any
 // text). Formats with fewer than 8 characters of their own ("%s", "%s: %s") pass a helper's message on and are left
@@ -13,7 +14,7 @@
 typedef struct {
     const char* file;       // path from the repository root
     const char* function;   // a function defined there ("static ... name(...) {")
-    int messages;           // 1: also its snprintf(err, ...) messages (a helper that returns them to its caller)
+    int messages;           // 1: also its snprintf(err / why, ...) and bad = "..." messages (a helper that returns them)
 } CheckSite;
 
 typedef struct {
@@ -169,11 +170,12 @@ static void check_every_site(const char* what, const CheckSite* sites, size_t ns
             if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
             if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_space(p) - 1; continue; }
             const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5),
-                      is_msg = site->messages && !strncmp(p, "snprintf(err, ", 14);
-            if ((!is_if && !is_fail && !is_msg) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
+                      is_msg = site->messages && (!strncmp(p, "snprintf(err, ", 14) || !strncmp(p, "snprintf(why, ", 14)),
+                      is_bad = site->messages && !strncmp(p, "bad = \"", 7);
+            if ((!is_if && !is_fail && !is_msg && !is_bad) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
             calls++;
             char fmt[4096];
-            call_format(p + (is_if ? 8 : is_fail ? 5 : 9), is_if ? 1 : is_msg ? 2 : 0, fmt, sizeof(fmt));
+            call_format(p + (is_if ? 8 : is_fail ? 5 : is_msg ? 9 : 6), is_if ? 1 : is_msg ? 2 : 0, fmt, sizeof(fmt));
             int own = 0, seen = 0, exempted = 0;
             for (int i = 0; i < check_seen_count && !seen; i++) seen = format_matches(fmt, check_seen_texts[i], &own);
             format_matches(fmt, "", &own);
@@ -185,7 +187,7 @@ static void check_every_site(const char* what, const CheckSite* sites, size_t ns
             CHECK(seen, "%s: %s (%s): no case draws the check \"%s\": add a case with a value it refuses (and the "
                   "nearest one it takes)", what, site->function, site->file, fmt);
         }
-        CHECK(calls > 0, "%s: %s (%s): no fail_if, fail or snprintf(err, ...) found (moved? update its check sites)",
+        CHECK(calls > 0, "%s: %s (%s): no fail_if, fail or message found (moved? update its check sites)",
               what, site->function, site->file);
         free(src);
     }

@@ -8,6 +8,19 @@
 // buffers of exactly their size, so the sanitizer build (make SANITIZE=1) catches a write one token off.
 #include "llmc/run/eval_tasks.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
+
+// The reader and the shapes, each message they return recorded for the every-check scan (test_every_check).
+static int task_load(EvalTask* t, const char* name, const char* path, int want_kind, int vocab, char* err, size_t cap) {
+    const int rc = eval_task_load(t, name, path, want_kind, vocab, err, cap);
+    if (rc) check_seen(err);
+    return rc;
+}
+static int task_shape(const EvalTask* t, int B, int T, EvalShape* s, char* err, size_t cap) {
+    const int rc = eval_shape(t, B, T, s, err, cap);
+    if (rc) check_seen(err);
+    return rc;
+}
 
 static char tmpdir[64];
 
@@ -89,7 +102,7 @@ static void test_reader(void) {
     snprintf(path, sizeof(path), "%s/choice.bin", tmpdir);
     write_task(path, EVAL_CHOICE, choice_items, 3, OK);
     EvalTask t;
-    int rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
+    int rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
     CHECK(rc == 0, "a good file refused: %s", err);
     if (rc == 0) {
         CHECK(t.n_items == 3 && t.max_len == 14 && t.max_cand == 4 && t.max_choices == 4, "header: items %d, longest %d, "
@@ -120,21 +133,21 @@ static void test_reader(void) {
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         write_task(path, EVAL_CHOICE, choice_items, 3, cases[i].d);
-        rc = eval_task_load(&t, "hellaswag", path, cases[i].kind, 50257, err, sizeof(err));
+        rc = task_load(&t, "hellaswag", path, cases[i].kind, 50257, err, sizeof(err));
         CHECK(rc == -1 && strstr(err, cases[i].want) && strstr(err, path) && strstr(err, "eval_prepro.py"),
               "case %zu: rc %d, want an error with \"%s\", the path and the fix; got: %s", i, rc, cases[i].want, err);
         if (rc == 0) eval_task_free(&t);
     }
     snprintf(path, sizeof(path), "%s/none.bin", tmpdir);
-    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "not found") && strstr(err, "--lambada"), "missing file: %s", err);
-    rc = eval_task_load(&t, "lambada", tmpdir, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", tmpdir, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "not a regular file"), "a directory: %s", err);
     snprintf(path, sizeof(path), "%s/short.bin", tmpdir);
     FILE* f = fopen_check(path, "wb");
     fputs("tiny", f);
     fclose(f);
-    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "shorter than its 1024-byte header"), "a 4-byte file: %s", err);
     // one byte short of the header, and the header alone (an empty stream)
     int32_t h[EVAL_HEADER_INTS] = {0};
@@ -142,12 +155,12 @@ static void test_reader(void) {
     f = fopen_check(path, "wb");
     fwrite_check(h, 1, sizeof(h) - 1, f, path);
     fclose(f);
-    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "(1023 bytes, shorter than its 1024-byte header)"), "a 1023-byte file: %s", err);
     f = fopen_check(path, "wb");
     fwrite_check(h, 1, sizeof(h), f, path);
     fclose(f);
-    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "impossible counts in its header (items 0, stream 0)"), "the header alone: %s", err);
     remove(path);
 
@@ -155,30 +168,30 @@ static void test_reader(void) {
     // less; the largest token id one below the model's vocabulary, and equal to it (the choice items' largest is 43)
     snprintf(path, sizeof(path), "%s/limits.bin", tmpdir);
     write_task(path, EVAL_CHOICE, choice_items, 3, MAX_CHOICES);
-    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
+    rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
     CHECK(rc == 0 && t.max_choices == 255, "a header of 255 candidates: %s", err);
     if (rc == 0) eval_task_free(&t);
     header_vocab = 44;
     write_task(path, EVAL_CHOICE, choice_items, 3, OK);
-    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 44, err, sizeof(err));
+    rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 44, err, sizeof(err));
     CHECK(rc == 0, "tokens below 44 for a model of 44: %s", err);
     if (rc == 0) eval_task_free(&t);
-    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
+    rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "its tokens are for a vocabulary of 44, the model has 43"), "vocabulary 43: %s", err);
     header_vocab = 43;   // a header that understates its tokens: token 43 is found in the items
     write_task(path, EVAL_CHOICE, choice_items, 3, OK);
-    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
+    rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 43, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "item 2 holds token 43, not below the vocabulary size 43"), "token 43 of 43: %s", err);
     header_vocab = 50257;
     // an empty context, an empty candidate
     static const uint16_t ONE[] = {5};
     Item no_ctx = {0, 1, 0, CTX0, {1}, {ONE}};
     write_task(path, EVAL_LASTWORD, &no_ctx, 1, OK);
-    rc = eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
+    rc = task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "item 0 has 0 context tokens"), "an empty context: %s", err);
     Item no_cand = {1, 2, 0, CTX0, {1, 0}, {ONE, ONE}};
     write_task(path, EVAL_CHOICE, &no_cand, 1, OK);
-    rc = eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
+    rc = task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err));
     CHECK(rc == -1 && strstr(err, "item 0 has an empty candidate"), "an empty candidate: %s", err);
     remove(path);
     snprintf(path, sizeof(path), "%s/choice.bin", tmpdir);
@@ -255,6 +268,7 @@ static void test_row_boundaries(void) {
         int rc = test_run_child(row_too_short, &bad[i], err, sizeof(err));
         CHECK(rc == 1 && strstr(err, "internal: a row of"), "context %d, candidate %d, row %d: exit %d '%s'", bad[i].ctx_len,
               bad[i].clen, bad[i].seq, rc, err);
+        if (rc == 1) check_seen(err);
     }
 
     // eval_run_fill: the batch is always rows x seq; rows past this rank's last are <|endoftext|> with no targets
@@ -262,7 +276,7 @@ static void test_row_boundaries(void) {
     char path[128], err[1024];
     snprintf(path, sizeof(path), "%s/fill.bin", tmpdir);
     write_task(path, EVAL_LASTWORD, word_items, 2, OK);
-    if (eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err))) { CHECK(0, "%s", err); return; }
+    if (task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err))) { CHECK(0, "%s", err); return; }
     const EvalShape s = {16, 3};
     EvalRun r;
     eval_run_init(&r, &t, &s, 0, 0, 1);
@@ -319,9 +333,9 @@ static void test_rows(void) {
     t.max_len = 151; t.max_cand = 90;
     EvalShape s;
     char err[512];
-    CHECK(eval_shape(&t, 8, 1024, &s, err, sizeof(err)) == 0 && s.seq == 192 && s.rows == 42, "B 8 T 1024: %d x %d", s.rows, s.seq);
-    CHECK(eval_shape(&t, 4, 128, &s, err, sizeof(err)) == 0 && s.seq == 128 && s.rows == 4, "B 4 T 128: %d x %d", s.rows, s.seq);
-    CHECK(eval_shape(&t, 4, 64, &s, err, sizeof(err)) == -1 && strstr(err, "needs rows of at least 91 tokens") &&
+    CHECK(task_shape(&t, 8, 1024, &s, err, sizeof(err)) == 0 && s.seq == 192 && s.rows == 42, "B 8 T 1024: %d x %d", s.rows, s.seq);
+    CHECK(task_shape(&t, 4, 128, &s, err, sizeof(err)) == 0 && s.seq == 128 && s.rows == 4, "B 4 T 128: %d x %d", s.rows, s.seq);
+    CHECK(task_shape(&t, 4, 64, &s, err, sizeof(err)) == -1 && strstr(err, "needs rows of at least 91 tokens") &&
           strstr(err, "--seq-len is 64"), "T 64: %s", err);
     // the boundaries: rows are the longest item rounded up to 64, at most T, as many as B x T holds; the longest
     // candidate needs one context token before it
@@ -339,7 +353,7 @@ static void test_rows(void) {
     for (size_t i = 0; i < sizeof(sh) / sizeof(sh[0]); i++) {
         t.max_len = sh[i].max_len; t.max_cand = sh[i].max_cand;
         memset(&s, 0, sizeof(s));
-        int rc = eval_shape(&t, sh[i].B, sh[i].T, &s, err, sizeof(err));
+        int rc = task_shape(&t, sh[i].B, sh[i].T, &s, err, sizeof(err));
         char want[96];
         snprintf(want, sizeof(want), "a candidate of %d tokens needs rows of at least %d tokens", sh[i].max_cand,
                  sh[i].max_cand + 1);
@@ -362,7 +376,7 @@ static EvalResult run_task(const EvalTask* t, int B, int T, int world, int max_i
     char err[512];
     EvalResult total;
     memset(&total, 0, sizeof(total));
-    if (eval_shape(t, B, T, &s, err, sizeof(err))) { CHECK(0, "eval_shape: %s", err); return total; }
+    if (task_shape(t, B, T, &s, err, sizeof(err))) { CHECK(0, "eval_shape: %s", err); return total; }
     const int N = s.rows * s.seq;
     int* in = (int*)xmalloc(N * sizeof(int));
     int* tg = (int*)xmalloc(N * sizeof(int));
@@ -438,7 +452,7 @@ static void test_scoring(void) {
     snprintf(path, sizeof(path), "%s/choice.bin", tmpdir);
     write_task(path, EVAL_CHOICE, choice_items, 3, OK);
     EvalTask t;
-    CHECK(eval_task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err)) == 0, "%s", err);
+    CHECK(task_load(&t, "hellaswag", path, EVAL_CHOICE, 50257, err, sizeof(err)) == 0, "%s", err);
     EvalResult want = direct(choice_items, 3, EVAL_CHOICE);
     CHECK(want.correct >= 1 && want.correct <= 2, "the crafted items should be neither all right nor all wrong (%.0f)", want.correct);
     int64_t batches;
@@ -460,7 +474,7 @@ static void test_scoring(void) {
     eval_task_free(&t);
 
     write_task(path, EVAL_LASTWORD, word_items, 2, OK);
-    CHECK(eval_task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err)) == 0, "%s", err);
+    CHECK(task_load(&t, "lambada", path, EVAL_LASTWORD, 50257, err, sizeof(err)) == 0, "%s", err);
     want = direct(word_items, 2, EVAL_LASTWORD);
     CHECK(want.correct == 1, "one of the two crafted words is greedy-decoded (got %.0f)", want.correct);
     got = run_task(&t, 3, 64, 1, 0, &batches);
@@ -482,7 +496,7 @@ static void test_shipped(void) {
         if (!test_fixture_ok(files[i].name, files[i].path)) continue;
         EvalTask t;
         char err[2048];
-        int rc = eval_task_load(&t, files[i].name, files[i].path, files[i].kind, 50257, err, sizeof(err));
+        int rc = task_load(&t, files[i].name, files[i].path, files[i].kind, 50257, err, sizeof(err));
         CHECK(rc == 0, "%s", err);
         if (rc) continue;
         CHECK(t.n_items == files[i].items && t.max_len == files[i].max_len, "%s: %d items, longest %d", files[i].path,
@@ -499,7 +513,7 @@ static void test_shipped(void) {
         else
             CHECK(rows == t.n_items, "lambada: one candidate per item");
         EvalShape s;
-        CHECK(eval_shape(&t, 8, 1024, &s, err, sizeof(err)) == 0 && s.seq == (files[i].kind == EVAL_CHOICE ? 192 : 256),
+        CHECK(task_shape(&t, 8, 1024, &s, err, sizeof(err)) == 0 && s.seq == (files[i].kind == EVAL_CHOICE ? 192 : 256),
               "%s: rows of %d tokens", files[i].name, s.seq);
         eval_task_free(&t);
     }
@@ -513,6 +527,14 @@ int main(void) {
     test_rows();
     test_scoring();
     test_shipped();
+    // every message of the reader, the shapes and the rows was drawn by a case above
+    static const CheckSite sites[] = {{"llmc/run/eval_tasks.h", "eval_task_load", 1}, {"llmc/run/eval_tasks.h", "eval_shape", 1},
+                                      {"llmc/run/eval_tasks.h", "eval_row"}};
+    static const CheckExempt exempt[] = {
+        {"cannot open %s file '%s': %s", "stat found a regular file that fopen cannot open (no permission: root reads it)"},
+        {"read error", "fread of a file stat measured"},
+    };
+    check_every_site("test_eval", sites, sizeof(sites) / sizeof(sites[0]), exempt, sizeof(exempt) / sizeof(exempt[0]));
     rmdir(tmpdir);
     return test_summary("test_eval");
 }
