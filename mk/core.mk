@@ -6,3 +6,4 @@ CPU_TESTS += build/test_core
 CPU_TESTS += build/test_recipe
 CPU_TESTS += build/test_plan
 CPU_TESTS += build/test_checkpoint
+build/test_recipe build/test_core: dev/test/check_coverage.h

@@ -10,6 +10,7 @@
 #include "llmc/fp4/stochastic_round.h"
 #include "llmc/model/gpt_config.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
 
 typedef struct { int b; float lr; const char* model; int shuffle; const char* out; int only; } Cfg;
 
@@ -45,6 +46,8 @@ static void test_args(void) {
     CHECK(parse(&c, 4, flag) == 0 && c.only == 1 && c.b == 4, "--eval-only -b 4: only=%d b=%d", c.only, c.b);
     const char* flag_off[] = {"prog", "--eval-only=off"};
     CHECK(parse(&c, 2, flag_off) == 0 && c.only == 0, "--eval-only=off: only=%d", c.only);
+    const char* dashes[] = {"prog", "--out-dir=--x", "--eval-only=on"};
+    CHECK(parse(&c, 3, dashes) == 0 && !strcmp(c.out, "--x") && c.only == 1, "--out-dir=--x: out=%s only=%d", c.out, c.only);
 
     BadArgs bad[] = {
         {2, {"prog", "--batchsize"}, "unknown option '--batchsize'"},
@@ -57,12 +60,18 @@ static void test_args(void) {
         {3, {"prog", "--shuffle", "maybe"}, "--shuffle expects on or off"},
         {2, {"prog", "stray"}, "unexpected argument 'stray'"},
         {2, {"prog", "--eval-only=maybe"}, "--eval-only expects on or off"},
+        // a switch given a separate value; a value missing before the next option (--out-dir=--x below is taken)
+        {3, {"prog", "--eval-only", "on"}, "unexpected argument 'on': --eval-only is a switch that takes no separate "
+                                           "value (--eval-only turns it on, --eval-only=on sets it)"},
+        {3, {"prog", "-o", "--eval-only"}, "option -o needs a value, but the next argument is the option '--eval-only' "
+                                           "(a value that starts with -- is given as --out-dir=VALUE)"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[1024];
         int rc = test_run_child(parse_bad, &bad[i], err, sizeof(err));
         CHECK(rc == 1 && strstr(err, bad[i].message) != NULL, "case %zu: exit %d, stderr '%s', expected '%s'",
               i, rc, err, bad[i].message);
+        if (rc == 1 && strstr(err, bad[i].message)) check_seen(err);
     }
 }
 
@@ -87,6 +96,7 @@ static void expect_bad_value(const char* option, const BadNumber* b) {
     int rc = test_run_child(parse_one_bad, arg, err, sizeof(err));
     CHECK(rc == 1 && strstr(err, b->message) != NULL && strncmp(err, "error: ", 7) == 0,
           "%s '%s': exit %d, stderr '%s', want '%s'", option ? option : "--lr=", b->text, rc, err, b->message);
+    if (rc == 1 && strstr(err, b->message)) check_seen(err);
 }
 
 static void test_numbers(void) {
@@ -289,6 +299,36 @@ static void test_batch_plan(void) {
           "total below one step: %s", err);
     CHECK(batch_plan(16, 1024, 1, 1000, &p, err, sizeof(err)) != 0 && strstr(err, "must be a multiple"), "not a multiple");
     CHECK(batch_plan(0, 1024, 1, 0, &p, err, sizeof(err)) != 0, "B = 0");
+    // every limit on both sides: B, T and the processes from 1; at most 2^24 tokens per micro-batch; at most 2^31 - 1
+    // accumulation steps (--total-batch is an int, so only a caller with a 64-bit total reaches that one)
+    const struct { int B, T, world; int64_t total; int accum; const char* message; } plans[] = {
+        {0, 16, 1, 0, 0, "--batch-size 0 and --seq-len 16 must be positive (processes: 1)"},
+        {4, 0, 1, 0, 0, "--batch-size 4 and --seq-len 0 must be positive (processes: 1)"},
+        {4, 16, 0, 0, 0, "--batch-size 4 and --seq-len 16 must be positive (processes: 0)"},
+        {1, 1, 1, 0, 1, NULL},
+        {16777216, 1, 1, 0, 1, NULL},                                   // 2^24 tokens
+        {16777217, 1, 1, 0, 0, "--batch-size 16777217 x --seq-len 1 = 16777217 tokens per micro-batch is more than the "
+                               "16777216"},
+        {4096, 4097, 1, 0, 0, "= 16781312 tokens per micro-batch is more than"},   // 2^24 + 4096
+        {1, 1, 1, -1, 0, "--total-batch -1 is negative"},
+        {1, 1, 1, 2147483647, 2147483647, NULL},                        // 2^31 - 1 accumulation steps
+        {1, 1, 1, 2147483648ll, 0, "--total-batch 2147483648 needs 2147483648 accumulation steps"},
+        {2, 3, 1, 12, 2, NULL},
+        {2, 3, 1, 13, 0, "--total-batch 13 must be a multiple of --batch-size x --seq-len x processes = 2 x 3 x 1 = 6"},
+        {2, 3, 2, 6, 0, "= 2 x 3 x 2 = 12"},
+    };
+    for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
+        err[0] = '\0';
+        const int rc = batch_plan(plans[i].B, plans[i].T, plans[i].world, plans[i].total, &p, err, sizeof(err));
+        if (plans[i].message) {
+            CHECK(rc != 0 && strstr(err, plans[i].message), "batch_plan case %zu: rc %d '%s', want '%s'", i, rc, err,
+                  plans[i].message);
+            if (rc != 0) check_seen(err);
+        } else {
+            CHECK(rc == 0 && p.grad_accum == plans[i].accum, "batch_plan case %zu: rc %d '%s', accumulation %d (want %d)",
+                  i, rc, err, p.grad_accum, plans[i].accum);
+        }
+    }
 }
 
 static void test_json_escape(void) {
@@ -374,5 +414,9 @@ int main(void) {
     test_log_resume();
     test_bf16_rounding();
     test_model_widths();
+    // every message of the option parser and the batch arithmetic was drawn by a case above
+    static const CheckSite sites[] = {{"llmc/run/args.h", "option_set"}, {"llmc/run/args.h", "parse_options"},
+                                      {"llmc/run/batch.h", "batch_plan", 1}};
+    check_every_site("test_core", sites, sizeof(sites) / sizeof(sites[0]), NULL, 0);
     return test_summary("test_core");
 }

@@ -8,6 +8,35 @@
 #include "llmc/fp4/recipe.h"
 #include "llmc/fp4/recipe_schedule.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
+
+// The parsers and checks under test, each message they return recorded for the every-check scan at the end.
+static int spec_parse(const char* text, QuantSpec* out, char* err, size_t n) {
+    const int rc = quant_spec_parse(text, out, err, n);
+    if (rc && err) check_seen(err);
+    return rc;
+}
+static int fwd_parse(const char* text, float* out, char* err, size_t n) {
+    const int rc = bf16_forward_parse(text, out, err, n);
+    if (rc) check_seen(err);
+    return rc;
+}
+static int sched_check(const RecipeSchedule* s, int step, char* err, size_t n) {
+    const int rc = recipe_schedule_check(s, step, err, n);
+    if (rc) check_seen(err);
+    return rc;
+}
+static int sched_resume(const RecipeSchedule* saved, const RecipeSchedule* asked, int allow, RecipeSchedule* out, char* err,
+                        size_t n) {
+    const int rc = recipe_schedule_resume(saved, asked, allow, out, err, n);
+    if (rc) check_seen(err);
+    return rc;
+}
+static int shapes_check(const Recipe* r, int64_t N, int C, int backward, char* err, size_t n) {
+    const int rc = recipe_check_shapes(r, N, C, backward, err, n);
+    if (rc) check_seen(err);
+    return rc;
+}
 
 static int spec_is(const QuantSpec* s, QuantGrid grid, int bw, int bl, QuantScaleRule scale, QuantRounding round,
                    int hadamard) {
@@ -38,7 +67,7 @@ static void fprop_src_rotated(const void*) {
 static void expect_shapes(const Recipe* r, int64_t N, int C, int backward, int want_rc, const char* w1, const char* w2,
                           const char* what) {
     char err[1024] = "";
-    int rc = recipe_check_shapes(r, N, C, backward, err, sizeof(err));
+    int rc = shapes_check(r, N, C, backward, err, sizeof(err));
     CHECK(rc == want_rc && (!w1 || strstr(err, w1)) && (!w2 || strstr(err, w2)), "%s: N=%lld C=%d: rc %d (want %d), '%s'",
           what, (long long)N, C, rc, want_rc, err);
 }
@@ -205,7 +234,7 @@ static void test_limits(void) {
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++) {
         QuantSpec q;
         char err[512] = "";
-        const int rc = quant_spec_parse(hs[i].spec, &q, err, sizeof(err));
+        const int rc = spec_parse(hs[i].spec, &q, err, sizeof(err));
         CHECK(hs[i].ok ? rc == 0 : rc != 0 && err[0], "'%s': rc %d '%s'", hs[i].spec, rc, err);
     }
     // every number a spec holds, malformed: the message names the word. Seeds are decimal (leading zeros too, as the
@@ -228,7 +257,7 @@ static void test_limits(void) {
     for (size_t i = 0; i < sizeof(bad_numbers) / sizeof(bad_numbers[0]); i++) {
         QuantSpec q;
         char err[512] = "";
-        const int rc = quant_spec_parse(bad_numbers[i].spec, &q, err, sizeof(err));
+        const int rc = spec_parse(bad_numbers[i].spec, &q, err, sizeof(err));
         CHECK(rc != 0 && strstr(err, bad_numbers[i].message), "'%s': rc %d '%s', want '%s'", bad_numbers[i].spec, rc, err,
               bad_numbers[i].message);
     }
@@ -243,7 +272,7 @@ static void test_limits(void) {
     for (size_t i = 0; i < sizeof(good_numbers) / sizeof(good_numbers[0]); i++) {
         QuantSpec q;
         char err[512] = "";
-        const int rc = quant_spec_parse(good_numbers[i].spec, &q, err, sizeof(err));
+        const int rc = spec_parse(good_numbers[i].spec, &q, err, sizeof(err));
         CHECK(rc == 0 && q.sign_seed == good_numbers[i].seed && q.hadamard == good_numbers[i].hadamard &&
               q.block_w == good_numbers[i].w && q.block_l == good_numbers[i].l, "'%s': rc %d '%s', seed %llu h%d %dx%d, "
               "want seed %llu h%d %dx%d", good_numbers[i].spec, rc, err, (unsigned long long)q.sign_seed, q.hadamard,
@@ -270,7 +299,7 @@ static void test_limits(void) {
     for (size_t i = 0; i < sizeof(ff) / sizeof(ff[0]); i++) {
         float f = 0.5f;
         char err[512] = "";
-        const int rc = bf16_forward_parse(ff[i].text, &f, err, sizeof(err));
+        const int rc = fwd_parse(ff[i].text, &f, err, sizeof(err));
         CHECK(ff[i].ok ? rc == 0 : rc != 0 && strstr(err, ff[i].text), "--bf16-forward-from '%s': rc %d '%s'", ff[i].text,
               rc, err);
     }
@@ -314,7 +343,7 @@ static void test_schedule(void) {
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         float f = -1.0f;
         char err[512] = "";
-        CHECK(bf16_forward_parse(good[i], &f, err, sizeof(err)) == 0 && f > 0.0f && f <= 1.0f, "'%s' accepted: %s",
+        CHECK(fwd_parse(good[i], &f, err, sizeof(err)) == 0 && f > 0.0f && f <= 1.0f, "'%s' accepted: %s",
               good[i], err);
     }
     struct { const char* text; const char* msg; } badf[] = {
@@ -324,7 +353,7 @@ static void test_schedule(void) {
     for (size_t i = 0; i < sizeof(badf) / sizeof(badf[0]); i++) {
         float f = 0.5f;
         char err[512] = "";
-        CHECK(bf16_forward_parse(badf[i].text, &f, err, sizeof(err)) != 0 && strstr(err, badf[i].msg) && f == 0.5f,
+        CHECK(fwd_parse(badf[i].text, &f, err, sizeof(err)) != 0 && strstr(err, badf[i].msg) && f == 0.5f,
               "'%s' refused with '%s': '%s'", badf[i].text, badf[i].msg, err);
     }
 
@@ -333,29 +362,29 @@ static void test_schedule(void) {
     char err[1024];
     recipe_schedule_init(&s, 0.25f, 12);   // switch at 9
     s.bf16_forward = 0;
-    CHECK(recipe_schedule_check(&s, 9, err, sizeof(err)) == 0, "at step 9 the last step run (8) was FP4: %s", err);
-    CHECK(recipe_schedule_check(&s, 10, err, sizeof(err)) != 0 && strstr(err, "inconsistent"), "at step 10 it must be on");
+    CHECK(sched_check(&s, 9, err, sizeof(err)) == 0, "at step 9 the last step run (8) was FP4: %s", err);
+    CHECK(sched_check(&s, 10, err, sizeof(err)) != 0 && strstr(err, "inconsistent"), "at step 10 it must be on");
     s.bf16_forward = 1;
-    CHECK(recipe_schedule_check(&s, 10, err, sizeof(err)) == 0, "at step 10, on: %s", err);
-    CHECK(recipe_schedule_check(&none, 50, err, sizeof(err)) == 0, "no schedule: %s", err);
+    CHECK(sched_check(&s, 10, err, sizeof(err)) == 0, "at step 10, on: %s", err);
+    CHECK(sched_check(&none, 50, err, sizeof(err)) == 0, "no schedule: %s", err);
     RecipeSchedule broken = none;
     broken.bf16_forward = 1;
-    CHECK(recipe_schedule_check(&broken, 50, err, sizeof(err)) != 0, "on without a switch step is refused");
+    CHECK(sched_check(&broken, 50, err, sizeof(err)) != 0, "on without a switch step is refused");
 
     // resuming: the same switch continues with the checkpoint's state; another is refused unless allowed
     RecipeSchedule asked;
     recipe_schedule_init(&asked, 0.25f, 12);
-    CHECK(recipe_schedule_resume(&s, &asked, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward == 1 &&
+    CHECK(sched_resume(&s, &asked, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward == 1 &&
           out.bf16_forward_step == 9, "same switch: resumed in the switched state");
     recipe_schedule_init(&asked, 0.25f, 24);   // --steps changed: the switch would move to 18
-    CHECK(recipe_schedule_resume(&s, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "from step 9 of 12") &&
+    CHECK(sched_resume(&s, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "from step 9 of 12") &&
           strstr(err, "from step 18 of 24") && strstr(err, "--allow-recipe-change on"), "moved switch refused: %s", err);
-    CHECK(recipe_schedule_resume(&s, &asked, 1, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == 18 &&
+    CHECK(sched_resume(&s, &asked, 1, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == 18 &&
           out.bf16_forward == 1 && !recipe_schedule_bf16_forward_at(&out, 10),
           "allowed: the new switch, the checkpoint's state (so the run switches back at its first step)");
-    CHECK(recipe_schedule_resume(&none, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "no BF16 forward tail"),
+    CHECK(sched_resume(&none, &asked, 0, &out, err, sizeof(err)) != 0 && strstr(err, "no BF16 forward tail"),
           "adding the switch to a run without one is a change: %s", err);
-    CHECK(recipe_schedule_resume(&none, &none, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == -1,
+    CHECK(sched_resume(&none, &none, 0, &out, err, sizeof(err)) == 0 && out.bf16_forward_step == -1,
           "no switch before, none now");
 
     // the recipe after the switch: fprop's slots BF16, dgrad and wgrad untouched (Q/K follows)
@@ -502,5 +531,39 @@ int main(void) {
     test_shapes();
     test_limits();
     test_schedule();
+    // the spec parser's remaining checks, each next to the nearest spec it takes: the length (255 characters taken,
+    // 256 refused; commas alone are no words), a source, an empty spec, SR on the fp8 grid, 4o6 off e2m1
+    char long255[256], long256[300];
+    snprintf(long255, sizeof(long255), "nvfp4%0250d", 0);
+    for (char* p = long255 + 5; *p; p++) *p = ',';
+    snprintf(long256, sizeof(long256), "%s,", long255);
+    const struct { const char* spec; const char* message; } specs[] = {
+        {long255, NULL},        {long256, "spec too long"},
+        {"nvfp4,eden,src=fprop", NULL}, {"nvfp4,eden,src=fp4", "'src=fp4': use src=bf16 or src=fprop"},
+        {"nvfp4,src=", "'src=': use src=bf16 or src=fprop"},
+        {"bf16", NULL},         {"", "an empty spec"},   {" ,:", "an empty spec"},
+        {"fp8", NULL},          {"fp8,sr", "'fp8,sr': the fp8 (E4M3) grid rounds to nearest only (no sr)"},
+        {"mxfp8,sr", "the fp8 (E4M3) grid rounds to nearest only"},
+        {"nvfp4,4o6", NULL},    {"int4,4o6", "'int4,4o6': 4o6 (Four Over Six) chooses between mapping"},
+        {"e1m2,e4m3,4o6", "use it with e2m1 only"},
+    };
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+        QuantSpec q;
+        char err[512] = "";
+        const int rc = spec_parse(specs[i].spec, &q, err, sizeof(err));
+        if (specs[i].message)
+            CHECK(rc != 0 && strstr(err, specs[i].message), "'%.40s': rc %d '%s', want '%s'", specs[i].spec, rc, err,
+                  specs[i].message);
+        else
+            CHECK(rc == 0, "'%.40s' (%zu characters): rc %d '%s'", specs[i].spec, strlen(specs[i].spec), rc, err);
+    }
+
+    // every message of the spec parser, --bf16-forward-from's parser and schedule, and the shape rules was drawn above
+    static const CheckSite sites[] = {
+        {"llmc/fp4/formats.h", "quant_spec_parse", 1},      {"llmc/fp4/recipe_schedule.h", "bf16_forward_parse", 1},
+        {"llmc/fp4/recipe_schedule.h", "recipe_schedule_check", 1}, {"llmc/fp4/recipe_schedule.h", "recipe_schedule_resume", 1},
+        {"llmc/fp4/recipe.h", "recipe_check_operand_", 1},
+    };
+    check_every_site("test_recipe", sites, sizeof(sites) / sizeof(sites[0]), NULL, 0);
     return test_summary("test_recipe");
 }
