@@ -7,3 +7,4 @@ CPU_TESTS += build/test_recipe
 CPU_TESTS += build/test_plan
 CPU_TESTS += build/test_checkpoint
 build/test_recipe build/test_core: dev/test/check_coverage.h
+build/test_checkpoint: dev/test/check_coverage.h

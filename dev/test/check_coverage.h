@@ -1,7 +1,7 @@
 // check_coverage.h: "every check has a case" for the CPU tests. A test records the error messages its passing cases
 // drew (check_seen); check_every_site then reads the source of the functions that stop the program (CheckSite: each
-// fail_if and fail, and for a helper that returns its message, each snprintf(err, ...), snprintf(why, ...) and
-// bad = "...") and fails for every check whose message none of them matches, naming it: a check added without a
+// fail_if and fail, and for a helper that returns its message, each snprintf(err, ...), snprintf(why, ...),
+// ckpt_error_(r, ...) and bad = "...") and fails for every check whose message none of them matches, naming it: a check added without a
 // negative case fails its test.
 // defines: CheckSite, CheckExempt, check_seen(), check_every_site()
 // A message matches when it holds the format's own text in order (each conversion, %d, %s, %.*s ..., standing for any
@@ -170,12 +170,15 @@ static void check_every_site(const char* what, const CheckSite* sites, size_t ns
             if (*p == '"' || *p == '\'') { p = skip_literal(p) - 1; continue; }
             if (p[0] == '/' && (p[1] == '/' || p[1] == '*')) { p = skip_space(p) - 1; continue; }
             const int is_if = !strncmp(p, "fail_if(", 8), is_fail = !strncmp(p, "fail(", 5),
-                      is_msg = site->messages && (!strncmp(p, "snprintf(err, ", 14) || !strncmp(p, "snprintf(why, ", 14)),
+                      is_msg = site->messages && (!strncmp(p, "snprintf(err, ", 14) || !strncmp(p, "snprintf(why, ", 14) ||
+                                                  !strncmp(p, "ckpt_error_(r, ", 15)),
                       is_bad = site->messages && !strncmp(p, "bad = \"", 7);
             if ((!is_if && !is_fail && !is_msg && !is_bad) || p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')) continue;
             calls++;
             char fmt[4096];
-            call_format(p + (is_if ? 8 : is_fail ? 5 : is_msg ? 9 : 6), is_if ? 1 : is_msg ? 2 : 0, fmt, sizeof(fmt));
+            const int ckpt = is_msg && p[0] == 'c';   // ckpt_error_(r, fmt, ...): one argument before the format
+            call_format(p + (is_if ? 8 : is_fail ? 5 : ckpt ? 12 : is_msg ? 9 : 6), is_if || ckpt ? 1 : is_msg ? 2 : 0, fmt,
+                        sizeof(fmt));
             int own = 0, seen = 0, exempted = 0;
             for (int i = 0; i < check_seen_count && !seen; i++) seen = format_matches(fmt, check_seen_texts[i], &own);
             format_matches(fmt, "", &own);

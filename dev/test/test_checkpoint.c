@@ -7,6 +7,7 @@
 #include <signal.h>
 #include "llmc/run/checkpoint.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
 
 static char tmpdir[64];
 
@@ -59,6 +60,7 @@ static int open_and_verify(const char* path, char* err, size_t cap) {
     int rc = ckpt_open(&r, path);
     if (rc == 0) rc = ckpt_verify(&r);
     snprintf(err, cap, "%s", rc ? r.err : "");
+    if (rc) check_seen(r.err);   // (for the every-check scan at the end)
     ckpt_close(&r);
     return rc;
 }
@@ -99,12 +101,21 @@ static void test_roundtrip(const char* path) {
         CHECK(memcmp(got, exp, SECTION_BYTES[s]) == 0, "section %s content differs", CKPT_SECTION_NAMES[s]);
     }
     uint8_t tmp[64];
-    CHECK(ckpt_read_section(&r, CKPT_DATA, tmp, 23) != 0 && strstr(r.err, "the data position section holds 24 bytes"),
-          "a size mismatch is refused: %s", r.err);
+    // a section read as another size: one byte less and one more refused, its own size taken (above)
+    CHECK(ckpt_read_section(&r, CKPT_DATA, tmp, 23) != 0 && strstr(r.err, "the data position section holds 24 bytes where "
+          "this program expects 23"), "a size mismatch is refused: %s", r.err);
+    check_seen(r.err);
+    CHECK(ckpt_read_section(&r, CKPT_DATA, tmp, 25) != 0 && strstr(r.err, "holds 24 bytes where this program expects 25"),
+          "one byte more: %s", r.err);
     // a partly read section is still checked in full by ckpt_section_end
     CHECK(ckpt_section_begin(&r, CKPT_OPTIMIZER) == 0 && ckpt_read(&r, tmp, 10) == 0 && ckpt_section_end(&r) == 0,
           "partial read then end: %s", r.err);
-    CHECK(ckpt_section_begin(&r, CKPT_RNG) == 0 && ckpt_read(&r, tmp, 17) != 0, "reading past a section is refused");
+    // reading past a section: its 16 bytes in one read taken, 17 refused
+    CHECK(ckpt_section_begin(&r, CKPT_RNG) == 0 && ckpt_read(&r, tmp, 17) != 0 &&
+          strstr(r.err, "the rng section holds 16 more bytes, not the 17 asked for"), "reading past a section: %s", r.err);
+    check_seen(r.err);
+    CHECK(ckpt_section_begin(&r, CKPT_RNG) == 0 && ckpt_read(&r, tmp, 16) == 0 && ckpt_section_end(&r) == 0,
+          "the whole rng section in one read: %s", r.err);
     ckpt_close(&r);
 }
 
@@ -195,6 +206,12 @@ static void test_truncated_and_foreign(const char* path) {
     char missing[128];
     snprintf(missing, sizeof(missing), "%s/nothing.bin", tmpdir);
     CHECK(open_and_verify(missing, err, sizeof(err)) != 0 && strstr(err, missing), "missing file: %s", err);
+    char fifo[128];   // a FIFO named as a checkpoint: refused before it is opened (which would wait for a writer)
+    snprintf(fifo, sizeof(fifo), "%s/fifo.bin", tmpdir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    CHECK(open_and_verify(fifo, err, sizeof(err)) != 0 && strstr(err, "is not a regular file, so not a checkpoint"),
+          "FIFO: %s", err);
+    remove(fifo);
     free(orig);
     remove(path);
 }
@@ -358,6 +375,15 @@ int main(void) {
     test_atomic();
     test_trail();
     test_version2(path);
+    // every message of the reader was drawn above
+    static const CheckSite sites[] = {{"llmc/run/checkpoint.h", "ckpt_open", 1}, {"llmc/run/checkpoint.h", "ckpt_read", 1},
+                                      {"llmc/run/checkpoint.h", "ckpt_section_end", 1},
+                                      {"llmc/run/checkpoint.h", "ckpt_read_section", 1}};
+    static const CheckExempt exempt[] = {
+        {"checkpoint '%s': cannot read its header", "fread of a file stat measured"},
+        {"checkpoint '%s': read error in the %s section", "fread of a file stat measured"},
+    };
+    check_every_site("test_checkpoint", sites, sizeof(sites) / sizeof(sites[0]), exempt, sizeof(exempt) / sizeof(exempt[0]));
     remove(path);
     rmdir(tmpdir);
     return test_summary("test_checkpoint");
