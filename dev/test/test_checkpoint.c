@@ -363,6 +363,61 @@ static void test_version2(const char* path) {
     remove(path);
 }
 
+// The header text's length limit (CKPT_MAX_TEXT) on both sides, for the writer and the reader, and text lengths the
+// reader must find impossible (negative, past the file).
+static void write_text(const void* arg) {
+    const char* const* a = (const char* const*)arg;   // {path, text}
+    int32_t h[CKPT_HEADER_INTS] = {0};
+    CheckpointWriter w;
+    ckpt_begin(&w, a[0], h, a[1]);
+    ckpt_commit(&w);
+}
+
+static void test_text_limits(void) {
+    char path[128], err[4800];
+    snprintf(path, sizeof(path), "%s/text.bin", tmpdir);
+    char* text = (char*)xmalloc(CKPT_MAX_TEXT + 2);
+    memset(text, 'a', CKPT_MAX_TEXT + 1);
+    text[CKPT_MAX_TEXT] = '\0';   // 65536 characters: taken by the writer and the reader
+    const char* args[2] = {path, text};
+    CHECK(test_run_child(write_text, args, err, sizeof(err)) == 0, "a text of %d bytes written: %s", CKPT_MAX_TEXT, err);
+    CheckpointReader r;
+    CHECK(ckpt_open(&r, path) == 0 && strlen(r.text) == CKPT_MAX_TEXT && ckpt_verify(&r) == 0, "read back: %s", r.err);
+    ckpt_close(&r);
+    // the same file claiming one byte more of text (and one more byte there): refused as impossible, before the CRC
+    long n;
+    uint8_t* b = read_all(path, &n);
+    uint8_t* grown = (uint8_t*)xmalloc((size_t)n + 1);
+    memcpy(grown, b, (size_t)n);
+    grown[n] = 'a';
+    const int32_t lengths[] = {CKPT_MAX_TEXT + 1, -1, 2147483647};
+    for (int i = 0; i < 3; i++) {
+        memcpy(grown + CKPT_H_TEXT_BYTES * sizeof(int32_t), &lengths[i], sizeof(int32_t));
+        write_all(path, grown, n + 1);
+        char want[96];
+        snprintf(want, sizeof(want), "the header section is corrupt (text length %d is impossible)", lengths[i]);
+        CHECK(open_and_verify(path, err, sizeof(err)) != 0 && strstr(err, want), "text length %d: %s", lengths[i], err);
+    }
+    // a text length past the end of a file within the limit
+    const int32_t past = 100;
+    memcpy(b + CKPT_H_TEXT_BYTES * sizeof(int32_t), &past, sizeof(int32_t));
+    write_all(path, b, (long)(CKPT_HEADER_INTS * sizeof(int32_t) + 99));
+    CHECK(open_and_verify(path, err, sizeof(err)) != 0 && strstr(err, "text length 100 is impossible"), "past the end: %s",
+          err);
+    // the writer refuses 65537 characters
+    text[CKPT_MAX_TEXT] = 'a';
+    text[CKPT_MAX_TEXT + 1] = '\0';
+    CHECK(test_run_child(write_text, args, err, sizeof(err)) == 1 &&
+          strstr(err, "header text of 65537 bytes is over the 65536 allowed"), "a text of 65537 bytes: %s", err);
+    free(b);
+    free(grown);
+    free(text);
+    remove(path);
+    char tmp[140];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    remove(tmp);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof(tmpdir), "/tmp/test_checkpoint_XXXXXX");
     if (!mkdtemp(tmpdir)) { printf("FAIL: mkdtemp\n"); return 1; }
@@ -375,6 +430,7 @@ int main(void) {
     test_atomic();
     test_trail();
     test_version2(path);
+    test_text_limits();
     // every message of the reader was drawn above
     static const CheckSite sites[] = {{"llmc/run/checkpoint.h", "ckpt_open", 1}, {"llmc/run/checkpoint.h", "ckpt_read", 1},
                                       {"llmc/run/checkpoint.h", "ckpt_section_end", 1},
