@@ -8,6 +8,7 @@
 #                            all visible GPUs (mpirun -np 1 on a one-GPU machine)
 
 CPU_TESTS += build/test_dist_host
+build/test_dist_host: dev/test/check_coverage.h
 GPU_TESTS += dev/test/test_distributed.sh
 all: build/test_distributed
 

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include "llmc/run/dist_host.h"
 #include "dev/test/testing.h"
+#include "dev/test/check_coverage.h"
 
 // Every element of [0, n) owned by exactly one rank, shards contiguous, aligned, padding bounded.
 static void check_layout(size_t n, int world) {
@@ -150,6 +151,68 @@ static void test_id_file(void) {
 }
 
 
+// The id file's checks, each message asserted (the test above only sees the exit status): an existing file, a path
+// whose temporary name does not fit (4095 characters fit, 4096 do not), a directory that is not there, and a file of
+// another size than the id (127 and 129 bytes for 128; 128 taken above).
+typedef struct { const char* dir; int extra; } LongPath;
+static void write_long(const void* arg) {
+    const LongPath* a = (const LongPath*)arg;
+    char pid[32], path[8192];
+    const int digits = snprintf(pid, sizeof(pid), "%d", (int)getpid());
+    const int len = 4095 - 5 - digits + a->extra;   // PATH.tmp.<pid>: 4095 characters (+ extra)
+    snprintf(path, sizeof(path), "%s/", a->dir);
+    for (int n = (int)strlen(path); n < len; n++) path[n] = 'x';
+    path[len] = '\0';
+    unsigned char id[4] = {1, 2, 3, 4};
+    id_file_write(path, id, sizeof(id));
+}
+static void write_at(const void* arg) {
+    unsigned char id[4] = {1, 2, 3, 4};
+    id_file_write((const char*)arg, id, sizeof(id));
+}
+static void read_128(const void* arg) {
+    unsigned char got[128];
+    id_file_read((const char*)arg, got, sizeof(got), 0.1);
+}
+
+static void expect_id_error(const char* what, void (*fn)(const void*), const void* arg, const char* want) {
+    char err[1024];
+    const int rc = test_run_child(fn, arg, err, sizeof(err));
+    CHECK(rc == 1 && strstr(err, want), "%s: exit %d '%s', want '%s'", what, rc, err, want);
+    if (rc == 1 && strstr(err, want)) check_seen(err);
+}
+
+static void test_id_file_errors(void) {
+    char dir[] = "/tmp/test_dist_host.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/nccl.id", dir);
+    unsigned char id[129] = {0};
+    FILE* f = fopen(path, "wb");
+    fwrite(id, 1, 4, f);
+    fclose(f);
+    expect_id_error("an id file already there", write_at, path, "already exists (left by an earlier run");
+    const LongPath fits = {dir, 0}, over = {dir, 1};
+    // (fits: the temporary's name fits the buffer, so the next step, creating it, is what fails: a name too long for
+    // the file system)
+    expect_id_error("a temporary name of 4095 characters", write_long, &fits, "cannot create NCCL id file");
+    expect_id_error("a temporary name of 4096 characters", write_long, &over, "NCCL id file path too long");
+    char missing[600];
+    snprintf(missing, sizeof(missing), "%s/no/such/dir/nccl.id", dir);
+    expect_id_error("a directory that is not there", write_at, missing, "cannot create NCCL id file");
+    const size_t sizes[] = {127, 129};
+    for (int i = 0; i < 2; i++) {
+        f = fopen(path, "wb");
+        fwrite(id, 1, sizes[i], f);
+        fclose(f);
+        char want[128];
+        snprintf(want, sizeof(want), "has %zu bytes, expected 128: not written by this program?", sizes[i]);
+        expect_id_error("an id file of another size", read_128, path, want);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
 static void clear_launch_env(void) {
     const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "WORLD_SIZE", "RANK", "SLURM_STEP_NUM_TASKS",
                           "SLURM_NTASKS", "SLURM_PROCID", "PMI_SIZE", "PMI_RANK"};
@@ -178,8 +241,16 @@ static void test_place(void) {
     char err[512];
     CHECK(test_run_child(place_bad, NULL, err, sizeof(err)) == 1 && strstr(err, "RANK=2 is not below WORLD_SIZE=2"),
           "rank out of range: %s", err);
+    check_seen(err);
+    setenv("RANK", "1", 1);   // the last rank taken
+    CHECK(dist_host_place(0, &w, &r) && w == 2 && r == 1, "rank 1 of 2: %d of %d", r, w);
     setenv("RANK", "x", 1);
     CHECK(test_run_child(place_bad, NULL, err, sizeof(err)) == 1 && strstr(err, "RANK='x' is not"), "bad rank: %s", err);
+    check_seen(err);
+    unsetenv("RANK");
+    CHECK(test_run_child(place_bad, NULL, err, sizeof(err)) == 1 && strstr(err, "WORLD_SIZE=2 is set but RANK is not: set "
+          "both (and LOCAL_RANK, the GPU index on this node)"), "no rank: %s", err);
+    check_seen(err);
     clear_launch_env();
 }
 
@@ -216,11 +287,13 @@ static void test_env_numbers(void) {
         snprintf(want, sizeof(want), "error: environment variable WORLD_SIZE='%s' is not a non-negative integer", bad[i]);
         const int rc = test_run_child(place_world, bad[i], err, sizeof(err));
         CHECK(rc == 1 && strncmp(err, want, strlen(want)) == 0, "WORLD_SIZE='%s': exit %d, '%s'", bad[i], rc, err);
+        if (rc == 1) check_seen(err);
     }
     // WORLD_SIZE=0 parses, and is refused as a world size; the empty string counts as unset
     char err[512];
     CHECK(test_run_child(place_world, "0", err, sizeof(err)) == 1 && strstr(err, "WORLD_SIZE=0: the world size must be "
           "at least 1"), "WORLD_SIZE=0: '%s'", err);
+    check_seen(err);
     CHECK(test_run_child_io(place_world, "", err, sizeof(err), 1) == 0 && strcmp(err, "world 1\n") == 0,
           "WORLD_SIZE='': '%s'", err);
     clear_launch_env();
@@ -231,5 +304,15 @@ int main(void) {
     test_env_numbers();
     test_shards();
     test_id_file();
+    test_id_file_errors();
+    // every check of the launcher's variables and the id file has drawn its message
+    static const CheckSite sites[] = {{"llmc/run/dist_host.h", "dist_host_env_int_"},
+                                      {"llmc/run/dist_host.h", "dist_host_env_source"},
+                                      {"llmc/run/dist_host.h", "id_file_write"}, {"llmc/run/dist_host.h", "id_file_read"}};
+    static const CheckExempt exempt[] = {
+        {"cannot flush NCCL id file", "fflush and fsync of a file just created"},
+        {"cannot rename '%s' to '%s'", "a rename within the directory the temporary was created in"},
+    };
+    check_every_site("test_dist_host", sites, sizeof(sites) / sizeof(sites[0]), exempt, sizeof(exempt) / sizeof(exempt[0]));
     return test_summary("test_dist_host");
 }
