@@ -1,8 +1,8 @@
 // check_coverage.h: "every check has a case" for the CPU tests. A test records the error messages its passing cases
-// drew (check_seen); check_every_site then reads the source of the functions that stop the program (CheckSite: each
-// fail_if and fail, and for a helper that returns its message, each snprintf(err, ...), snprintf(why, ...),
-// ckpt_error_(r, ...) and bad = "...") and fails for every check whose message none of them matches, naming it: a check added without a
-// negative case fails its test.
+// drew (check_seen); check_every_site then reads the source of the functions that stop the program or refuse an input
+// (CheckSite: each fail_if and fail, and for a helper that returns its message, each snprintf(err, ...),
+// snprintf(why, ...), ckpt_error_(r, ...) and bad = "...") and fails for every check whose message none of them
+// matches, naming it: a check added without a negative case fails its test.
 // defines: CheckSite, CheckExempt, check_seen(), check_every_site()
 // A message matches when it holds the format's own text in order (each conversion, %d, %s, %.*s ..., standing for any
 // text). Formats with fewer than 8 characters of their own ("%s", "%s: %s") pass a helper's message on and are left
@@ -14,7 +14,7 @@
 typedef struct {
     const char* file;       // path from the repository root
     const char* function;   // a function defined there ("static ... name(...) {")
-    int messages;           // 1: also its snprintf(err / why, ...) and bad = "..." messages (a helper that returns them)
+    int messages;           // 1: also the messages it returns (snprintf(err / why, ...), ckpt_error_, bad = "...")
 } CheckSite;
 
 typedef struct {
@@ -25,7 +25,7 @@ typedef struct {
 static char** check_seen_texts = NULL;
 static int check_seen_count = 0, check_seen_cap = 0;
 
-// Records what a passing case's failure printed (its error line, or the whole stderr).
+// Records what a passing case's failure printed (up to its first newline: the error line).
 static void check_seen(const char* text) {
     if (check_seen_count == check_seen_cap) {
         check_seen_cap = check_seen_cap ? 2 * check_seen_cap : 256;
