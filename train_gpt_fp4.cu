@@ -149,13 +149,19 @@ typedef struct {
     size_t opt4_elems;              // elements of the state arrays (each segment rounded up to 16)
     uint8_t* opt4_mem;
     float* opt4_amax;               // inside opt4_mem: [opt4_nseg][2], then the new ones, [opt4_nseg][2]
-    // --optimizer muon (llmc/muon.cuh): the blocks' linear weights, matrix by matrix (llmc/model/muon_plan.h). Their
-    // FP32 momentum lives in adam_m at the weights' own offsets; their slots of adam_v stay unused (zero).
+    // --optimizer muon (llmc/muon.cuh): the blocks' linear weights, matrix by matrix (llmc/model/muon_plan.h).
+    // Without ZeRO-1 their FP32 momentum lives in adam_m (and their masters in master) at the weights' own offsets,
+    // their slots of adam_v unused (zero). With ZeRO-1 each matrix is owned whole by rank muon_owner(i, world), which
+    // keeps its momentum (and master) in muon_m (muon_master) at muon_off[i] (SIZE_MAX: another rank's).
     int optimizer;                  // OPTIMIZER_ADAMW or OPTIMIZER_MUON
     MuonConfig muon;
     MuonMatrix* muon_mats;
     int muon_nmat;
     MuonScratch muon_scratch;
+    size_t* muon_off;
+    size_t muon_owned;              // elements of muon_m (ZeRO-1), 0 without ZeRO-1
+    float* muon_m;
+    float* muon_master;
     size_t params_padded;           // params_memory holds this many (padding lets ZeRO all-gather evenly)
     Dist* dist;                     // NULL: one process
     int zero;                       // 1: optimizer state sharded over ranks, weights all-gathered
@@ -296,12 +302,28 @@ __global__ void bf16_to_float_kernel(float* out, const floatX* in, size_t n) {
     if (i < n) out[i] = __bfloat162float(in[i]);
 }
 
-// FP32 master weights start as the BF16 parameters (exact).
+// The element offset of Muon matrix i in params_memory.
+static size_t gpt_muon_base(const GPT* m, int i) {
+    return (size_t)(m->params.t[m->muon_mats[i].tensor] - m->params_memory) + m->muon_mats[i].offset;
+}
+
+// FP32 master weights start as the BF16 parameters (exact); with ZeRO-1 and Muon, also the masters of the Muon
+// matrices this rank owns.
 static void gpt_init_master_from_params(GPT* m) {
-    if (!m->master || m->opt_count == 0) return;
-    bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)m->opt_count, 256), 256, 0, m->stream>>>(
-        m->master, m->params_memory + m->opt_begin, m->opt_count);
-    cuda_check_last();
+    if (!m->master) return;
+    if (m->opt_count) {
+        bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)m->opt_count, 256), 256, 0, m->stream>>>(
+            m->master, m->params_memory + m->opt_begin, m->opt_count);
+        cuda_check_last();
+    }
+    if (!m->muon_master) return;
+    for (int i = 0; i < m->muon_nmat; i++) {
+        if (m->muon_off[i] == SIZE_MAX) continue;
+        const size_t nk = (size_t)m->muon_mats[i].rows * m->muon_mats[i].cols;
+        bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)nk, 256), 256, 0, m->stream>>>(
+            m->muon_master + m->muon_off[i], m->params_memory + gpt_muon_base(m, i), nk);
+        cuda_check_last();
+    }
 }
 
 // Rank 0 prints what each rank sends and receives per optimizer step, with ZeRO-1 on and off (the
@@ -372,16 +394,17 @@ static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, siz
                 m->opt4_nseg, bytes / MiB, 2.0 * count * sizeof(float) / MiB);
 }
 
-// --optimizer muon on the optimizer allocate_optimizer made (FP32 moments, not sharded): the matrix list and the
-// Newton-Schulz scratch, sized for the largest matrix.
+// --optimizer muon on the optimizer gpt_allocate_optimizer made (FP32 moments): the matrix list, with ZeRO-1 the
+// state of the matrices this rank owns, and the Newton-Schulz scratch, sized for the largest matrix. Needs m->dist.
 static void gpt_setup_muon(GPT* m, const MuonConfig* mc) {
-    fail_if(m->opt4 || m->zero || m->opt_begin != 0 || m->opt_count != m->num_parameters,
-            "internal: --optimizer muon needs FP32 moments for every parameter (no ZeRO-1, no --optimizer-state nvfp4)");
+    fail_if(m->opt4, "internal: --optimizer muon needs FP32 moments (not --optimizer-state nvfp4)");
     m->optimizer = OPTIMIZER_MUON;
     m->muon = *mc;
     m->muon_nmat = muon_matrices(&m->config, mc->split_qkv, NULL);
     m->muon_mats = (MuonMatrix*)xmalloc((size_t)m->muon_nmat * sizeof(MuonMatrix));
+    m->muon_off = (size_t*)xmalloc((size_t)m->muon_nmat * sizeof(size_t));
     muon_matrices(&m->config, mc->split_qkv, m->muon_mats);
+    const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
     size_t max_nk = 0, max_nn = 0, muon_params = 0;
     for (int i = 0; i < m->muon_nmat; i++) {
         const MuonMatrix* x = &m->muon_mats[i];
@@ -390,8 +413,21 @@ static void gpt_setup_muon(GPT* m, const MuonConfig* mc) {
         max_nn = n * n > max_nn ? n * n : max_nn;
         muon_params += nk;
     }
-    const size_t bytes = muon_scratch_alloc(&m->muon_scratch, max_nk ? max_nk : 1, max_nn ? max_nn : 1);
+    m->muon_owned = muon_owned_offsets(m->muon_mats, m->muon_nmat, world, rank, m->muon_off);
+    if (!m->zero) {   // every rank updates every matrix, its state in adam_m (and master)
+        m->muon_owned = 0;
+        for (int i = 0; i < m->muon_nmat; i++) m->muon_off[i] = SIZE_MAX;
+    }
     const double MiB = 1024.0 * 1024.0;
+    if (m->zero) {   // (the shard's adam_m, adam_v and master slots of Muon elements stay unused)
+        m->muon_m = device_alloc<float>(m->muon_owned ? m->muon_owned : 1, NULL);
+        cuda_check(cudaMemset(m->muon_m, 0, (m->muon_owned ? m->muon_owned : 1) * sizeof(float)));
+        m->muon_master = m->master ? device_alloc<float>(m->muon_owned ? m->muon_owned : 1, NULL) : NULL;
+        dist_printf(m->dist, "optimizer: ZeRO-1 with Muon: matrix i owned whole by rank i mod %d; rank 0 keeps %.1f MiB "
+                    "of Muon state; Muon's gradients are all-reduced, its matrices broadcast from their owners\n",
+                    world, m->muon_owned * (m->master ? 8.0 : 4.0) / MiB);
+    }
+    const size_t bytes = muon_scratch_alloc(&m->muon_scratch, max_nk ? max_nk : 1, max_nn ? max_nn : 1);
     dist_printf(m->dist, "optimizer: Muon on %d matrices (%zu parameters; momentum %g%s, scale %s, QKV %s, %d "
                 "Newton-Schulz steps), AdamW on the other %zu parameters; Newton-Schulz scratch %.1f MiB\n",
                 m->muon_nmat, muon_params, mc->beta, mc->nesterov ? " Nesterov" : "",
@@ -403,7 +439,7 @@ static void gpt_free(GPT* m) {
     cudaFree(m->params_memory); cudaFree(m->grads_memory); cudaFree(m->adam_m); cudaFree(m->adam_v);
     cudaFree(m->master); cudaFree(m->opt4_mem); free(m->opt4_segs);
     if (m->optimizer == OPTIMIZER_MUON) muon_scratch_free(&m->muon_scratch);
-    free(m->muon_mats);
+    free(m->muon_mats); free(m->muon_off); cudaFree(m->muon_m); cudaFree(m->muon_master);
     linear_exec_free(&m->lin);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
@@ -635,11 +671,13 @@ static void gpt_reduce_grads_async(GPT* m, float* const* bufs, const size_t* cou
     else dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
 }
 
-// The gradient slices of the per-layer tensors of layer l (per_layer = 1), or of the other tensors (per_layer = 0).
-static int gpt_grad_slices(GPT* m, int per_layer, int l, float** bufs, size_t* counts) {
+// The gradient slices of the per-layer tensors of layer l (per_layer = 1), or of the other tensors (per_layer = 0);
+// route: only the tensors of that optimizer (OPTIMIZER_*), or -1: all.
+static int gpt_grad_slices(GPT* m, int per_layer, int l, int route, float** bufs, size_t* counts) {
     int n = 0;
     for (int id = 0; id < m->num_tensors; id++) {
         if (m->family->params[id].per_layer != per_layer || m->param_sizes[id] == 0) continue;
+        if (route >= 0 && optimizer_of(m->family, id, m->optimizer) != route) continue;
         counts[n] = per_layer ? gpt_per_layer(m, id) : m->param_sizes[id];
         bufs[n] = per_layer ? m->grads.layer(id, l, counts[n]) : m->grads.t[id];
         n++;
@@ -647,11 +685,18 @@ static int gpt_grad_slices(GPT* m, int per_layer, int l, float** bufs, size_t* c
     return n;
 }
 
-// One layer's gradient slices, as soon as the backward pass has finished them.
+// One layer's gradient slices, as soon as the backward pass has finished them. ZeRO-1 with Muon: the Muon tensors'
+// slices are all-reduced (the owner of a matrix needs all of it, and every rank's grad norm then still finds its
+// shard's sums in place), the others reduced to their shards.
 static void gpt_reduce_layer_grads(GPT* m, int l) {
     float* bufs[MAX_PARAM_TENSORS];
     size_t counts[MAX_PARAM_TENSORS];
-    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, bufs, counts));
+    if (m->zero && m->optimizer == OPTIMIZER_MUON) {
+        dist_allreduce_sum_async(m->dist, bufs, counts, gpt_grad_slices(m, 1, l, OPTIMIZER_MUON, bufs, counts), m->stream);
+        gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, OPTIMIZER_ADAMW, bufs, counts));
+        return;
+    }
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, -1, bufs, counts));
 }
 
 // The tensors outside the layers (embeddings, final norm, head), after the embedding's backward, then the compute
@@ -659,7 +704,7 @@ static void gpt_reduce_layer_grads(GPT* m, int l) {
 static void gpt_reduce_other_grads(GPT* m) {
     float* bufs[MAX_PARAM_TENSORS];
     size_t counts[MAX_PARAM_TENSORS];
-    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 0, 0, bufs, counts));
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 0, 0, -1, bufs, counts));
     dist_wait(m->dist, m->stream);
 }
 
@@ -807,8 +852,9 @@ static void gpt_update_nvfp4(GPT* m, AdamWParams* a, float weight_decay, int ste
                                cudaMemcpyDeviceToDevice, m->stream));
 }
 
-// Muon on its matrices (gpt_setup_muon: every parameter on this rank, so offsets in params and adam_m agree), one at
-// a time; the BF16 rounding of the weights keys on the tensor as AdamW's does.
+// Muon on its matrices, one at a time; the BF16 rounding of the weights keys on the tensor as AdamW's does. Without
+// ZeRO-1 every rank updates every matrix (the momentum and masters at the weights' offsets: opt_begin is 0). With
+// it, each rank updates the matrices it owns, after the AdamW shards' all-gather, and broadcasts them.
 static void gpt_update_muon(GPT* m, const OptimizerConfig* o, float lr, float grad_scale, int step, uint64_t seed) {
     MuonParams p;
     p.lr = lr;
@@ -818,11 +864,34 @@ static void gpt_update_muon(GPT* m, const OptimizerConfig* o, float lr, float gr
     p.ns_steps = m->muon.ns_steps;
     for (int i = 0; i < m->muon_nmat; i++) {
         const MuonMatrix* x = &m->muon_mats[i];
+        const size_t b = gpt_muon_base(m, i);
+        float *mom, *master;
+        if (!m->zero) {
+            mom = m->adam_m + b;
+            master = m->master ? m->master + b : NULL;
+        } else if (m->muon_off[i] != SIZE_MAX) {
+            mom = m->muon_m + m->muon_off[i];
+            master = m->muon_master ? m->muon_master + m->muon_off[i] : NULL;
+        } else {
+            continue;   // another rank's
+        }
         p.weight_decay = m->family->params[x->tensor].decay ? o->weight_decay : 0.0f;
-        const size_t b = (size_t)(m->params.t[x->tensor] - m->params_memory) + x->offset;
-        muon_update_gpu(m->params_memory + b, m->master ? m->master + b : NULL, m->grads_memory + b, m->adam_m + b,
-                        x->rows, x->cols, &p, grad_scale, rng_key(seed, (uint32_t)step, 1000u + (uint32_t)x->tensor),
-                        x->offset, &m->muon_scratch, m->stream);
+        muon_update_gpu(m->params_memory + b, master, m->grads_memory + b, mom, x->rows, x->cols, &p, grad_scale,
+                        rng_key(seed, (uint32_t)step, 1000u + (uint32_t)x->tensor), x->offset, &m->muon_scratch,
+                        m->stream);
+    }
+    if (!m->zero || !m->dist) return;
+    const int world = m->dist->world;
+    for (int i0 = 0; i0 < m->muon_nmat; i0 += 64) {   // the updated matrices from their owners, 64 to an NCCL group
+        floatX* bufs[64];
+        size_t counts[64];
+        int roots[64], n = 0;
+        for (int i = i0; i < m->muon_nmat && n < 64; i++, n++) {
+            bufs[n] = m->params_memory + gpt_muon_base(m, i);
+            counts[n] = (size_t)m->muon_mats[i].rows * m->muon_mats[i].cols;
+            roots[n] = muon_owner(i, world);
+        }
+        dist_broadcast_bf16_group(m->dist, bufs, counts, roots, n, m->stream);
     }
 }
 
@@ -855,8 +924,8 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
         adamw_update(m->params_memory + b, m->master ? m->master + (b - lo) : NULL, m->grads_memory + b,
                      m->adam_m + (b - lo), m->adam_v + (b - lo), e - b, b - off, &a, m->stream);
     }
-    if (m->optimizer == OPTIMIZER_MUON) gpt_update_muon(m, o, lr, a.grad_scale, step, seed);
     if (m->zero) dist_allgather_bf16(m->dist, m->params_memory, m->params_padded, m->stream);
+    if (m->optimizer == OPTIMIZER_MUON) gpt_update_muon(m, o, lr, a.grad_scale, step, seed);   // (after: see there)
 }
 
 
@@ -974,6 +1043,7 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
         h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0; h[H_OPT_STATE] = m->opt4;
         h[H_OPTIMIZER] = m->optimizer;
+        header_set_u64(h, H_MUON_OWNED_LO, m->muon_owned);
         header_set_u64(h, H_OPT_BEGIN_LO, m->opt_begin);
         header_set_u64(h, H_OPT_COUNT_LO, m->opt_count);
         RngState rng = {rs->seed, rs->step};
@@ -991,6 +1061,10 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         } else {
             write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
             write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        }
+        if (m->muon_owned) {   // ZeRO-1 with Muon: the owned matrices' momentum, then their masters
+            write_device(&w, m->muon_m, m->muon_owned * sizeof(float), staging);
+            if (m->muon_master) write_device(&w, m->muon_master, m->muon_owned * sizeof(float), staging);
         }
         ckpt_section(&w, CKPT_DATA);
         ckpt_write(&w, &rs->loader, sizeof(rs->loader));
@@ -1031,8 +1105,10 @@ static void check_checkpoint_sizes(const CheckpointReader* r, const GPTConfig* c
             "an incompatible build?)", r->path, h[H_OPTIMIZER]);
     uint64_t want[CKPT_NUM_SECTIONS] = {0};
     want[CKPT_WEIGHTS] = h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0;
+    const uint64_t muon_owned = header_u64(h, H_MUON_OWNED_LO);
     want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? count * sizeof(float) : 0) +
-                           (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0);
+                           (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0) +
+                           (muon_owned <= num_parameters ? muon_owned * sizeof(float) * (h[H_HAS_MASTER] ? 2 : 1) : 0);
     want[CKPT_DATA] = sizeof(DataLoaderState);
     want[CKPT_RNG] = sizeof(RngState);
     want[CKPT_SPIKE] = sizeof(SpikeState);
@@ -1128,6 +1204,14 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
     } else {
         read_device(&r, m->adam_m, count * sizeof(float), staging);
         read_device(&r, m->adam_v, count * sizeof(float), staging);
+    }
+    const uint64_t muon_owned = header_u64(r.header, H_MUON_OWNED_LO);
+    fail_if(muon_owned != m->muon_owned, "checkpoint '%s' holds the Muon state of %llu elements for this rank; this run "
+            "gives it %zu (resume with the same --muon-split-qkv and processes)", r.path, (unsigned long long)muon_owned,
+            m->muon_owned);
+    if (muon_owned) {
+        read_device(&r, m->muon_m, muon_owned * sizeof(float), staging);
+        if (r.header[H_HAS_MASTER]) read_device(&r, m->muon_master, muon_owned * sizeof(float), staging);
     }
     ckpt_must(ckpt_section_end(&r), &r);
     m->adam_t = r.header[H_ADAM_T];
@@ -1702,10 +1786,6 @@ static void plan_launch(Run* r) {
 #endif
     (void)launcher;
     r->zero = strcmp(tc->zero, "on") == 0 || (strcmp(tc->zero, "auto") == 0 && r->world > 1);
-    fail_if(r->zero && !strcmp(tc->optimizer, "muon") && !tc->eval_only, "--optimizer muon with ZeRO-1 (--zero %s%s) is "
-            "not built yet: Muon needs whole matrices, and ZeRO-1 shards the optimizer state by element ranges "
-            "(docs/FULLSTACK_FP4.md section 3 gives the planned scheme). Use --zero off: every process then keeps the "
-            "whole optimizer state and applies the same update", tc->zero, r->world > 1 ? ", several processes" : "");
     r->muon = (MuonConfig){.scale_rule = strcmp(tc->muon_scale, "keller") == 0 ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT,
                            .beta = tc->muon_momentum, .nesterov = tc->muon_nesterov, .split_qkv = tc->muon_split_qkv,
                            .ns_steps = 5};

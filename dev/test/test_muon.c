@@ -205,9 +205,26 @@ static void test_matrices(void) {
     int sum = 0;
     for (int i = 0; i < 12; i++) sum += m[i].rows * m[i].cols;
     CHECK(sum == 2 * (256 * 128 + 128 * 128 + 1024 * 128 + 128 * 512), "llama-tiny: the matrices cover the four weights");
-    // ZeRO-1's planned owners: round-robin over the list
+    // ZeRO-1's owners: round-robin over the list
     CHECK(muon_owner(0, 4) == 0 && muon_owner(5, 4) == 1 && muon_owner(23, 4) == 3 && muon_owner(7, 1) == 0,
           "ZeRO-1 owner: matrix i on rank i mod world");
+    // d6 on 4 ranks: matrix 4 l + k goes to rank k, so rank 0 holds the 6 qkvw (1152 x 384), rank 1 the attprojw
+    // (384 x 384), ranks 2 and 3 fcw and fcprojw (1536 x 384 elements each)
+    muon_matrices(&d6, 0, m);
+    size_t off[64], owned[4], total = 0;
+    for (int r = 0; r < 4; r++) { owned[r] = muon_owned_offsets(m, 24, 4, r, off); total += owned[r]; }
+    CHECK(owned[0] == 6 * 442368 && owned[1] == 6 * 147456 && owned[2] == 6 * 589824 && owned[3] == 6 * 589824 &&
+          total == 10616832, "d6 on 4 ranks: Muon state per rank %zu, %zu, %zu, %zu", owned[0], owned[1], owned[2], owned[3]);
+    muon_owned_offsets(m, 24, 4, 2, off);
+    CHECK(off[2] == 0 && off[6] == 589824 && off[22] == 5 * 589824 && off[0] == SIZE_MAX && off[3] == SIZE_MAX,
+          "d6 rank 2 of 4: fcw of layers 0, 1, 5 at 0, 589824, 2949120; the others not owned");
+    // 3 ranks: matrix i on rank i mod 3; one rank holds everything
+    CHECK(muon_owned_offsets(m, 24, 1, 0, off) == 10616832 && off[23] == 10616832 - 589824,
+          "d6 on 1 rank (--zero on with one process): every matrix, in list order");
+    size_t r3 = 0;
+    for (int r = 0; r < 3; r++) r3 += muon_owned_offsets(m, 24, 3, r, off);
+    CHECK(r3 == 10616832 && off[2] == 0 && off[5] == 589824, "d6 on 3 ranks: every element owned once; rank 2 owns "
+          "matrices 2 (layer 0 fcw, at 0) and 5 (layer 1 attprojw, at 589824), ...");
 }
 
 int main(void) {

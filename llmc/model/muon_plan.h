@@ -1,7 +1,8 @@
 // muon_plan.h: which parameter tensors --optimizer muon gives to Muon, and the list of matrices it orthogonalises
 // (docs/FULLSTACK_FP4.md section 3). Plain C, decided from the family's tables (llmc/model/gpt2.h, llama.h), so
 // that dev/test/test_muon.c checks the routing of every named tensor of both families without a GPU.
-// defines: OPTIMIZER_*, OPTIMIZER_NAMES, MuonConfig, optimizer_of(), MuonMatrix, muon_matrices(), muon_owner()
+// defines: OPTIMIZER_*, OPTIMIZER_NAMES, MuonConfig, optimizer_of(), MuonMatrix, muon_matrices(), muon_owner(),
+//          muon_owned_offsets()
 #pragma once
 #include "llmc/model/models.h"
 
@@ -59,6 +60,19 @@ static inline int muon_matrices(const GPTConfig* c, int split_qkv, MuonMatrix* o
     return n;
 }
 
-// ZeRO-1 with Muon (the scheme docs/FULLSTACK_FP4.md section 3 describes; the trainer refuses --zero on with
-// --optimizer muon for now): matrix i of muon_matrices' list is owned, whole, by rank i mod world.
+// ZeRO-1 with Muon (docs/FULLSTACK_FP4.md section 3): matrix i of muon_matrices' list is owned, whole, by rank
+// i mod world, which keeps its momentum (and master), updates it and broadcasts it.
 static inline int muon_owner(int i, int world) { return i % world; }
+
+// ZeRO-1: rank `rank`'s matrices of the list mats[0..n): off[i] is matrix i's offset in the rank's Muon state (its
+// owned matrices one after another, in list order), or SIZE_MAX for another rank's. Returns the state's elements.
+static inline size_t muon_owned_offsets(const MuonMatrix* mats, int n, int world, int rank, size_t* off) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        off[i] = SIZE_MAX;
+        if (muon_owner(i, world) != rank) continue;
+        off[i] = total;
+        total += (size_t)mats[i].rows * mats[i].cols;
+    }
+    return total;
+}
