@@ -1645,7 +1645,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"muon-momentum", 0, OPT_FLOAT, &tc->muon_momentum, NULL, "Muon's momentum beta"},
         {"muon-nesterov", 0, OPT_BOOL, &tc->muon_nesterov, NULL, "Muon's Nesterov momentum (on|off)"},
         {"muon-split-qkv", 0, OPT_BOOL, &tc->muon_split_qkv, NULL, "orthogonalise the fused QKV weight's Q, K and V rows as three matrices (on|off)"},
-        {"ns-fp4", 0, OPT_STRING, &tc->ns_fp4, NULL, "quantize the Newton-Schulz GEMMs' operands: off only (FP4 Newton-Schulz is not built yet)"},
+        {"ns-fp4", 0, OPT_STRING, &tc->ns_fp4, NULL, "quantize the Newton-Schulz GEMMs' operands: off only (FP4 Newton-Schulz is not built on the GPU; its CPU twin diverges, docs/FULLSTACK_FP4.md section 3)"},
         {"seed", 0, OPT_INT, &tc->seed, NULL, "seed for init, data order and stochastic rounding"},
         {"val-every", 'v', OPT_INT, &tc->val_every, NULL, "validation loss every N steps and at the end (0: off)"},
         {"val-batches", 'm', OPT_INT, &tc->val_batches, NULL, "batches per validation (0: the whole split)"},
@@ -1722,7 +1722,8 @@ static void check_options(const TrainConfig* tc) {
             tc->resume[0] ? " (not --resume)" : "");
     fail_if(tc->muon_momentum < 0.0f || tc->muon_momentum >= 1.0f, "--muon-momentum must be in [0, 1) (got %g)",
             tc->muon_momentum);
-    fail_if(strcmp(tc->ns_fp4, "off") != 0, "--ns-fp4 %s: FP4 Newton-Schulz is not built yet (docs/FULLSTACK_FP4.md "
+    fail_if(strcmp(tc->ns_fp4, "off") != 0, "--ns-fp4 %s: FP4 Newton-Schulz is not built on the GPU: its CPU twin "
+            "(llmc/fp4/ns_fp4.h) diverges within five steps once all three GEMMs are quantized (docs/FULLSTACK_FP4.md "
             "section 3); leave --ns-fp4 off (Muon's Newton-Schulz runs in BF16)", tc->ns_fp4);
     fail_if(!strcmp(tc->optimizer, "muon") && !strcmp(tc->optimizer_state, "nvfp4"), "--optimizer muon with "
             "--optimizer-state nvfp4 is not built yet (Muon keeps its momentum in FP32); use --optimizer-state fp32, or "

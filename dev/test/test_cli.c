@@ -886,7 +886,7 @@ static void test_plan_checks(void) {
         {"--optimizer muon --zero on", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer", "muon", "--zero", "on"}},
         {"--optimizer muon --optimizer-state nvfp4", NULL, "--optimizer muon with --optimizer-state nvfp4 is not built",
          NULL, {BASE_ARGS, "--optimizer", "muon", "--optimizer-state", "nvfp4"}},
-        {"--ns-fp4 nvfp4", NULL, "--ns-fp4 nvfp4: FP4 Newton-Schulz is not built yet", NULL,
+        {"--ns-fp4 nvfp4", NULL, "--ns-fp4 nvfp4: FP4 Newton-Schulz is not built on the GPU", NULL,
          {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4"}},
         {"--muon-momentum 1", NULL, "--muon-momentum must be in [0, 1)", NULL, {BASE_ARGS, "--muon-momentum", "1"}},
         {"--deterministic maybe", NULL, "--deterministic expects on or off", "got 'maybe'", {BASE_ARGS, "--deterministic", "maybe"}},

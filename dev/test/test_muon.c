@@ -9,6 +9,7 @@
 // Q/K/V rows) and the ZeRO-1 owner arithmetic, against hand-computed values.
 #include "llmc/base/muon_ref.h"
 #include "llmc/model/muon_plan.h"
+#include "llmc/fp4/ns_fp4.h"
 #include "dev/test/testing.h"
 
 static uint64_t lcg = 0xA4093822299F31D0ull;
@@ -227,6 +228,42 @@ static void test_matrices(void) {
           "matrices 2 (layer 0 fcw, at 0) and 5 (layer 1 attprojw, at 589824), ...");
 }
 
+// --ns-fp4's twin (llmc/fp4/ns_fp4.h; the GPU path is not built): the specs it takes, one step against the BF16 NS
+// (the FP4 error of one step), and, printed only, what five steps with all three GEMMs quantized do (they diverge:
+// docs/FULLSTACK_FP4.md section 3).
+static void test_ns_fp4(void) {
+    const char* ok_specs[] = {"nvfp4", "mxfp4", "nvfp4-2d", "mxfp8"};
+    const char* bad_specs[] = {"nvfp4,sr", "nvfp4,h16", "bf16"};
+    QuantSpec sp;
+    char err[512];
+    for (int i = 0; i < 4; i++)
+        CHECK(quant_spec_parse(ok_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) == NULL,
+              "--ns-fp4 %s is a spec NS can run", ok_specs[i]);
+    for (int i = 0; i < 3; i++)
+        CHECK(quant_spec_parse(bad_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) != NULL,
+              "--ns-fp4 %s is refused", bad_specs[i]);
+    quant_spec_parse("nvfp4", &sp, err, sizeof(err));
+    const QuantParams q = quant_params(&sp);
+    const int n = 64, k = 256;
+    const size_t nk = (size_t)n * k;
+    float* x0 = (float*)xmalloc(nk * 4);
+    float* x = (float*)xmalloc(nk * 4);
+    float* y = (float*)xmalloc(nk * 4);
+    float* scratch = (float*)xmalloc((3 * (size_t)n * n + nk) * 4);
+    for (size_t i = 0; i < nk; i++) x0[i] = (float)nrand() * 0.01f;
+    for (int steps = 1; steps <= 5; steps += 4) {
+        memcpy(x, x0, nk * 4);
+        memcpy(y, x0, nk * 4);
+        muon_newton_schulz_fp4_ref(x, n, k, steps, &q);
+        muon_newton_schulz(y, n, k, steps, scratch);
+        const double rel = rel_l2(x, y, nk);
+        printf("  NS %dx%d, %d step%s, all three GEMMs in NVFP4: relative L2 %.3g from the BF16 NS\n", n, k, steps,
+               steps == 1 ? "" : "s", rel);
+        if (steps == 1) CHECK(rel < 0.05, "one NVFP4 NS step within 5%% of the BF16 one: %.3g", rel);
+    }
+    free(x0); free(x); free(y); free(scratch);
+}
+
 int main(void) {
     test_routing();
     test_matrices();
@@ -234,5 +271,6 @@ int main(void) {
     test_scalar_map();
     test_band_and_transpose();
     test_scales_and_zero();
+    test_ns_fp4();
     return test_summary("muon");
 }
