@@ -21,6 +21,8 @@
 #include "llmc/base/rng.h"               // defines: rng_key, rng_bits32
 #include "llmc/base/matmul.cuh"          // defines: matmul_forward, matmul_dgrad, matmul_wgrad
 #include "llmc/adamw.cuh"                // defines: adamw_update
+#include "llmc/muon.cuh"                 // defines: muon_update_gpu, MuonScratch
+#include "llmc/model/muon_plan.h"         // defines: optimizer_of, muon_matrices, MuonConfig
 #include "llmc/model/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check
 #include "llmc/model/models.h"           // defines: ModelFamily, model_family, param_sizes; GPT-2's and Llama's tables
 #include "llmc/model/rmsnorm.cuh"        // defines: rmsnorm_forward, fused_residual_rmsnorm_forward, rmsnorm_backward
@@ -147,6 +149,19 @@ typedef struct {
     size_t opt4_elems;              // elements of the state arrays (each segment rounded up to 16)
     uint8_t* opt4_mem;
     float* opt4_amax;               // inside opt4_mem: [opt4_nseg][2], then the new ones, [opt4_nseg][2]
+    // --optimizer muon (llmc/muon.cuh): the blocks' linear weights, matrix by matrix (llmc/model/muon_plan.h).
+    // Without ZeRO-1 their FP32 momentum lives in adam_m (and their masters in master) at the weights' own offsets,
+    // their slots of adam_v unused (zero). With ZeRO-1 each matrix is owned whole by rank muon_owner(i, world), which
+    // keeps its momentum (and master) in muon_m (muon_master) at muon_off[i] (SIZE_MAX: another rank's).
+    int optimizer;                  // OPTIMIZER_ADAMW or OPTIMIZER_MUON
+    MuonConfig muon;
+    MuonMatrix* muon_mats;
+    int muon_nmat;
+    MuonScratch muon_scratch;
+    size_t* muon_off;
+    size_t muon_owned;              // elements of muon_m (ZeRO-1), 0 without ZeRO-1
+    float* muon_m;
+    float* muon_master;
     size_t params_padded;           // params_memory holds this many (padding lets ZeRO all-gather evenly)
     Dist* dist;                     // NULL: one process
     int zero;                       // 1: optimizer state sharded over ranks, weights all-gathered
@@ -287,12 +302,28 @@ __global__ void bf16_to_float_kernel(float* out, const floatX* in, size_t n) {
     if (i < n) out[i] = __bfloat162float(in[i]);
 }
 
-// FP32 master weights start as the BF16 parameters (exact).
+// The element offset of Muon matrix i in params_memory.
+static size_t gpt_muon_base(const GPT* m, int i) {
+    return (size_t)(m->params.t[m->muon_mats[i].tensor] - m->params_memory) + m->muon_mats[i].offset;
+}
+
+// FP32 master weights start as the BF16 parameters (exact); with ZeRO-1 and Muon, also the masters of the Muon
+// matrices this rank owns.
 static void gpt_init_master_from_params(GPT* m) {
-    if (!m->master || m->opt_count == 0) return;
-    bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)m->opt_count, 256), 256, 0, m->stream>>>(
-        m->master, m->params_memory + m->opt_begin, m->opt_count);
-    cuda_check_last();
+    if (!m->master) return;
+    if (m->opt_count) {
+        bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)m->opt_count, 256), 256, 0, m->stream>>>(
+            m->master, m->params_memory + m->opt_begin, m->opt_count);
+        cuda_check_last();
+    }
+    if (!m->muon_master) return;
+    for (int i = 0; i < m->muon_nmat; i++) {
+        if (m->muon_off[i] == SIZE_MAX) continue;
+        const size_t nk = (size_t)m->muon_mats[i].rows * m->muon_mats[i].cols;
+        bf16_to_float_kernel<<<(unsigned)ceil_div((int64_t)nk, 256), 256, 0, m->stream>>>(
+            m->muon_master + m->muon_off[i], m->params_memory + gpt_muon_base(m, i), nk);
+        cuda_check_last();
+    }
 }
 
 // Rank 0 prints what each rank sends and receives per optimizer step, with ZeRO-1 on and off (the
@@ -363,9 +394,52 @@ static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, siz
                 m->opt4_nseg, bytes / MiB, 2.0 * count * sizeof(float) / MiB);
 }
 
+// --optimizer muon on the optimizer gpt_allocate_optimizer made (FP32 moments): the matrix list, with ZeRO-1 the
+// state of the matrices this rank owns, and the Newton-Schulz scratch, sized for the largest matrix. Needs m->dist.
+static void gpt_setup_muon(GPT* m, const MuonConfig* mc) {
+    fail_if(m->opt4, "internal: --optimizer muon needs FP32 moments (not --optimizer-state nvfp4)");
+    m->optimizer = OPTIMIZER_MUON;
+    m->muon = *mc;
+    m->muon_nmat = muon_matrices(&m->config, mc->split_qkv, NULL);
+    m->muon_mats = (MuonMatrix*)xmalloc((size_t)m->muon_nmat * sizeof(MuonMatrix));
+    m->muon_off = (size_t*)xmalloc((size_t)m->muon_nmat * sizeof(size_t));
+    muon_matrices(&m->config, mc->split_qkv, m->muon_mats);
+    const int world = m->dist ? m->dist->world : 1, rank = m->dist ? m->dist->rank : 0;
+    size_t max_nk = 0, max_nn = 0, muon_params = 0;
+    for (int i = 0; i < m->muon_nmat; i++) {
+        const MuonMatrix* x = &m->muon_mats[i];
+        const size_t nk = (size_t)x->rows * x->cols, n = x->rows < x->cols ? x->rows : x->cols;
+        max_nk = nk > max_nk ? nk : max_nk;
+        max_nn = n * n > max_nn ? n * n : max_nn;
+        muon_params += nk;
+    }
+    m->muon_owned = muon_owned_offsets(m->muon_mats, m->muon_nmat, world, rank, m->muon_off);
+    if (!m->zero) {   // every rank updates every matrix, its state in adam_m (and master)
+        m->muon_owned = 0;
+        for (int i = 0; i < m->muon_nmat; i++) m->muon_off[i] = SIZE_MAX;
+    }
+    const double MiB = 1024.0 * 1024.0;
+    if (m->zero) {   // (the shard's adam_m, adam_v and master slots of Muon elements stay unused)
+        m->muon_m = device_alloc<float>(m->muon_owned ? m->muon_owned : 1, NULL);
+        cuda_check(cudaMemset(m->muon_m, 0, (m->muon_owned ? m->muon_owned : 1) * sizeof(float)));
+        m->muon_master = m->master ? device_alloc<float>(m->muon_owned ? m->muon_owned : 1, NULL) : NULL;
+        dist_printf(m->dist, "optimizer: ZeRO-1 with Muon: matrix i owned whole by rank i mod %d; rank 0 keeps %.1f MiB "
+                    "of Muon state; Muon's gradients are all-reduced, its matrices broadcast from their owners\n",
+                    world, m->muon_owned * (m->master ? 8.0 : 4.0) / MiB);
+    }
+    const size_t bytes = muon_scratch_alloc(&m->muon_scratch, max_nk ? max_nk : 1, max_nn ? max_nn : 1);
+    dist_printf(m->dist, "optimizer: Muon on %d matrices (%zu parameters; momentum %g%s, scale %s, QKV %s, %d "
+                "Newton-Schulz steps), AdamW on the other %zu parameters; Newton-Schulz scratch %.1f MiB\n",
+                m->muon_nmat, muon_params, mc->beta, mc->nesterov ? " Nesterov" : "",
+                mc->scale_rule == MUON_SCALE_MOONLIGHT ? "moonlight" : "keller", mc->split_qkv ? "split" : "fused",
+                mc->ns_steps, m->num_parameters - muon_params, bytes / MiB);
+}
+
 static void gpt_free(GPT* m) {
     cudaFree(m->params_memory); cudaFree(m->grads_memory); cudaFree(m->adam_m); cudaFree(m->adam_v);
     cudaFree(m->master); cudaFree(m->opt4_mem); free(m->opt4_segs);
+    if (m->optimizer == OPTIMIZER_MUON) muon_scratch_free(&m->muon_scratch);
+    free(m->muon_mats); free(m->muon_off); cudaFree(m->muon_m); cudaFree(m->muon_master);
     linear_exec_free(&m->lin);
     Activations* a = &m->acts;
     void* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_stats, a->residual2,
@@ -597,11 +671,13 @@ static void gpt_reduce_grads_async(GPT* m, float* const* bufs, const size_t* cou
     else dist_allreduce_sum_async(m->dist, bufs, counts, n, m->stream);
 }
 
-// The gradient slices of the per-layer tensors of layer l (per_layer = 1), or of the other tensors (per_layer = 0).
-static int gpt_grad_slices(GPT* m, int per_layer, int l, float** bufs, size_t* counts) {
+// The gradient slices of the per-layer tensors of layer l (per_layer = 1), or of the other tensors (per_layer = 0);
+// route: only the tensors of that optimizer (OPTIMIZER_*), or -1: all.
+static int gpt_grad_slices(GPT* m, int per_layer, int l, int route, float** bufs, size_t* counts) {
     int n = 0;
     for (int id = 0; id < m->num_tensors; id++) {
         if (m->family->params[id].per_layer != per_layer || m->param_sizes[id] == 0) continue;
+        if (route >= 0 && optimizer_of(m->family, id, m->optimizer) != route) continue;
         counts[n] = per_layer ? gpt_per_layer(m, id) : m->param_sizes[id];
         bufs[n] = per_layer ? m->grads.layer(id, l, counts[n]) : m->grads.t[id];
         n++;
@@ -609,11 +685,18 @@ static int gpt_grad_slices(GPT* m, int per_layer, int l, float** bufs, size_t* c
     return n;
 }
 
-// One layer's gradient slices, as soon as the backward pass has finished them.
+// One layer's gradient slices, as soon as the backward pass has finished them. ZeRO-1 with Muon: the Muon tensors'
+// slices are all-reduced (the owner of a matrix needs all of it, and every rank's grad norm then still finds its
+// shard's sums in place), the others reduced to their shards.
 static void gpt_reduce_layer_grads(GPT* m, int l) {
     float* bufs[MAX_PARAM_TENSORS];
     size_t counts[MAX_PARAM_TENSORS];
-    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, bufs, counts));
+    if (m->zero && m->optimizer == OPTIMIZER_MUON) {
+        dist_allreduce_sum_async(m->dist, bufs, counts, gpt_grad_slices(m, 1, l, OPTIMIZER_MUON, bufs, counts), m->stream);
+        gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, OPTIMIZER_ADAMW, bufs, counts));
+        return;
+    }
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 1, l, -1, bufs, counts));
 }
 
 // The tensors outside the layers (embeddings, final norm, head), after the embedding's backward, then the compute
@@ -621,7 +704,7 @@ static void gpt_reduce_layer_grads(GPT* m, int l) {
 static void gpt_reduce_other_grads(GPT* m) {
     float* bufs[MAX_PARAM_TENSORS];
     size_t counts[MAX_PARAM_TENSORS];
-    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 0, 0, bufs, counts));
+    gpt_reduce_grads_async(m, bufs, counts, gpt_grad_slices(m, 0, 0, -1, bufs, counts));
     dist_wait(m->dist, m->stream);
 }
 
@@ -769,7 +852,51 @@ static void gpt_update_nvfp4(GPT* m, AdamWParams* a, float weight_decay, int ste
                                cudaMemcpyDeviceToDevice, m->stream));
 }
 
-// AdamW on every tensor; `step` keys the stochastic rounding. grad_norm is the pre-clip norm.
+// Muon on its matrices, one at a time; the BF16 rounding of the weights keys on the tensor as AdamW's does. Without
+// ZeRO-1 every rank updates every matrix (the momentum and masters at the weights' offsets: opt_begin is 0). With
+// it, each rank updates the matrices it owns, after the AdamW shards' all-gather, and broadcasts them.
+static void gpt_update_muon(GPT* m, const OptimizerConfig* o, float lr, float grad_scale, int step, uint64_t seed) {
+    MuonParams p;
+    p.lr = lr;
+    p.beta = m->muon.beta;
+    p.nesterov = m->muon.nesterov;
+    p.scale_rule = m->muon.scale_rule;
+    p.ns_steps = m->muon.ns_steps;
+    for (int i = 0; i < m->muon_nmat; i++) {
+        const MuonMatrix* x = &m->muon_mats[i];
+        const size_t b = gpt_muon_base(m, i);
+        float *mom, *master;
+        if (!m->zero) {
+            mom = m->adam_m + b;
+            master = m->master ? m->master + b : NULL;
+        } else if (m->muon_off[i] != SIZE_MAX) {
+            mom = m->muon_m + m->muon_off[i];
+            master = m->muon_master ? m->muon_master + m->muon_off[i] : NULL;
+        } else {
+            continue;   // another rank's
+        }
+        p.weight_decay = m->family->params[x->tensor].decay ? o->weight_decay : 0.0f;
+        muon_update_gpu(m->params_memory + b, master, m->grads_memory + b, mom, x->rows, x->cols, &p, grad_scale,
+                        rng_key(seed, (uint32_t)step, 1000u + (uint32_t)x->tensor), x->offset, &m->muon_scratch,
+                        m->stream);
+    }
+    if (!m->zero || !m->dist) return;
+    const int world = m->dist->world;
+    for (int i0 = 0; i0 < m->muon_nmat; i0 += 64) {   // the updated matrices from their owners, 64 to an NCCL group
+        floatX* bufs[64];
+        size_t counts[64];
+        int roots[64], n = 0;
+        for (int i = i0; i < m->muon_nmat && n < 64; i++, n++) {
+            bufs[n] = m->params_memory + gpt_muon_base(m, i);
+            counts[n] = (size_t)m->muon_mats[i].rows * m->muon_mats[i].cols;
+            roots[n] = muon_owner(i, world);
+        }
+        dist_broadcast_bf16_group(m->dist, bufs, counts, roots, n, m->stream);
+    }
+}
+
+// AdamW on every tensor (or, with --optimizer muon, on those Muon does not take); `step` keys the stochastic
+// rounding. grad_norm is the pre-clip norm.
 static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_norm, int step, uint64_t seed) {
     m->adam_t++;
     AdamWParams a;
@@ -788,6 +915,7 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
         return;
     }
     for (int id = 0; id < m->num_tensors; id++) {
+        if (optimizer_of(m->family, id, m->optimizer) != OPTIMIZER_ADAMW) continue;
         size_t off = m->params.t[id] - m->params_memory;
         size_t b = off > lo ? off : lo, e = off + m->param_sizes[id] < hi ? off + m->param_sizes[id] : hi;
         if (b >= e) continue;
@@ -797,6 +925,7 @@ static void gpt_update(GPT* m, const OptimizerConfig* o, float lr, float grad_no
                      m->adam_m + (b - lo), m->adam_v + (b - lo), e - b, b - off, &a, m->stream);
     }
     if (m->zero) dist_allgather_bf16(m->dist, m->params_memory, m->params_padded, m->stream);
+    if (m->optimizer == OPTIMIZER_MUON) gpt_update_muon(m, o, lr, a.grad_scale, step, seed);   // (after: see there)
 }
 
 
@@ -913,6 +1042,8 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         h[H_STEP] = rs->step; h[H_ADAM_T] = m->adam_t; h[H_HAS_MASTER] = m->master != NULL;
         h[H_B] = m->B; h[H_T] = m->T; h[H_GRAD_ACCUM] = rs->grad_accum; h[H_WORLD] = rs->world;
         h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0; h[H_OPT_STATE] = m->opt4;
+        h[H_OPTIMIZER] = m->optimizer;
+        header_set_u64(h, H_MUON_OWNED_LO, m->muon_owned);
         header_set_u64(h, H_OPT_BEGIN_LO, m->opt_begin);
         header_set_u64(h, H_OPT_COUNT_LO, m->opt_count);
         RngState rng = {rs->seed, rs->step};
@@ -930,6 +1061,10 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         } else {
             write_device(&w, m->adam_m, m->opt_count * sizeof(float), staging);
             write_device(&w, m->adam_v, m->opt_count * sizeof(float), staging);
+        }
+        if (m->muon_owned) {   // ZeRO-1 with Muon: the owned matrices' momentum, then their masters
+            write_device(&w, m->muon_m, m->muon_owned * sizeof(float), staging);
+            if (m->muon_master) write_device(&w, m->muon_master, m->muon_owned * sizeof(float), staging);
         }
         ckpt_section(&w, CKPT_DATA);
         ckpt_write(&w, &rs->loader, sizeof(rs->loader));
@@ -966,10 +1101,14 @@ static void check_checkpoint_sizes(const CheckpointReader* r, const GPTConfig* c
     uint64_t begin = header_u64(h, H_OPT_BEGIN_LO), count = header_u64(h, H_OPT_COUNT_LO);
     fail_if(h[H_OPT_STATE] != 0 && h[H_OPT_STATE] != 1, "checkpoint '%s': optimizer state kind %d unknown (written by "
             "an incompatible build?)", r->path, h[H_OPT_STATE]);
+    fail_if(h[H_OPTIMIZER] < 0 || h[H_OPTIMIZER] >= NUM_OPTIMIZERS, "checkpoint '%s': optimizer %d unknown (written by "
+            "an incompatible build?)", r->path, h[H_OPTIMIZER]);
     uint64_t want[CKPT_NUM_SECTIONS] = {0};
     want[CKPT_WEIGHTS] = h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0;
+    const uint64_t muon_owned = header_u64(h, H_MUON_OWNED_LO);
     want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? count * sizeof(float) : 0) +
-                           (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0);
+                           (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0) +
+                           (muon_owned <= num_parameters ? muon_owned * sizeof(float) * (h[H_HAS_MASTER] ? 2 : 1) : 0);
     want[CKPT_DATA] = sizeof(DataLoaderState);
     want[CKPT_RNG] = sizeof(RngState);
     want[CKPT_SPIKE] = sizeof(SpikeState);
@@ -1058,11 +1197,21 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
     else gpt_init_master_from_params(m);
     fail_if(r.header[H_OPT_STATE] != m->opt4, "checkpoint '%s' holds %s optimizer state; this run keeps it in %s "
             "(--optimizer-state)", r.path, r.header[H_OPT_STATE] ? "NVFP4" : "FP32", m->opt4 ? "NVFP4" : "FP32");
+    fail_if(r.header[H_OPTIMIZER] != m->optimizer, "checkpoint '%s' holds %s's state; this run uses --optimizer %s",
+            r.path, OPTIMIZER_NAMES[r.header[H_OPTIMIZER]], OPTIMIZER_NAMES[m->optimizer]);
     if (m->opt4) {
         read_device(&r, m->opt4_mem, opt4_bytes(m->opt4_elems, m->opt4_nseg), staging);
     } else {
         read_device(&r, m->adam_m, count * sizeof(float), staging);
         read_device(&r, m->adam_v, count * sizeof(float), staging);
+    }
+    const uint64_t muon_owned = header_u64(r.header, H_MUON_OWNED_LO);
+    fail_if(muon_owned != m->muon_owned, "checkpoint '%s' holds the Muon state of %llu elements for this rank; this run "
+            "gives it %zu (resume with the same --muon-split-qkv and processes)", r.path, (unsigned long long)muon_owned,
+            m->muon_owned);
+    if (muon_owned) {
+        read_device(&r, m->muon_m, muon_owned * sizeof(float), staging);
+        if (r.header[H_HAS_MASTER]) read_device(&r, m->muon_master, muon_owned * sizeof(float), staging);
     }
     ckpt_must(ckpt_section_end(&r), &r);
     m->adam_t = r.header[H_ADAM_T];
@@ -1377,6 +1526,11 @@ typedef struct {
     float beta1, beta2, eps, weight_decay, grad_clip;
     const char* master_weights;
     const char* optimizer_state;
+    const char* optimizer;
+    const char* muon_scale;
+    float muon_momentum;
+    int muon_nesterov, muon_split_qkv;
+    const char* ns_fp4;
     int seed;
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     float spike_z;
@@ -1420,6 +1574,12 @@ static TrainConfig default_config(void) {
     t.beta1 = 0.9f; t.beta2 = 0.95f; t.eps = 1e-8f; t.weight_decay = 0.1f; t.grad_clip = 1.0f;
     t.master_weights = "bf16";
     t.optimizer_state = "fp32";
+    t.optimizer = "adamw";
+    t.muon_scale = "moonlight";
+    t.muon_momentum = 0.95f;
+    t.muon_nesterov = 1;
+    t.muon_split_qkv = 0;
+    t.ns_fp4 = "off";
     t.seed = 1337;
     t.val_every = 25; t.val_batches = 20; t.sample_every = 50; t.sample_tokens = 64; t.ckpt_every = 0;
     t.spike_z = 0.0f;
@@ -1480,6 +1640,12 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"grad-clip", 0, OPT_FLOAT, &tc->grad_clip, NULL, "clip the global gradient norm to this (0: off)"},
         {"master-weights", 0, OPT_CHOICE, &tc->master_weights, "bf16|fp32", "bf16: BF16 weights updated with stochastic rounding; fp32: FP32 master copy"},
         {"optimizer-state", 0, OPT_CHOICE, &tc->optimizer_state, "fp32|nvfp4", "AdamW's m and v in FP32, or nvfp4: m and sqrt(v) in NVFP4 blocks with stochastic rounding, 1.125 bytes per parameter instead of 8 (docs/FULLSTACK_FP4.md section 2)"},
+        {"optimizer", 0, OPT_CHOICE, &tc->optimizer, "adamw|muon", "muon: Muon (momentum, 5 Newton-Schulz steps in BF16) on the blocks' linear weights, AdamW on embeddings, head, norms and biases; one lr and weight decay for both (docs/FULLSTACK_FP4.md section 3)"},
+        {"muon-scale", 0, OPT_CHOICE, &tc->muon_scale, "moonlight|keller", "Muon's update scale: moonlight 0.2 sqrt(max(rows, cols)), which matches AdamW's update RMS so the lr carries over; keller sqrt(max(1, rows/cols)), which wants a larger lr (about 0.02)"},
+        {"muon-momentum", 0, OPT_FLOAT, &tc->muon_momentum, NULL, "Muon's momentum beta"},
+        {"muon-nesterov", 0, OPT_BOOL, &tc->muon_nesterov, NULL, "Muon's Nesterov momentum (on|off)"},
+        {"muon-split-qkv", 0, OPT_BOOL, &tc->muon_split_qkv, NULL, "orthogonalise the fused QKV weight's Q, K and V rows as three matrices (on|off)"},
+        {"ns-fp4", 0, OPT_STRING, &tc->ns_fp4, NULL, "quantize the Newton-Schulz GEMMs' operands: off only (FP4 Newton-Schulz is not built on the GPU; its CPU twin diverges, docs/FULLSTACK_FP4.md section 3)"},
         {"seed", 0, OPT_INT, &tc->seed, NULL, "seed for init, data order and stochastic rounding"},
         {"val-every", 'v', OPT_INT, &tc->val_every, NULL, "validation loss every N steps and at the end (0: off)"},
         {"val-batches", 'm', OPT_INT, &tc->val_batches, NULL, "batches per validation (0: the whole split)"},
@@ -1554,6 +1720,14 @@ static void check_options(const TrainConfig* tc) {
             "(0: the model's)");
     fail_if(tc->eval_only && !tc->init_from[0], "--eval-only evaluates a checkpoint: give it with --init-from CKPT%s",
             tc->resume[0] ? " (not --resume)" : "");
+    fail_if(tc->muon_momentum < 0.0f || tc->muon_momentum >= 1.0f, "--muon-momentum must be in [0, 1) (got %g)",
+            tc->muon_momentum);
+    fail_if(strcmp(tc->ns_fp4, "off") != 0, "--ns-fp4 %s: FP4 Newton-Schulz is not built on the GPU: its CPU twin "
+            "(llmc/fp4/ns_fp4.h) diverges within five steps once all three GEMMs are quantized (docs/FULLSTACK_FP4.md "
+            "section 3); leave --ns-fp4 off (Muon's Newton-Schulz runs in BF16)", tc->ns_fp4);
+    fail_if(!strcmp(tc->optimizer, "muon") && !strcmp(tc->optimizer_state, "nvfp4"), "--optimizer muon with "
+            "--optimizer-state nvfp4 is not built yet (Muon keeps its momentum in FP32); use --optimizer-state fp32, or "
+            "--optimizer adamw");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -1563,6 +1737,7 @@ typedef struct {
     TrainConfig tc;
     // the launch: this process's place among those the launcher started, and the batch arithmetic
     int world, rank, zero;
+    MuonConfig muon;               // --optimizer muon's settings (used only with it)
     int B, T, grad_accum;
     int64_t total_batch;           // tokens per optimizer step
     BatchPlan batch;
@@ -1612,6 +1787,9 @@ static void plan_launch(Run* r) {
 #endif
     (void)launcher;
     r->zero = strcmp(tc->zero, "on") == 0 || (strcmp(tc->zero, "auto") == 0 && r->world > 1);
+    r->muon = (MuonConfig){.scale_rule = strcmp(tc->muon_scale, "keller") == 0 ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT,
+                           .beta = tc->muon_momentum, .nesterov = tc->muon_nesterov, .split_qkv = tc->muon_split_qkv,
+                           .ns_steps = 5};
     r->B = tc->batch_size;
     r->T = tc->seq_len;
     char err[2048];
@@ -1637,6 +1815,10 @@ static void check_resume(const Run* r, const CheckpointReader* ckr) {
     fail_if(ckr->header[H_OPT_STATE] != opt4, "cannot resume '%s': its optimizer state is %s; this run asks for "
             "--optimizer-state %s (resume with --optimizer-state %s, or use --init-from for the weights only)", path,
             ckr->header[H_OPT_STATE] ? "nvfp4" : "fp32", r->tc.optimizer_state, ckr->header[H_OPT_STATE] ? "nvfp4" : "fp32");
+    const char* saved_opt = OPTIMIZER_NAMES[ckr->header[H_OPTIMIZER]];
+    fail_if(strcmp(saved_opt, r->tc.optimizer) != 0, "cannot resume '%s': it was trained with --optimizer %s; this run "
+            "asks for --optimizer %s (resume with --optimizer %s, or use --init-from for the weights only, with a fresh "
+            "optimizer)", path, saved_opt, r->tc.optimizer, saved_opt);
     fail_if(saved->step >= r->tc.steps, "nothing to do: '%s' is already at step %d of --steps %d", path,
             saved->step, r->tc.steps);
     if (r->rank != 0 && r->zero) check_shard_file(path, ckr, r->rank);
@@ -1862,9 +2044,11 @@ static void setup_gpu(Run* r) {
     model->zero = r->zero;
     size_t opt_begin = 0, opt_count = model->num_parameters;
     if (model->zero) dist_shard_range(dist, model->num_parameters, &opt_begin, &opt_count);
-    if (!tc->eval_only)
+    if (!tc->eval_only) {
         gpt_allocate_optimizer(model, strcmp(tc->master_weights, "fp32") == 0, strcmp(tc->optimizer_state, "nvfp4") == 0,
                                opt_begin, opt_count);
+        if (!strcmp(tc->optimizer, "muon")) gpt_setup_muon(model, &r->muon);
+    }
     if (r->world > 1)
         dist_printf(dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", r->world, dist_launch_name(dist),
                     model->zero ? "on: optimizer state sharded" : "off");
@@ -1959,7 +2143,8 @@ static void open_log(Run* r) {
         "\"bf16_forward_from\":%g,\"bf16_forward_step\":%d,"
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d,\"arch\":\"%s\",\"kv_heads\":%d,"
-        "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d,\"optimizer_state\":\"%s\"}",
+        "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d,\"optimizer_state\":\"%s\",\"optimizer\":\"%s\","
+        "\"muon_scale\":\"%s\",\"muon_momentum\":%g,\"muon_nesterov\":%d,\"muon_split_qkv\":%d}",
         model_name ? model_name : "custom", config->num_layers, config->num_heads, config->channels, config->vocab_size,
         model->num_parameters, r->B, r->T, (long long)r->total_batch, r->grad_accum, r->world, tc->steps, tc->lr,
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
@@ -1969,7 +2154,7 @@ static void open_log(Run* r) {
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
         (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
-        tc->optimizer_state);
+        tc->optimizer_state, tc->optimizer, tc->muon_scale, tc->muon_momentum, tc->muon_nesterov, tc->muon_split_qkv);
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);
@@ -1978,8 +2163,9 @@ static void open_log(Run* r) {
                 model->zero ? dist_ring_share_bytes(&r->dist, grad_bytes) : dist_ring_allreduce_bytes(&r->dist, grad_bytes),
                 model->zero ? dist_ring_share_bytes(&r->dist, gather_bytes) : 0.0);
     dist_printf(&r->dist, "training: %d steps of %lld tokens (micro-batch %d x %d, %d accumulation step%s), lr %g %s, "
-                "master weights %s, recipe %s, attention: %s%s\n", tc->steps, (long long)r->total_batch, r->B, r->T,
-                r->grad_accum, r->grad_accum == 1 ? "" : "s", tc->lr, tc->schedule, tc->master_weights, tc->recipe,
+                "optimizer %s, master weights %s, recipe %s, attention: %s%s\n", tc->steps, (long long)r->total_batch, r->B,
+                r->T, r->grad_accum, r->grad_accum == 1 ? "" : "s", tc->lr, tc->schedule, tc->optimizer,
+                tc->master_weights, tc->recipe,
                 attention_backend_name(), attention_is_deterministic() ? "" : " (non-deterministic backward)");
 }
 

@@ -1,4 +1,5 @@
-# optim.mk: AdamW with its moments in NVFP4 (--optimizer-state nvfp4; llmc/fp4/optim_state.h, llmc/adamw.cuh).
+# optim.mk: AdamW with its moments in NVFP4 (--optimizer-state nvfp4; llmc/fp4/optim_state.h, llmc/adamw.cuh), and
+# Muon (--optimizer muon; llmc/base/muon_ref.h, llmc/muon.cuh, llmc/model/muon_plan.h).
 #   build/test_optim_state       the encoder, the guards, SR's bias, the segment layout, the CPU twin against FP32
 #                                AdamW (CPU)
 #   build/test_optim_state_gpu   the two update kernels against the CPU twin, bit for bit (GPU test)
@@ -8,6 +9,12 @@ build/test_optim_state: llmc/fp4/optim_state.h llmc/base/adamw_step.h
 build/test_optim_state_gpu: llmc/fp4/optim_state.h llmc/base/adamw_step.h llmc/adamw.cuh
 #   build/test_muon              Muon's reference twin (llmc/base/muon_ref.h) against PyTorch's muon_update
 #                                (dev/golden/muon_golden.bin, from dev/ref/muon_ref.py), Newton-Schulz's scalar map,
-#                                its singular-value band, transposition, the scale rules (CPU; the GPU path is not built)
+#                                its singular-value band, transposition, the scale rules; --optimizer muon's routing and
+#                                matrix list (llmc/model/muon_plan.h) for both families, the ZeRO-1 owners, and
+#                                --ns-fp4's twin (llmc/fp4/ns_fp4.h: the specs, one step against BF16) (CPU)
+#   build/test_muon_gpu          the GPU path (llmc/muon.cuh) against the twin: NS and the whole update on square, tall,
+#                                wide and d6 shapes, the singular-value band, zero gradients, repeatability (GPU test)
 CPU_TESTS += build/test_muon
-build/test_muon: llmc/base/muon_ref.h dev/golden/muon_golden.bin
+GPU_TESTS += build/test_muon_gpu
+build/test_muon: llmc/base/muon_ref.h llmc/model/muon_plan.h llmc/fp4/ns_fp4.h dev/golden/muon_golden.bin
+build/test_muon_gpu: llmc/base/muon_ref.h llmc/muon.cuh dev/test/kernel_check.cuh

@@ -3,7 +3,7 @@
 # #include "..." line of the repository's C/CUDA files (CPU only):
 #   - llmc/ holds the rooms base/, model/, fp4/, run/ and, at its top, only the public headers nvfp4.cuh (the FP4
 #     module: recipes, plans, the linear executor, the quantizer's entry points), hadamard.cuh, stochastic_round.cuh
-#     and adamw.cuh;
+#     adamw.cuh and muon.cuh;
 #   - a .h file is plain C(++) that a host compiler reads (the CPU twin, the CPU tests): it includes .h files only;
 #     so do the CPU tests (dev/test/*.c, dev/*.c);
 #   - base/ includes base/ only; model/ base/ and model/ (the model never reads the FP4 module's insides);
@@ -16,7 +16,7 @@ passed=0; failed=0
 bad() { echo "FAIL check_includes: $*"; failed=$((failed + 1)); }
 
 top=$(cd llmc && ls -p | grep -v / | LC_ALL=C sort | tr '\n' ' ')
-want="adamw.cuh hadamard.cuh nvfp4.cuh stochastic_round.cuh "
+want="adamw.cuh hadamard.cuh muon.cuh nvfp4.cuh stochastic_round.cuh "
 if [ "$top" = "$want" ]; then passed=$((passed + 1)); else bad "llmc/ holds at its top '$top', not the public headers '$want'"; fi
 
 # tracked files and new ones not ignored (a file deleted but not yet committed is left out)

@@ -388,6 +388,10 @@ static void test_checkpoints(void) {
     EXPECT("resume a directory", NULL, "is a directory, not a checkpoint file", NULL, RESUME_ARGS, "--resume", tmpdir);
     EXPECT("resume FP32 moments as NVFP4", NULL, "its optimizer state is fp32; this run asks for --optimizer-state nvfp4",
            "--init-from", RESUME_ARGS, "--resume", ckpt, "--optimizer-state", "nvfp4");
+    EXPECT("resume AdamW's state with Muon", NULL, "it was trained with --optimizer adamw; this run asks for "
+           "--optimizer muon", "--init-from", RESUME_ARGS, "--resume", ckpt, "--optimizer", "muon");
+    EXPECT("--init-from AdamW's checkpoint into Muon", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt,
+           "--optimizer", "muon");
     EXPECT("--init-from FP32 moments into NVFP4 ones", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt,
            "--optimizer-state", "nvfp4");
 
@@ -890,6 +894,17 @@ static void test_plan_checks(void) {
         {"--optimizer-state nvfp4", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer-state", "nvfp4"}},
         {"--optimizer-state fp8", NULL, "--optimizer-state expects one of fp32|nvfp4", "got 'fp8'",
          {BASE_ARGS, "--optimizer-state", "fp8"}},
+        {"--optimizer muon", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer", "muon"}},
+        {"--optimizer muon, every Muon option", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--muon-scale", "keller", "--muon-momentum", "0.9", "--muon-nesterov", "off",
+          "--muon-split-qkv", "on", "--ns-fp4", "off", "--master-weights", "fp32"}},
+        {"--optimizer sgd", NULL, "--optimizer expects one of adamw|muon", "got 'sgd'", {BASE_ARGS, "--optimizer", "sgd"}},
+        {"--optimizer muon --zero on", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer", "muon", "--zero", "on"}},
+        {"--optimizer muon --optimizer-state nvfp4", NULL, "--optimizer muon with --optimizer-state nvfp4 is not built",
+         NULL, {BASE_ARGS, "--optimizer", "muon", "--optimizer-state", "nvfp4"}},
+        {"--ns-fp4 nvfp4", NULL, "--ns-fp4 nvfp4: FP4 Newton-Schulz is not built on the GPU", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4"}},
+        {"--muon-momentum 1", NULL, "--muon-momentum must be in [0, 1)", NULL, {BASE_ARGS, "--muon-momentum", "1"}},
         {"--deterministic maybe", NULL, "--deterministic expects on or off", "got 'maybe'", {BASE_ARGS, "--deterministic", "maybe"}},
         {"a Hadamard on fprop.x alone", NULL, "the two operands of fprop must use the same Hadamard transform",
          "fprop.x: h16, fprop.w: h0", {BASE_ARGS, "--recipe", "nvfp4", "--fprop-x", "nvfp4,h16"}},

@@ -1,10 +1,15 @@
-// test_muon.c: CPU tests of llmc/base/muon_ref.h, Muon's reference twin (issue #50 item 3, groundwork: the GPU path
-// is not built). Checks: the momentum and the weight step against PyTorch's (dev/golden/muon_golden.bin, written by
+// test_muon.c: CPU tests of llmc/base/muon_ref.h, Muon's reference twin (issue #50 item 3; the GPU path,
+// llmc/muon.cuh, is checked against it by test_muon_gpu), and of llmc/model/muon_plan.h, --optimizer muon's routing.
+// Checks: the momentum and the weight step against PyTorch's (dev/golden/muon_golden.bin, written by
 // dev/ref/muon_ref.py from Keller Jordan's muon_update) and the orthogonalised update against it to BF16 rounding;
 // Newton-Schulz's scalar map on diagonal matrices (each singular value follows phi(s) = a s + b s^3 + c s^5, computed
 // in double); the singular values of the result inside the band five steps give; transposition symmetry
-// (NS(G^T) = NS(G)^T); the two scale rules; zero gradients.
+// (NS(G^T) = NS(G)^T); the two scale rules; zero gradients. The routing: every named tensor of both families goes to
+// the optimizer the Muon README gives it; the matrix list of d6 and llama-tiny (shapes, offsets, --muon-split-qkv's
+// Q/K/V rows) and the ZeRO-1 owner arithmetic, against hand-computed values.
 #include "llmc/base/muon_ref.h"
+#include "llmc/model/muon_plan.h"
+#include "llmc/fp4/ns_fp4.h"
 #include "dev/test/testing.h"
 
 static uint64_t lcg = 0xA4093822299F31D0ull;
@@ -152,10 +157,120 @@ static void test_scales_and_zero(void) {
     CHECK(ok, "a zero gradient: a zero update, only the decay moves the weights");
 }
 
+// Every tensor of both families by name: Muon takes exactly the blocks' linear weights.
+static void test_routing(void) {
+    const ModelFamily* fams[2] = {&GPT2_FAMILY, &LLAMA_FAMILY};
+    const char* muon_names[] = {"qkvw", "attprojw", "fcw", "fcprojw"};
+    for (int f = 0; f < 2; f++) {
+        int bad = 0, muons = 0;
+        for (int id = 0; id < fams[f]->num_params; id++) {
+            const char* name = fams[f]->params[id].name;
+            int want = OPTIMIZER_ADAMW;
+            for (int k = 0; k < 4; k++) if (!strcmp(name, muon_names[k])) want = OPTIMIZER_MUON;
+            const int got = optimizer_of(fams[f], id, OPTIMIZER_MUON);
+            if (got != want) { printf("  %s: %s goes to %s\n", fams[f]->name, name, OPTIMIZER_NAMES[got]); bad++; }
+            muons += got == OPTIMIZER_MUON;
+            bad += optimizer_of(fams[f], id, OPTIMIZER_ADAMW) != OPTIMIZER_ADAMW;   // --optimizer adamw: all AdamW
+        }
+        CHECK(bad == 0 && muons == 4, "%s: Muon on qkvw, attprojw, fcw, fcprojw; AdamW on the %d others (wte, norms, "
+              "biases, head)", fams[f]->name, fams[f]->num_params - 4);
+    }
+}
+
+// The matrix list, against shapes and offsets worked out by hand.
+static void test_matrices(void) {
+    GPTConfig d6 = config_from_descriptor("d6");   // C = 384, 6 layers
+    CHECK(muon_matrices(&d6, 0, NULL) == 24 && muon_matrices(&d6, 1, NULL) == 36, "d6: 24 matrices, 36 with split QKV");
+    MuonMatrix m[64];
+    muon_matrices(&d6, 0, m);
+    // layer 1: qkvw 1152 x 384 from element 1152*384, attprojw 384 x 384, fcw 1536 x 384, fcprojw 384 x 1536
+    CHECK(m[4].tensor == P_QKVW && m[4].layer == 1 && m[4].rows == 1152 && m[4].cols == 384 && m[4].offset == 442368 &&
+          m[5].tensor == P_ATTPROJW && m[5].rows == 384 && m[5].cols == 384 && m[5].offset == 147456 &&
+          m[6].tensor == P_FCW && m[6].rows == 1536 && m[6].cols == 384 && m[6].offset == 589824 &&
+          m[7].tensor == P_FCPROJW && m[7].rows == 384 && m[7].cols == 1536 && m[7].offset == 589824,
+          "d6 layer 1: qkvw, attprojw, fcw, fcprojw shapes and offsets");
+    muon_matrices(&d6, 1, m);
+    // split: layer 1's Q, K, V are 384 x 384 each, at rows 0, 384, 768 of its 1152
+    CHECK(m[6].tensor == P_QKVW && m[6].layer == 1 && m[6].row0 == 0 && m[6].rows == 384 && m[6].offset == 442368 &&
+          m[7].row0 == 384 && m[7].rows == 384 && m[7].offset == 442368 + 147456 &&
+          m[8].row0 == 768 && m[8].rows == 384 && m[8].offset == 442368 + 294912 && m[9].tensor == P_ATTPROJW,
+          "d6 split QKV: Q, K, V as 384 x 384 at rows 0, 384, 768");
+    GPTConfig lt = config_from_descriptor("llama-tiny");   // C 128, 4 heads of 32, 2 KV heads, MLP 512, 2 layers
+    muon_matrices(&lt, 1, m);
+    // qkvw (4 + 2 + 2) * 32 = 256 rows: Q 128, K 64, V 64; fcw 1024 x 128 (gate and up); fcprojw 128 x 512
+    CHECK(muon_matrices(&lt, 1, NULL) == 12 && m[0].tensor == LP_QKVW && m[0].rows == 128 && m[1].row0 == 128 &&
+          m[1].rows == 64 && m[2].row0 == 192 && m[2].rows == 64 && m[2].offset == 192 * 128 &&
+          m[3].tensor == LP_ATTPROJW && m[4].tensor == LP_FCW && m[4].rows == 1024 && m[4].cols == 128 &&
+          m[5].tensor == LP_FCPROJW && m[5].rows == 128 && m[5].cols == 512 && m[6].layer == 1 && m[6].offset == 256 * 128,
+          "llama-tiny split QKV: Q 128, K 64, V 64 rows; gate/up 1024 x 128; down 128 x 512");
+    int sum = 0;
+    for (int i = 0; i < 12; i++) sum += m[i].rows * m[i].cols;
+    CHECK(sum == 2 * (256 * 128 + 128 * 128 + 1024 * 128 + 128 * 512), "llama-tiny: the matrices cover the four weights");
+    // ZeRO-1's owners: round-robin over the list
+    CHECK(muon_owner(0, 4) == 0 && muon_owner(5, 4) == 1 && muon_owner(23, 4) == 3 && muon_owner(7, 1) == 0,
+          "ZeRO-1 owner: matrix i on rank i mod world");
+    // d6 on 4 ranks: matrix 4 l + k goes to rank k, so rank 0 holds the 6 qkvw (1152 x 384), rank 1 the attprojw
+    // (384 x 384), ranks 2 and 3 fcw and fcprojw (1536 x 384 elements each)
+    muon_matrices(&d6, 0, m);
+    size_t off[64], owned[4], total = 0;
+    for (int r = 0; r < 4; r++) { owned[r] = muon_owned_offsets(m, 24, 4, r, off); total += owned[r]; }
+    CHECK(owned[0] == 6 * 442368 && owned[1] == 6 * 147456 && owned[2] == 6 * 589824 && owned[3] == 6 * 589824 &&
+          total == 10616832, "d6 on 4 ranks: Muon state per rank %zu, %zu, %zu, %zu", owned[0], owned[1], owned[2], owned[3]);
+    muon_owned_offsets(m, 24, 4, 2, off);
+    CHECK(off[2] == 0 && off[6] == 589824 && off[22] == 5 * 589824 && off[0] == SIZE_MAX && off[3] == SIZE_MAX,
+          "d6 rank 2 of 4: fcw of layers 0, 1, 5 at 0, 589824, 2949120; the others not owned");
+    // 3 ranks: matrix i on rank i mod 3; one rank holds everything
+    CHECK(muon_owned_offsets(m, 24, 1, 0, off) == 10616832 && off[23] == 10616832 - 589824,
+          "d6 on 1 rank (--zero on with one process): every matrix, in list order");
+    size_t r3 = 0;
+    for (int r = 0; r < 3; r++) r3 += muon_owned_offsets(m, 24, 3, r, off);
+    CHECK(r3 == 10616832 && off[2] == 0 && off[5] == 589824, "d6 on 3 ranks: every element owned once; rank 2 owns "
+          "matrices 2 (layer 0 fcw, at 0) and 5 (layer 1 attprojw, at 589824), ...");
+}
+
+// --ns-fp4's twin (llmc/fp4/ns_fp4.h; the GPU path is not built): the specs it takes, one step against the BF16 NS
+// (the FP4 error of one step), and, printed only, what five steps with all three GEMMs quantized do (they diverge:
+// docs/FULLSTACK_FP4.md section 3).
+static void test_ns_fp4(void) {
+    const char* ok_specs[] = {"nvfp4", "mxfp4", "nvfp4-2d", "mxfp8"};
+    const char* bad_specs[] = {"nvfp4,sr", "nvfp4,h16", "bf16"};
+    QuantSpec sp;
+    char err[512];
+    for (int i = 0; i < 4; i++)
+        CHECK(quant_spec_parse(ok_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) == NULL,
+              "--ns-fp4 %s is a spec NS can run", ok_specs[i]);
+    for (int i = 0; i < 3; i++)
+        CHECK(quant_spec_parse(bad_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) != NULL,
+              "--ns-fp4 %s is refused", bad_specs[i]);
+    quant_spec_parse("nvfp4", &sp, err, sizeof(err));
+    const QuantParams q = quant_params(&sp);
+    const int n = 64, k = 256;
+    const size_t nk = (size_t)n * k;
+    float* x0 = (float*)xmalloc(nk * 4);
+    float* x = (float*)xmalloc(nk * 4);
+    float* y = (float*)xmalloc(nk * 4);
+    float* scratch = (float*)xmalloc((3 * (size_t)n * n + nk) * 4);
+    for (size_t i = 0; i < nk; i++) x0[i] = (float)nrand() * 0.01f;
+    for (int steps = 1; steps <= 5; steps += 4) {
+        memcpy(x, x0, nk * 4);
+        memcpy(y, x0, nk * 4);
+        muon_newton_schulz_fp4_ref(x, n, k, steps, &q);
+        muon_newton_schulz(y, n, k, steps, scratch);
+        const double rel = rel_l2(x, y, nk);
+        printf("  NS %dx%d, %d step%s, all three GEMMs in NVFP4: relative L2 %.3g from the BF16 NS\n", n, k, steps,
+               steps == 1 ? "" : "s", rel);
+        if (steps == 1) CHECK(rel < 0.05, "one NVFP4 NS step within 5%% of the BF16 one: %.3g", rel);
+    }
+    free(x0); free(x); free(y); free(scratch);
+}
+
 int main(void) {
+    test_routing();
+    test_matrices();
     test_golden();
     test_scalar_map();
     test_band_and_transpose();
     test_scales_and_zero();
+    test_ns_fp4();
     return test_summary("muon");
 }

@@ -1,7 +1,8 @@
 // muon_ref.h: Muon's update of one 2D weight matrix (docs/FULLSTACK_FP4.md section 3; issue #50 item 3), plain C:
-// the reference twin that the GPU path (--optimizer muon, not built yet) will be checked against, itself checked
-// against Keller Jordan's PyTorch muon_update by dev/test/test_muon.c (golden values from dev/ref/muon_ref.py).
-// defines: MuonParams, MUON_SCALE_*, muon_bf16(), muon_newton_schulz(), muon_update_ref()
+// the reference twin that the GPU path (llmc/muon.cuh, --optimizer muon) is checked against by test_muon_gpu,
+// itself checked against Keller Jordan's PyTorch muon_update by dev/test/test_muon.c (golden values from
+// dev/ref/muon_ref.py).
+// defines: MuonParams, MUON_SCALE_*, muon_bf16(), muon_normalize(), muon_newton_schulz(), muon_update_ref()
 //
 // The update of a weight W (rows x cols, row-major) with gradient G and momentum M:
 //   1. M <- beta M + (1 - beta) G; U = (1 - beta) G + beta M (Nesterov) or U = M (as the reference's lerps:
@@ -56,6 +57,14 @@ static inline void muon_gram(float* c, const float* x, int n, int k) {
         }
 }
 
+// X <- bf16(X) / (||X||_F + 1e-7), the norm rounded to BF16 (the reference's), in place over nk elements.
+static inline void muon_normalize(float* x, size_t nk) {
+    float ss = 0.0f;
+    for (size_t i = 0; i < nk; i++) { x[i] = muon_bf16(x[i]); ss += x[i] * x[i]; }
+    const float norm = muon_bf16(sqrtf(ss));
+    for (size_t i = 0; i < nk; i++) x[i] = muon_bf16(x[i] / (norm + 1e-7f));
+}
+
 // Newton-Schulz on x (n x k, n <= k, row-major, in place): normalise by the Frobenius norm, then `steps` quintic
 // steps, X kept in BF16 between them. scratch: 3 n n + n k floats.
 static inline void muon_newton_schulz(float* x, int n, int k, int steps, float* scratch) {
@@ -64,10 +73,7 @@ static inline void muon_newton_schulz(float* x, int n, int k, int steps, float* 
     float* aa = a + (size_t)n * n;
     float* b = aa + (size_t)n * n;
     float* bx = b + (size_t)n * n;
-    float ss = 0.0f;
-    for (size_t i = 0; i < nk; i++) { x[i] = muon_bf16(x[i]); ss += x[i] * x[i]; }
-    const float norm = muon_bf16(sqrtf(ss));
-    for (size_t i = 0; i < nk; i++) x[i] = muon_bf16(x[i] / (norm + 1e-7f));
+    muon_normalize(x, nk);
     for (int s = 0; s < steps; s++) {
         muon_gram(a, x, n, k);                                      // A = X X^T
         for (size_t i = 0; i < (size_t)n * n; i++) b[i] = muon_bf16(MUON_NS_C * a[i]);   // c A (the reference's

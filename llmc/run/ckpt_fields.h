@@ -21,7 +21,11 @@ enum {
     // checkpoints written before the Llama family already were): the architecture, GQA's key/value heads, the MLP
     // width, a tied head, RoPE's theta and the RMSNorm epsilon (float bits)
     H_ARCH, H_KV_HEADS, H_MLP_HIDDEN, H_TIED, H_ROPE_THETA, H_NORM_EPS,
-    H_OPT_STATE      // the optimizer section's moments: 0 FP32 m and v (every file before it), 1 NVFP4 (--optimizer-state)
+    H_OPT_STATE,     // the optimizer section's moments: 0 FP32 m and v (every file before it), 1 NVFP4 (--optimizer-state)
+    H_OPTIMIZER,     // --optimizer: 0 AdamW (every file before it), 1 Muon (llmc/model/muon_plan.h's OPTIMIZER_*): without
+                     // ZeRO-1 its matrices' momentum in m's place, their v unused
+    H_MUON_OWNED_LO, H_MUON_OWNED_HI   // ZeRO-1 with Muon: the elements of the Muon matrices this file's rank owns,
+                                       // whose FP32 momentum (then masters, with H_HAS_MASTER) end the optimizer section
 };
 
 static inline void config_to_header(const GPTConfig* c, int32_t* h) {

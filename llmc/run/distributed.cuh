@@ -7,7 +7,8 @@
 // defines: Dist, dist_init, dist_finalize, dist_is_main, dist_printf, dist_print, dist_launch_name,
 //          dist_sum_double, dist_allreduce_sum_f32, dist_allreduce_max_f32, dist_allreduce_sum_async,
 //          dist_reduce_to_shards_async, dist_wait, dist_take_comm_ms, dist_padded_size, dist_shard_range,
-//          dist_allgather_bf16, dist_ring_allreduce_bytes, dist_ring_share_bytes, dist_barrier, nccl_check
+//          dist_allgather_bf16, dist_broadcast_bf16_group, dist_ring_allreduce_bytes, dist_ring_share_bytes,
+//          dist_barrier, nccl_check
 //
 // How a process learns its place, first match wins:
 //   mpirun  OMPI_COMM_WORLD_SIZE is set and the build has MPI (-DENABLE_MPI): MPI_Init, rank and
@@ -514,6 +515,24 @@ static inline size_t dist_padded_size(const Dist* d, size_t n) { return shard_pa
 // for ranks whose shard is all padding.
 static inline size_t dist_shard_range(const Dist* d, size_t n, size_t* begin, size_t* count) {
     return shard_range(n, d->world, d->rank, begin, count);
+}
+
+// In place, on stream s, as one NCCL group: bufs[i] (counts[i] BF16 elements) from rank roots[i] to all ranks
+// (--optimizer muon with ZeRO-1: each Muon matrix from the rank that owns and updated it). Timed whole.
+static inline void dist_broadcast_bf16_group(Dist* d, floatX* const* bufs, const size_t* counts, const int* roots,
+                                             int nbufs, cudaStream_t s) {
+    if (!d->use_nccl || nbufs <= 0) return;
+#ifdef ENABLE_NCCL
+    int slot = dist_timing_slot_(d);
+    cuda_check(cudaEventRecord(d->t_begin[slot], s));
+    nccl_check(ncclGroupStart());
+    for (int i = 0; i < nbufs; i++)
+        nccl_check(ncclBroadcast(bufs[i], bufs[i], counts[i], ncclBfloat16, roots[i], d->comm, s));
+    nccl_check(ncclGroupEnd());
+    cuda_check(cudaEventRecord(d->t_end[slot], s));
+#else
+    (void)bufs; (void)counts; (void)roots; (void)s;
+#endif
 }
 
 // In place, on stream s: every rank's shard [r*S, (r+1)*S) of flat_padded (S = n_padded / world)
