@@ -2,8 +2,9 @@
 // the FP4 recipes nvfp4, mxfp4-2d and ufp4 (same model, data and initial parameters).
 // Checks the forward logits and loss, every parameter gradient, determinism (bit-identical
 // gradients on a second run, which is what makes resuming bit for bit possible), and 10 AdamW steps
-// with FP32 and with BF16 (stochastically rounded) master weights. --attention-fp4 on the BF16 dumps' models
-// (check_attention_fp4): the wiring of the per-layer copies and keys, not yet against an FP4-attention reference.
+// with FP32 and with BF16 (stochastically rounded) master weights. --attention-fp4: the dumps gpt_ref_attn4.bin
+// (nvfp4-2d) and llama_ref_attn4.bin (nvfp4, GQA), whose reference quantizes Q, K, V and dS with straight-through
+// gradients (dev/ref/gpt_ref.py QAttention), as above; and check_attention_fp4's wiring checks.
 //
 // The reference computes in FP32 from BF16-representable parameters; this program keeps activations
 // and GEMM operands in BF16 (8 significant bits, relative rounding error up to 2^-9 = 0.2% per
@@ -107,6 +108,13 @@ static void set_recipe_from_dump(GPT* m, const RefDump* d) {
     Recipe r;
     recipe_preset(&r, name[0] ? name : "bf16");
     linear_set_recipe(&m->lin, &r, (uint64_t)(uint32_t)d->header[14], g_gemm_mode);
+    // --attention-fp4 (dev/ref/gpt_ref.py --attention-fp4): its Q/K/V and dS specs in header words [112..127]
+    char qkv[33] = {0}, ds[33] = {0};
+    memcpy(qkv, &d->header[112], 32);
+    memcpy(ds, &d->header[120], 32);
+    AttnFp4 a;
+    attn_fp4_set(&a, qkv[0] ? qkv : "off", qkv[0] ? ds : NULL);
+    gpt_set_attention_fp4(m, &a);
 }
 
 static void load_params(GPT* m, const float* params) {
@@ -534,9 +542,17 @@ static void check_dump(const char* path) {
     gpt_allocate(&m, &c, B, T, 1);
     gpt_allocate_optimizer(&m, 1, 0, 0, m.num_parameters);
     set_recipe_from_dump(&m, &d);
-    const Tolerances* tol = !m.lin.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
+    // (FP4 attention: its Q/K/V copies flip codes where the program's BF16 qkv differs from the reference's in the
+    // last bit, as the FP4 linears' operands do; the FP4 tolerances apply)
+    const Tolerances* tol = !m.lin.fp4_any && !m.attn_fp4.on ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
     char recipe_text[1024];
     recipe_describe(&m.lin.recipe, recipe_text, sizeof(recipe_text));
+    if (m.attn_fp4.on) {
+        char at[256];
+        attn_fp4_describe(&m.attn_fp4, at, sizeof(at));
+        const size_t n = strlen(recipe_text);
+        snprintf(recipe_text + n, sizeof(recipe_text) - n, "; attention: %s", at);
+    }
     printf("== %s: L=%d NH=%d C=%d V=%d B=%d T=%d, reference loss %.6f\n   recipe %s\n", path, c.num_layers,
            c.num_heads, c.channels, V, B, T, d.loss, recipe_text);
     fail_if(m.num_parameters != (size_t)d.header[11], "parameter count %zu != dump's %d", m.num_parameters, d.header[11]);
@@ -818,7 +834,8 @@ int main(int argc, char** argv) {
     attention_init();
     printf("attention backend: %s\n", attention_backend_name());
     const char* dumps[] = {"dev/ref/gpt_ref.bin", "dev/ref/gpt_ref_nvfp4.bin", "dev/ref/gpt_ref_mxfp4-2d.bin",
-                           "dev/ref/gpt_ref_ufp4.bin", "dev/ref/gpt_ref_quartet2.bin"};
+                           "dev/ref/gpt_ref_ufp4.bin", "dev/ref/gpt_ref_quartet2.bin",
+                           "dev/ref/gpt_ref_attn4.bin"};   // (the last: BF16 linears, --attention-fp4 nvfp4-2d)
     if (argc > 1) {
         for (int i = 1; i < argc; i++) check_dump(argv[i]);
     } else {
@@ -834,7 +851,8 @@ int main(int argc, char** argv) {
         check_every_variant("dev/ref/gpt_ref_quartet2.bin", EDEN_VARIANTS, sizeof(EDEN_VARIANTS) / sizeof(EDEN_VARIANTS[0]));
         // the Llama family (docs/MODELS.md): RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases, untied head
         const char* llama_dumps[] = {"dev/ref/llama_ref.bin", "dev/ref/llama_ref_nvfp4.bin", "dev/ref/llama_ref_mxfp4-2d.bin",
-                                     "dev/ref/llama_ref_quartet2.bin"};
+                                     "dev/ref/llama_ref_quartet2.bin",
+                                     "dev/ref/llama_ref_attn4.bin"};   // (the last: --attention-fp4 nvfp4, GQA)
         for (size_t i = 0; i < sizeof(llama_dumps) / sizeof(llama_dumps[0]); i++) check_dump(llama_dumps[i]);
         check_every_variant(llama_dumps[0], EXACT_VARIANTS, sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]));
         check_every_variant(llama_dumps[3], EDEN_VARIANTS, sizeof(EDEN_VARIANTS) / sizeof(EDEN_VARIANTS[0]));
