@@ -504,6 +504,7 @@ static void gpt_set_attention_fp4(GPT* m, const AttnFp4* a) {
     m->attn_quantizer.ctx = &m->attn_fp4;
     m->attn_quantizer.qkv = a->qkv.grid != QGRID_BF16 ? attn_fp4_hook_qkv : NULL;
     m->attn_quantizer.ds = a->ds.grid != QGRID_BF16 ? attn_fp4_hook_ds : NULL;
+    m->attn_quantizer.dropin = a->dropin;
     if (!m->attn_quantizer.qkv) return;
     const GPTConfig* c = &m->config;
     size_t bytes = 0;
@@ -1461,6 +1462,7 @@ typedef struct {
     int qk_fp8;
     const char* attention_fp4;
     const char* attention_fp4_ds;
+    const char* attention_fp4_backward;
     const char* bf16_forward_from;
     int allow_recipe_change;
     int eval_every, eval_items, eval_only;
@@ -1502,6 +1504,7 @@ static TrainConfig default_config(void) {
     t.recipe = "bf16";
     t.attention_fp4 = "off";
     t.attention_fp4_ds = "";
+    t.attention_fp4_backward = "reuse";
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
     t.fp4_gemm[0] = t.fp4_gemm[1] = t.fp4_gemm[2] = 1;
     t.bf16_first_layers = t.bf16_last_layers = -1;
@@ -1578,6 +1581,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"qk-fp8", 0, OPT_BOOL, &tc->qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
         {"attention-fp4", 0, OPT_STRING, &tc->attention_fp4, NULL, "off (cuDNN or the own kernels, BF16), or a spec for Q, K and V (nvfp4-2d, nvfp4, mxfp4, 'nvfp4-2d,sr', ...; bf16: the own kernels, nothing quantized): the own attention kernels read one quantized copy in the forward and the backward, P.V and dO.V^T stay BF16 (docs/FULLSTACK_FP4.md section 1)"},
         {"attention-fp4-ds", 0, OPT_STRING, &tc->attention_fp4_ds, NULL, "the backward's dS spec (default: the --attention-fp4 spec with sr; bf16: dS unquantized, the fused backward)"},
+        {"attention-fp4-backward", 0, OPT_CHOICE, &tc->attention_fp4_backward, "reuse|bf16", "reuse: the backward reads the forward's quantized Q, K, V; bf16: Attn-QAT's \"drop-in\" control (BF16 Q, K, V and dS in the backward; an ablation that trains unstably)"},
         {"bf16-forward-from", 0, OPT_STRING, &tc->bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc->fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"amax", 0, OPT_CHOICE, &tc->amax, "now|delayed", "FP32 tensor scales of the X and dY copies: from this micro-step's amax (an amax pass reads the tensor first), or delayed: from the previous micro-step's, where the whole-block kernels make the copy (a numerics change; README, \"The delayed amax\")"},
@@ -1824,6 +1828,11 @@ static void plan_schedule(Run* r) {
 static void plan_attention_fp4(Run* r) {
     const TrainConfig* tc = &r->tc;
     attn_fp4_set(&r->attn_fp4, tc->attention_fp4, tc->attention_fp4_ds[0] ? tc->attention_fp4_ds : NULL);
+    r->attn_fp4.dropin = strcmp(tc->attention_fp4_backward, "bf16") == 0;
+    const char* why = attn_fp4_dropin_problem(&r->attn_fp4);
+    fail_if(why != NULL, "--attention-fp4-backward bf16 %s", why);
+    fail_if(r->attn_fp4.dropin && tc->attention_fp4_ds[0], "--attention-fp4-backward bf16 keeps dS in BF16: drop "
+            "--attention-fp4-ds");
     if (!r->attn_fp4.on) return;
     const GPTConfig* c = &r->config;
     const AttnFp4Shape sh = {r->B, r->T, c->num_heads, config_kv_heads(c), config_head_size(c)};

@@ -9,7 +9,8 @@
 //   - dqkv matches the twin's backward fed with the GPU's dS bits (so both multiply the same quantized dS);
 //   - a second run gives the same bits (out, stats, the copies, dqkv);
 //   - --attention-fp4 bf16 (own kernels, nothing quantized) gives the bits of the plain own kernels, forward and
-//     backward; Q/K/V quantized with a BF16 dS matches the twin too (the fused backward with the copy's factors).
+//     backward; Q/K/V quantized with a BF16 dS matches the twin too (the fused backward with the copy's factors);
+//   - the drop-in control (--attention-fp4-backward bf16) is the plain own backward on the BF16 qkv, bit for bit.
 // Tolerances, and why. The twin runs in double on the same BF16 copies and factors, so differences come from the
 // GPU's rounding alone (test_attention.cu discusses each): out, dqkv and dS stored in BF16 (2^-9 relative); P
 // rounded to BF16 before P.V and P^T.dO; S, dP accumulated in FP32; D from the BF16 out (the twin takes the GPU's
@@ -193,6 +194,38 @@ static void test_bf16_identity(AttnShape sh) {
     cuda_check(cudaFree(d_qkv)); cuda_check(cudaFree(d_dout));
 }
 
+// --attention-fp4-backward bf16 (the drop-in control): the forward quantizes, the backward is the plain own backward
+// on the BF16 qkv with the forward's out and stats, bit for bit.
+static void test_dropin(AttnShape sh) {
+    printf("the drop-in control (nvfp4-2d forward, BF16 backward): B=%d T=%d NH=%d KVH=%d HS=%d\n", sh.B, sh.T, sh.NH,
+           sh.KVH, sh.HS);
+    AttnFp4 a;
+    attn_fp4_set(&a, "nvfp4-2d", NULL);
+    a.dropin = 1;
+    AttnQuantizer q = quantizer_of(&a);
+    q.dropin = 1;
+    const int64_t nq = (int64_t)sh.B * sh.T * (sh.NH + 2 * sh.KVH) * sh.HS, no = (int64_t)sh.B * sh.T * sh.NH * sh.HS;
+    const size_t ns = (size_t)sh.B * sh.NH * sh.T;
+    std::vector<floatX> qkv = rand_bf16(nq, 1.0), dout = rand_bf16(no, 1.0);
+    floatX* d_qkv = dev_upload(qkv);
+    floatX* d_dout = dev_upload(dout);
+    floatX* out = dev_alloc<floatX>(no);
+    floatX* dqkv = dev_alloc<floatX>(nq);
+    floatX* dqkv_own = dev_alloc<floatX>(nq);
+    float* stats = dev_alloc<float>(ns);
+    AttnFp4Copy cp = {dev_alloc<floatX>(nq), dev_alloc<float>(3), dev_alloc<float>(3)};
+    attention_fp4_forward(out, stats, d_qkv, cp, sh, &q, 5, 0);
+    attention_fp4_backward(dqkv, d_dout, d_qkv, cp, out, stats, sh, &q, 6, 0);
+    attention_force_own_kernel(1);
+    attention_backward(dqkv_own, d_dout, d_qkv, out, stats, sh, 0);
+    attention_force_own_kernel(0);
+    check_bits("drop-in: dqkv = the own backward on BF16 qkv with the FP4 forward's out and stats",
+               bits_of(dev_download(dqkv, nq)), bits_of(dev_download(dqkv_own, nq)));
+    floatX* bufs[] = {d_qkv, d_dout, out, dqkv, dqkv_own, cp.qkv};
+    for (floatX* b : bufs) cuda_check(cudaFree(b));
+    cuda_check(cudaFree(stats)); cuda_check(cudaFree(cp.dec)); cuda_check(cudaFree(cp.amax));
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -207,6 +240,7 @@ int main(void) {
     test_case(odd, "nvfp4-2d", NULL);
     test_case(wide, "mxfp4", NULL);
     test_case(gqa, "nvfp4", "bf16");
+    test_dropin(gqa);
     attention_destroy();
     return test_summary("attention_fp4");
 }

@@ -127,6 +127,13 @@ static void test_flags(void) {
     attn_fp4_set(&a, "nvfp4-2d", NULL);
     attn_fp4_describe(&a, d, sizeof(d));
     CHECK(strcmp(d, "q/k/v=e2m1,16x16,e4m3,rne,h0, ds=e2m1,16x16,e4m3,sr,h0") == 0, "describe: '%s'", d);
+    a.dropin = 1;
+    attn_fp4_describe(&a, d, sizeof(d));
+    CHECK(strstr(d, "backward=bf16 (drop-in control)") && attn_fp4_dropin_problem(&a) == NULL, "drop-in: '%s'", d);
+    attn_fp4_set(&a, "bf16", NULL);
+    a.dropin = 1;
+    CHECK(attn_fp4_dropin_problem(&a) != NULL, "drop-in needs a quantizing forward");
+    attn_fp4_set(&a, "nvfp4-2d", NULL);
     char err[512];
     const AttnFp4Shape ok = {2, 64, 4, 2, 64}, odd = {2, 40, 4, 2, 64};
     CHECK(attn_fp4_check_shape(&a, ok, err, sizeof(err)), "T = 64 fits 16x16 blocks");

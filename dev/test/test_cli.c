@@ -876,6 +876,8 @@ static void test_plan_checks(void) {
          {BASE_ARGS, "--attention-fp4", "mxfp4-2d"}},
         {"--attention-fp4 with a Hadamard", NULL, "--attention-fp4 'nvfp4,h16': a Hadamard rotation", NULL,
          {BASE_ARGS, "--attention-fp4", "nvfp4,h16"}},
+        {"--attention-fp4-backward bf16 without a quantizing spec", NULL, "--attention-fp4-backward bf16 needs "
+         "--attention-fp4 with a quantizing spec", NULL, {BASE_ARGS, "--attention-fp4-backward", "bf16"}},
         {"--attention-fp4-ds without --attention-fp4", NULL, "--attention-fp4-ds 'nvfp4' needs --attention-fp4 SPEC",
          NULL, {BASE_ARGS, "--attention-fp4-ds", "nvfp4"}},
         {"--optimizer-state nvfp4", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer-state", "nvfp4"}},

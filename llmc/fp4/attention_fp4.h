@@ -1,5 +1,6 @@
 // attention_fp4.h: FP4 attention (--attention-fp4 SPEC, --attention-fp4-ds SPEC) as data, and its CPU twin.
-// defines: AttnFp4Shape, AttnFp4, AttnFp4Part, attn_fp4_set(), attn_fp4_check_shape(), attn_fp4_describe(),
+// defines: AttnFp4Shape, AttnFp4, AttnFp4Part, attn_fp4_set(), attn_fp4_check_shape(), attn_fp4_dropin_problem(),
+//          attn_fp4_describe(),
 //          attn_fp4_key(), attn_fp4_qkv_slice(), attn_fp4_ds_square(), attn_fp4_quantize_qkv_cpu(),
 //          attn_fp4_quantize_ds_cpu(), attn_fp4_forward_cpu(), attn_fp4_backward_cpu()
 // The design is docs/FULLSTACK_FP4.md section 1. In short:
@@ -32,6 +33,9 @@ typedef struct {
     int on;           // 0 (--attention-fp4 off): the BF16 attention of before, cuDNN by default
     QuantSpec qkv;    // Q, K and V; bf16: the own kernels with nothing quantized
     QuantSpec ds;     // dS in the backward; bf16: dS stays in registers (the fused backward)
+    int dropin;       // --attention-fp4-backward bf16: Attn-QAT's "drop-in" control, an ablation that trains unstably:
+                      // the forward quantizes Q, K, V, the backward reads the BF16 ones (and the forward's log-sum-exp
+                      // and O) and keeps dS in BF16, as a high-precision FlashAttention backward would
 } AttnFp4;
 
 typedef enum { ATTN_FP4_Q = 0, ATTN_FP4_K, ATTN_FP4_V, ATTN_FP4_DS } AttnFp4Part;
@@ -49,7 +53,7 @@ static inline const char* attn_fp4_spec_problem(const QuantSpec* s) {
 // qkv_text: "off" or a spec (fp4/formats.h syntax: nvfp4, nvfp4-2d, mxfp4, "nvfp4-2d,sr", bf16, ...).
 // ds_text: a spec, or NULL for the default: the qkv spec with stochastic rounding (round-to-nearest for the fp8
 // grid, which has no SR). Fails with a message that says what to use instead.
-static inline void attn_fp4_set(AttnFp4* a, const char* qkv_text, const char* ds_text) {
+static inline void attn_fp4_set(AttnFp4* a, const char* qkv_text, const char* ds_text) {   // (dropin: 0)
     memset(a, 0, sizeof(*a));
     char err[512];
     if (strcmp(qkv_text, "off") == 0) {
@@ -94,13 +98,22 @@ static inline int attn_fp4_check_shape(const AttnFp4* a, AttnFp4Shape sh, char* 
     return 1;
 }
 
-// "q/k/v=nvfp4,16x16,e4m3,rne,h0, ds=nvfp4,16x16,e4m3,sr,h0" (or "off").
+// The drop-in control (dropin, set by the caller after attn_fp4_set) needs a forward that quantizes: NULL, or why not.
+static inline const char* attn_fp4_dropin_problem(const AttnFp4* a) {
+    if (!a->dropin) return NULL;
+    if (!a->on || a->qkv.grid == QGRID_BF16) return "needs --attention-fp4 with a quantizing spec (the forward to compare)";
+    return NULL;
+}
+
+// "q/k/v=nvfp4,16x16,e4m3,rne,h0, ds=nvfp4,16x16,e4m3,sr,h0" (or "off"; the drop-in control: "..., backward=bf16 ...").
+
 static inline void attn_fp4_describe(const AttnFp4* a, char* buf, size_t n) {
     if (!a->on) { snprintf(buf, n, "off"); return; }
     char q[96], d[96];
     quant_spec_format(&a->qkv, q, sizeof(q));
     quant_spec_format(&a->ds, d, sizeof(d));
-    snprintf(buf, n, "q/k/v=%s, ds=%s", q, d);
+    if (a->dropin) snprintf(buf, n, "q/k/v=%s, backward=bf16 (drop-in control)", q);
+    else snprintf(buf, n, "q/k/v=%s, ds=%s", q, d);
 }
 
 // The SR key of one part, from the call's key (the trainer's rng_key(seed, step, layer's id)).

@@ -329,6 +329,8 @@ typedef struct {
     // the rows copy serves dK as well (a square 2D tile is its own transpose) and cols was not written.
     int (*ds)(const void* ctx, const floatX* ds, floatX* rows, floatX* cols, float* amax, float* dec, AttnShape sh,
                uint64_t key, cudaStream_t stream);
+    int dropin;        // 1: the backward reads qkv (BF16), not the forward's copy, and keeps dS in BF16 (Attn-QAT's
+                       // "drop-in" control: the forward's lse and O with other scores; an ablation, unstable)
 } AttnQuantizer;
 
 // One layer's quantized Q, K, V: the copy the forward writes and both passes read.
@@ -370,11 +372,12 @@ void attention_fp4_backward(floatX* dqkv, const floatX* dout, const floatX* qkv,
     attention_init();
     attn_check_shape("attention_fp4_backward", sh);
     attn_reserve_dsum(sh);
-    const AttnBackwardIn in = {dout, q->qkv ? cp.qkv : qkv, out, stats};
+    const int copy = q->qkv && !q->dropin;
+    const AttnBackwardIn in = {dout, copy ? cp.qkv : qkv, out, stats};
     AttnFp4Io io = {};
-    io.qkv_dec = q->qkv ? cp.dec : NULL;
+    io.qkv_dec = copy ? cp.dec : NULL;
     attn_own_dsum(attn_state.dsum, in, sh.B, sh.T, sh.NH, sh.HS, stream);
-    if (q->ds) {
+    if (q->ds && !q->dropin) {
         attn_fp4_reserve_ds((size_t)sh.B * sh.NH * sh.T * sh.T);
         attn_own_backward_ds(attn_state.fp4_ds, in, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, io.qkv_dec, stream);
         float* amax = attn_state.fp4_ds_scalars;
