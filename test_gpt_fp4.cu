@@ -2,7 +2,9 @@
 // the FP4 recipes nvfp4, mxfp4-2d and ufp4 (same model, data and initial parameters).
 // Checks the forward logits and loss, every parameter gradient, determinism (bit-identical
 // gradients on a second run, which is what makes resuming bit for bit possible), and 10 AdamW steps
-// with FP32 and with BF16 (stochastically rounded) master weights.
+// with FP32 and with BF16 (stochastically rounded) master weights. --attention-fp4: the dumps gpt_ref_attn4.bin
+// (nvfp4-2d) and llama_ref_attn4.bin (nvfp4, GQA), whose reference quantizes Q, K, V and dS with straight-through
+// gradients (dev/ref/gpt_ref.py QAttention), as above; and check_attention_fp4's wiring checks.
 //
 // The reference computes in FP32 from BF16-representable parameters; this program keeps activations
 // and GEMM operands in BF16 (8 significant bits, relative rounding error up to 2^-9 = 0.2% per
@@ -106,6 +108,13 @@ static void set_recipe_from_dump(GPT* m, const RefDump* d) {
     Recipe r;
     recipe_preset(&r, name[0] ? name : "bf16");
     linear_set_recipe(&m->lin, &r, (uint64_t)(uint32_t)d->header[14], g_gemm_mode);
+    // --attention-fp4 (dev/ref/gpt_ref.py --attention-fp4): its Q/K/V and dS specs in header words [112..127]
+    char qkv[33] = {0}, ds[33] = {0};
+    memcpy(qkv, &d->header[112], 32);
+    memcpy(ds, &d->header[120], 32);
+    AttnFp4 a;
+    attn_fp4_set(&a, qkv[0] ? qkv : "off", qkv[0] ? ds : NULL);
+    gpt_set_attention_fp4(m, &a);
 }
 
 static void load_params(GPT* m, const float* params) {
@@ -533,9 +542,17 @@ static void check_dump(const char* path) {
     gpt_allocate(&m, &c, B, T, 1);
     gpt_allocate_optimizer(&m, 1, 0, 0, m.num_parameters);
     set_recipe_from_dump(&m, &d);
-    const Tolerances* tol = !m.lin.fp4_any ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
+    // (FP4 attention: its Q/K/V copies flip codes where the program's BF16 qkv differs from the reference's in the
+    // last bit, as the FP4 linears' operands do; the FP4 tolerances apply)
+    const Tolerances* tol = !m.lin.fp4_any && !m.attn_fp4.on ? &TOL_BF16 : c.channels >= 128 ? &TOL_FP4_C128 : &TOL_FP4;
     char recipe_text[1024];
     recipe_describe(&m.lin.recipe, recipe_text, sizeof(recipe_text));
+    if (m.attn_fp4.on) {
+        char at[256];
+        attn_fp4_describe(&m.attn_fp4, at, sizeof(at));
+        const size_t n = strlen(recipe_text);
+        snprintf(recipe_text + n, sizeof(recipe_text) - n, "; attention: %s", at);
+    }
     printf("== %s: L=%d NH=%d C=%d V=%d B=%d T=%d, reference loss %.6f\n   recipe %s\n", path, c.num_layers,
            c.num_heads, c.channels, V, B, T, d.loss, recipe_text);
     fail_if(m.num_parameters != (size_t)d.header[11], "parameter count %zu != dump's %d", m.num_parameters, d.header[11]);
@@ -696,6 +713,118 @@ static void check_every_variant(const char* path, const RecipeVariant* variants,
     }
 }
 
+// --attention-fp4 on the whole model (llmc/fp4/attention_fp4.h), on a BF16 dump's model, parameters and batch (GPT-2,
+// and Llama: RoPE before the attention, grouped-query heads). There is no PyTorch reference with FP4 attention yet
+// (docs/FULLSTACK_FP4.md 1.1), so this checks the trainer's wiring, not the numbers against autograd:
+//   - --attention-fp4 bf16 gives the bits of the own kernels (LLMC_ATTENTION=own): logits and every gradient;
+//   - with SPEC, every layer's quantized Q/K/V copy and factors equal the CPU twin's of that layer's qkv activation
+//     with the trainer's SR key (the forward quantized what the attention read, per layer, with the right key);
+//   - the logits move away from the BF16 ones (something was quantized) but stay close to the reference (a sanity
+//     bound: 0.2 relative L2, where a wrong factor or scale gives O(1)), the gradients are finite and within 1.0
+//     relative L2 of the reference's, and a second forward + backward gives the same gradient bits.
+static void attn_fp4_step(GPT* m, const RefDump* d, float* grads, uint16_t* logits) {
+    const int B = d->header[8], T = d->header[9], N = B * T;
+    gpt_zero_grad(m);
+    gpt_forward(m, d->x, d->y, B, T, 1, 1.0f / (float)N);
+    cuda_check(cudaMemcpy(logits, m->acts.logits, (size_t)N * m->config.padded_vocab_size * sizeof(uint16_t),
+                          cudaMemcpyDeviceToHost));   // (before the backward: the classifier overwrote them with dlogits)
+    gpt_backward(m, d->x, B, T, 1);
+    cuda_check(cudaMemcpy(grads, m->grads_memory, m->num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+static void check_attention_fp4(const char* path, const char* spec) {
+    RefDump d;
+    read_dump(&d, path);
+    const GPTConfig c = dump_config(&d);
+    const int B = d.header[8], T = d.header[9], N = B * T, L = c.num_layers, Vp = c.padded_vocab_size, V = c.vocab_size;
+    printf("== --attention-fp4 %s on %s (B=%d T=%d NH=%d KVH=%d HS=%d)\n", spec, path, B, T, c.num_heads,
+           config_kv_heads(&c), config_head_size(&c));
+    const char* specs[3] = {NULL, "bf16", spec};   // the own kernels in BF16, --attention-fp4 bf16, SPEC
+    size_t np = 0;
+    float* grads[3] = {NULL, NULL, NULL};
+    uint16_t* logits[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) {
+        GPT m;
+        gpt_allocate(&m, &c, B, T, 1);
+        gpt_allocate_optimizer(&m, 1, 0, 0, m.num_parameters);
+        set_recipe_from_dump(&m, &d);
+        load_params(&m, d.params);
+        linear_set_step(&m.lin, 0, 0);
+        AttnFp4 a;
+        attn_fp4_set(&a, specs[k] ? specs[k] : "off", NULL);
+        gpt_set_attention_fp4(&m, &a);
+        np = m.num_parameters;
+        grads[k] = (float*)xmalloc(np * sizeof(float));
+        logits[k] = (uint16_t*)xmalloc((size_t)N * Vp * sizeof(uint16_t));
+        attention_force_own_kernel(k == 0);
+        attn_fp4_step(&m, &d, grads[k], logits[k]);
+        attention_force_own_kernel(0);
+        if (k == 2) {
+            const AttnShape sh = attn_shape(&m, B, T);
+            const size_t nq = (size_t)N * config_qkv_channels(&c);
+            uint16_t* qkv = (uint16_t*)xmalloc(nq * sizeof(uint16_t));
+            uint16_t* got = (uint16_t*)xmalloc(nq * sizeof(uint16_t));
+            uint16_t* want = (uint16_t*)xmalloc(nq * sizeof(uint16_t));
+            for (int l = 0; l < L; l++) {
+                const LayerActs x = layer_acts(&m, l, B, T);
+                const AttnFp4Copy cp = attn_fp4_copy_of(&m, l, B, T);
+                float dec[3], want_dec[3];
+                cuda_check(cudaMemcpy(qkv, x.qkv, nq * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+                cuda_check(cudaMemcpy(got, cp.qkv, nq * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+                cuda_check(cudaMemcpy(dec, cp.dec, sizeof(dec), cudaMemcpyDeviceToHost));
+                attn_fp4_quantize_qkv_cpu(&a, attn_fp4_shape(sh), qkv, attn_fp4_key_of(&m, l), want, want_dec);
+                CHECK(memcmp(got, want, nq * sizeof(uint16_t)) == 0 && memcmp(dec, want_dec, sizeof(dec)) == 0,
+                      "layer %d: the Q/K/V copy and factors are the CPU twin's of the layer's qkv, bit for bit", l);
+            }
+            free(qkv); free(got); free(want);
+            float* again = (float*)xmalloc(np * sizeof(float));
+            uint16_t* again_logits = (uint16_t*)xmalloc((size_t)N * Vp * sizeof(uint16_t));
+            attn_fp4_step(&m, &d, again, again_logits);
+            CHECK(memcmp(again, grads[2], np * sizeof(float)) == 0, "--attention-fp4 %s: a second run gives the same "
+                  "gradient bits", spec);
+            free(again); free(again_logits);
+        }
+        gpt_free(&m);
+        if (k == 1) {
+            CHECK(memcmp(logits[1], logits[0], (size_t)N * Vp * sizeof(uint16_t)) == 0 &&
+                  memcmp(grads[1], grads[0], np * sizeof(float)) == 0,
+                  "--attention-fp4 bf16: the logits and gradients of the own kernels, bit for bit");
+        }
+    }
+    float* lf[2] = {(float*)xmalloc((size_t)N * V * sizeof(float)), (float*)xmalloc((size_t)N * V * sizeof(float))};
+    for (size_t i = 0; i < (size_t)N; i++)
+        for (int v = 0; v < V; v++) {
+            lf[0][i * V + v] = bf16_to_float(logits[0][i * Vp + v]);
+            lf[1][i * V + v] = bf16_to_float(logits[2][i * Vp + v]);
+        }
+    // (relative L2 distances written out: another call of rel_l2 tips GCC out of inlining it, and then it warns that
+    // check_dump's logits, filled in a loop, may be uninitialized)
+    double dm = 0.0, rm = 0.0, de = 0.0, re = 0.0;
+    for (size_t i = 0; i < (size_t)N * V; i++) {
+        dm += ((double)lf[1][i] - lf[0][i]) * ((double)lf[1][i] - lf[0][i]);
+        rm += (double)lf[0][i] * lf[0][i];
+        de += ((double)lf[1][i] - d.logits[i]) * ((double)lf[1][i] - d.logits[i]);
+        re += (double)d.logits[i] * d.logits[i];
+    }
+    const double moved = sqrt(dm / rm), err = sqrt(de / re);
+    printf("  logits with FP4 attention: relative L2 %.5f from BF16 attention's, %.5f from the reference's\n", moved, err);
+    CHECK(moved > 0.0 && err < 0.2, "--attention-fp4 %s: logits moved %.5f from BF16's, %.5f from the reference", spec,
+          moved, err);
+    int finite = 1;
+    for (size_t i = 0; i < np; i++) finite &= fabsf(grads[2][i]) <= FLT_MAX;
+    double dg = 0.0, rg = 0.0;
+    for (size_t i = 0; i < np; i++) {
+        dg += ((double)grads[2][i] - d.grads[i]) * ((double)grads[2][i] - d.grads[i]);
+        rg += (double)d.grads[i] * d.grads[i];
+    }
+    const double worst = sqrt(dg / rg);
+    printf("  gradients with FP4 attention: relative L2 %.5f from the reference's (all of them)\n", worst);
+    CHECK(finite && worst < 1.0, "--attention-fp4 %s: gradients finite (%d) and within 1.0 relative L2 (%.5f)", spec,
+          finite, worst);
+    for (int k = 0; k < 3; k++) { free(grads[k]); free(logits[k]); }
+    free(lf[0]); free(lf[1]);
+}
+
 int main(int argc, char** argv) {
     if (device_count_or_zero() == 0) {
         test_skip("test_gpt_fp4 (model vs PyTorch reference)", "no CUDA GPU on this machine");
@@ -705,7 +834,8 @@ int main(int argc, char** argv) {
     attention_init();
     printf("attention backend: %s\n", attention_backend_name());
     const char* dumps[] = {"dev/ref/gpt_ref.bin", "dev/ref/gpt_ref_nvfp4.bin", "dev/ref/gpt_ref_mxfp4-2d.bin",
-                           "dev/ref/gpt_ref_ufp4.bin", "dev/ref/gpt_ref_quartet2.bin"};
+                           "dev/ref/gpt_ref_ufp4.bin", "dev/ref/gpt_ref_quartet2.bin",
+                           "dev/ref/gpt_ref_attn4.bin"};   // (the last: BF16 linears, --attention-fp4 nvfp4-2d)
     if (argc > 1) {
         for (int i = 1; i < argc; i++) check_dump(argv[i]);
     } else {
@@ -721,10 +851,13 @@ int main(int argc, char** argv) {
         check_every_variant("dev/ref/gpt_ref_quartet2.bin", EDEN_VARIANTS, sizeof(EDEN_VARIANTS) / sizeof(EDEN_VARIANTS[0]));
         // the Llama family (docs/MODELS.md): RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases, untied head
         const char* llama_dumps[] = {"dev/ref/llama_ref.bin", "dev/ref/llama_ref_nvfp4.bin", "dev/ref/llama_ref_mxfp4-2d.bin",
-                                     "dev/ref/llama_ref_quartet2.bin"};
+                                     "dev/ref/llama_ref_quartet2.bin",
+                                     "dev/ref/llama_ref_attn4.bin"};   // (the last: --attention-fp4 nvfp4, GQA)
         for (size_t i = 0; i < sizeof(llama_dumps) / sizeof(llama_dumps[0]); i++) check_dump(llama_dumps[i]);
         check_every_variant(llama_dumps[0], EXACT_VARIANTS, sizeof(EXACT_VARIANTS) / sizeof(EXACT_VARIANTS[0]));
         check_every_variant(llama_dumps[3], EDEN_VARIANTS, sizeof(EDEN_VARIANTS) / sizeof(EDEN_VARIANTS[0]));
+        check_attention_fp4(dumps[0], "nvfp4-2d");
+        check_attention_fp4(llama_dumps[0], "nvfp4");
     }
     attention_destroy();
     matmul_destroy();

@@ -179,6 +179,13 @@ typedef struct {
     int adam_t;                     // updates applied so far (bias correction)
     cudaStream_t stream;
     LinearExec lin;                 // the FP4 linear executor (llmc/fp4/linear.cuh): recipe, plans, scalars, timer
+    // --attention-fp4 (llmc/fp4/attention_fp4.h): the specs, the quantizer the attention calls, and per layer the
+    // quantized Q/K/V copy (L, N, QKV) that the forward writes and the backward reads, with its factors and amaxes
+    // (L x 6 floats: dec[3], amax[3]); the copies only when Q, K, V are quantized
+    AttnFp4 attn_fp4;
+    AttnQuantizer attn_quantizer;
+    floatX* qkv_fp4;
+    float* attn_fp4_scalars;
 } GPT;
 
 static size_t gpt_per_layer(const GPT* m, int id) {
@@ -446,7 +453,7 @@ static void gpt_free(GPT* m) {
                     a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
                     a->lnf_rstd, a->logits, a->losses, a->proj_out, a->dresidual, a->dbuf_c, a->dbuf_3c,
                     a->dbuf_4c, a->dbuf_act, a->rope_cos, a->rope_sin, m->ln_scratch, m->bias_scratch, m->norm_scratch,
-                    m->norm_device, m->inputs_device, m->targets_device};
+                    m->norm_device, m->inputs_device, m->targets_device, m->qkv_fp4, m->attn_fp4_scalars};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) cudaFree(bufs[i]);
     encoder_backward_free(&m->encoder_bw);
     free(m->losses_host);
@@ -553,6 +560,66 @@ static AttnShape attn_shape(const GPT* m, int B, int T) {
     return AttnShape{B, T, c->num_heads, config_kv_heads(c), config_head_size(c)};
 }
 
+// --attention-fp4: the FP4 module's quantizers behind the model's AttnQuantizer hook.
+static AttnFp4Shape attn_fp4_shape(AttnShape sh) { return AttnFp4Shape{sh.B, sh.T, sh.NH, sh.KVH, sh.HS}; }
+static void attn_fp4_hook_qkv(const void* ctx, const floatX* qkv, floatX* fake, float* amax, float* dec, AttnShape sh,
+                              uint64_t key, cudaStream_t s) {
+    attn_fp4_quantize_qkv_gpu((const AttnFp4*)ctx, qkv, fake, amax, dec, attn_fp4_shape(sh), key, s);
+}
+static int attn_fp4_hook_ds(const void* ctx, const floatX* ds, floatX* rows, floatX* cols, float* amax, float* dec,
+                            AttnShape sh, uint64_t key, cudaStream_t s) {
+    return attn_fp4_quantize_ds_gpu((const AttnFp4*)ctx, ds, rows, cols, amax, dec, attn_fp4_shape(sh), key, s);
+}
+
+// Turns --attention-fp4 on for this model (after gpt_allocate): the hook and, when Q, K, V are quantized, their copies.
+static void gpt_set_attention_fp4(GPT* m, const AttnFp4* a) {
+    m->attn_fp4 = *a;
+    if (!a->on) return;
+    m->attn_quantizer.ctx = &m->attn_fp4;
+    m->attn_quantizer.qkv = a->qkv.grid != QGRID_BF16 ? attn_fp4_hook_qkv : NULL;
+    m->attn_quantizer.ds = a->ds.grid != QGRID_BF16 ? attn_fp4_hook_ds : NULL;
+    m->attn_quantizer.dropin = a->dropin;
+    if (!m->attn_quantizer.qkv) return;
+    const GPTConfig* c = &m->config;
+    size_t bytes = 0;
+    m->qkv_fp4 = device_alloc<floatX>((size_t)c->num_layers * m->B * m->T * config_qkv_channels(c), &bytes);
+    m->attn_fp4_scalars = device_alloc<float>((size_t)c->num_layers * 6, &bytes);
+    cuda_check(cudaMemset(m->attn_fp4_scalars, 0, (size_t)c->num_layers * 6 * sizeof(float)));
+}
+
+// Layer l's attention call: the SR key (distinct from every linear's: rng_key's tensor ids above 0xA7700000) and the
+// quantized copy of this forward's N tokens.
+static uint64_t attn_fp4_key_of(const GPT* m, int l) {
+    return rng_key(m->lin.seed, (uint32_t)m->lin.step, 0xA7700000u + (uint32_t)(m->lin.micro * m->config.num_layers + l));
+}
+static AttnFp4Copy attn_fp4_copy_of(const GPT* m, int l, int B, int T) {
+    AttnFp4Copy cp = {NULL, NULL, NULL};
+    if (!m->qkv_fp4) return cp;
+    cp.qkv = m->qkv_fp4 + (size_t)l * B * T * config_qkv_channels(&m->config);
+    cp.dec = m->attn_fp4_scalars + 6 * l;
+    cp.amax = cp.dec + 3;
+    return cp;
+}
+
+// The attention of layer l: cuDNN or the own kernels in BF16, or (--attention-fp4) the own kernels with FP4 Q, K, V, dS.
+static void gpt_attention_forward(GPT* m, int l, const LayerActs* x, AttnShape sh) {
+    if (!m->attn_fp4.on) {
+        attention_forward(x->atty, x->stats, x->qkv, sh, m->stream);
+        return;
+    }
+    attention_fp4_forward(x->atty, x->stats, x->qkv, attn_fp4_copy_of(m, l, sh.B, sh.T), sh, &m->attn_quantizer,
+                          attn_fp4_key_of(m, l), m->stream);
+}
+static void gpt_attention_backward(GPT* m, int l, const LayerActs* x, AttnShape sh) {
+    Activations* a = &m->acts;
+    if (!m->attn_fp4.on) {
+        attention_backward(a->dbuf_3c, a->dbuf_c, x->qkv, x->atty, x->stats, sh, m->stream);
+        return;
+    }
+    attention_fp4_backward(a->dbuf_3c, a->dbuf_c, x->qkv, attn_fp4_copy_of(m, l, sh.B, sh.T), x->atty, x->stats, sh,
+                           &m->attn_quantizer, attn_fp4_key_of(m, l), m->stream);
+}
+
 static void gpt2_block_forward(GPT* m, int l, int B, int T) {
     const GPTConfig* c = &m->config;
     const int L = c->num_layers, C = c->channels, N = B * T;
@@ -561,7 +628,7 @@ static void gpt2_block_forward(GPT* m, int l, int B, int T) {
     ParamTensors<floatX>* p = &m->params;
     LayerActs x = layer_acts(m, l, B, T);
     linear_forward(&m->lin, l, LIN_QKV, x.qkv, x.ln1);
-    attention_forward(x.atty, x.stats, x.qkv, attn_shape(m, B, T), s);
+    gpt_attention_forward(m, l, &x, attn_shape(m, B, T));
     linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
     const LayerNormTensors ln2 = {.weight = p->layer(P_LN2W, l, C), .bias = p->layer(P_LN2B, l, C), .mean = x.ln2_mean,
                                   .rstd = x.ln2_rstd};
@@ -593,7 +660,7 @@ static void llama_block_forward(GPT* m, int l, int B, int T) {
     const AttnShape sh = attn_shape(m, B, T);
     linear_forward(&m->lin, l, LIN_QKV, x.qkv, x.ln1);
     rope_forward(x.qkv, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
-    attention_forward(x.atty, x.stats, x.qkv, sh, s);
+    gpt_attention_forward(m, l, &x, sh);
     linear_forward(&m->lin, l, LIN_ATTPROJ, a->proj_out, x.atty);
     const RMSNormTensors ln2 = {.weight = p->layer(LP_LN2W, l, C), .rstd = x.ln2_rstd};
     fused_residual_rmsnorm_forward(x.residual2, x.ln2, x.residual, a->proj_out, ln2, N, C, eps, s);
@@ -737,7 +804,7 @@ static void gpt2_block_backward(GPT* m, int l, int B, int T) {
     layernorm_backward(a->dresidual, a->dbuf_c, x.residual2, ln2, m->ln_scratch, N, C, s);
     // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(qkv(ln1(residual))))
     gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
-    attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, attn_shape(m, B, T), s);
+    gpt_attention_backward(m, l, &x, attn_shape(m, B, T));
     gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
     const LayerNormTensors ln1 = {.weight = p->layer(P_LN1W, l, C), .dweight = g->layer(P_LN1W, l, C),
                                   .dbias = g->layer(P_LN1B, l, C), .mean = x.ln1_mean, .rstd = x.ln1_rstd};
@@ -762,7 +829,7 @@ static void llama_block_backward(GPT* m, int l, int B, int T) {
     rmsnorm_backward(a->dresidual, a->dbuf_c, x.residual2, ln2, m->ln_scratch, N, C, s);
     // attention: dresidual is now the gradient of residual2 = residual + attproj(attn(rope(qkv(rms1(residual)))))
     gpt_linear_backward(m, l, LIN_ATTPROJ, a->dbuf_c, a->dresidual, x.atty, N);
-    attention_backward(a->dbuf_3c, a->dbuf_c, x.qkv, x.atty, x.stats, sh, s);
+    gpt_attention_backward(m, l, &x, sh);
     rope_backward(a->dbuf_3c, a->rope_cos, a->rope_sin, B, T, sh.NH, sh.KVH, sh.HS, s);
     gpt_linear_backward(m, l, LIN_QKV, a->dbuf_c, a->dbuf_3c, x.ln1, N);
     const RMSNormTensors ln1 = {.weight = p->layer(LP_LN1W, l, C), .dweight = g->layer(LP_LN1W, l, C),
@@ -1547,6 +1614,9 @@ typedef struct {
     int fp4_gemm[3];
     int bf16_first_layers, bf16_last_layers;
     int qk_fp8;
+    const char* attention_fp4;
+    const char* attention_fp4_ds;
+    const char* attention_fp4_backward;
     const char* bf16_forward_from;
     int allow_recipe_change;
     int eval_every, eval_items, eval_only;
@@ -1592,6 +1662,9 @@ static TrainConfig default_config(void) {
     t.amax = "now";
     t.nccl_id_file = "";
     t.recipe = "bf16";
+    t.attention_fp4 = "off";
+    t.attention_fp4_ds = "";
+    t.attention_fp4_backward = "reuse";
     for (int i = 0; i < NUM_SLOTS; i++) t.slot_override[i] = "";
     t.fp4_gemm[0] = t.fp4_gemm[1] = t.fp4_gemm[2] = 1;
     t.bf16_first_layers = t.bf16_last_layers = -1;
@@ -1672,6 +1745,9 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"bf16-first-layers", 0, OPT_INT, &tc->bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc->bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
         {"qk-fp8", 0, OPT_BOOL, &tc->qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
+        {"attention-fp4", 0, OPT_STRING, &tc->attention_fp4, NULL, "off (cuDNN or the own kernels, BF16), or a spec for Q, K and V (nvfp4-2d, nvfp4, mxfp4, 'nvfp4-2d,sr', ...; bf16: the own kernels, nothing quantized): the own attention kernels read one quantized copy in the forward and the backward, P.V and dO.V^T stay BF16 (docs/FULLSTACK_FP4.md section 1)"},
+        {"attention-fp4-ds", 0, OPT_STRING, &tc->attention_fp4_ds, NULL, "the backward's dS spec (default: the --attention-fp4 spec with sr; bf16: dS unquantized, the fused backward)"},
+        {"attention-fp4-backward", 0, OPT_CHOICE, &tc->attention_fp4_backward, "reuse|bf16", "reuse: the backward reads the forward's quantized Q, K, V; bf16: Attn-QAT's \"drop-in\" control (BF16 Q, K, V and dS in the backward; an ablation that trains unstably)"},
         {"bf16-forward-from", 0, OPT_STRING, &tc->bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc->fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"amax", 0, OPT_CHOICE, &tc->amax, "now|delayed", "FP32 tensor scales of the X and dY copies: from this micro-step's amax (an amax pass reads the tensor first), or delayed: from the previous micro-step's, where the whole-block kernels make the copy (a numerics change; README, \"The delayed amax\")"},
@@ -1751,6 +1827,7 @@ typedef struct {
     long long ckpt_tokens;         // tokens it was trained on
     // the recipe, resolved for this depth, and its schedule (--bf16-forward-from)
     Recipe recipe;
+    AttnFp4 attn_fp4;               // --attention-fp4, --attention-fp4-ds
     char recipe_text[1024];
     int quantizes;
     RecipeSchedule schedule;
@@ -1928,6 +2005,28 @@ static void plan_schedule(Run* r) {
     }
 }
 
+// --attention-fp4: the specs, the shapes they need (the training rows, and the evaluation rows, whose length is a
+// multiple of 64), and the recipe text's "; attention: ..." (so that a checkpoint records it and --resume checks it).
+static void plan_attention_fp4(Run* r) {
+    const TrainConfig* tc = &r->tc;
+    attn_fp4_set(&r->attn_fp4, tc->attention_fp4, tc->attention_fp4_ds[0] ? tc->attention_fp4_ds : NULL);
+    r->attn_fp4.dropin = strcmp(tc->attention_fp4_backward, "bf16") == 0;
+    const char* why = attn_fp4_dropin_problem(&r->attn_fp4);
+    fail_if(why != NULL, "--attention-fp4-backward bf16 %s", why);
+    fail_if(r->attn_fp4.dropin && tc->attention_fp4_ds[0], "--attention-fp4-backward bf16 keeps dS in BF16: drop "
+            "--attention-fp4-ds");
+    if (!r->attn_fp4.on) return;
+    const GPTConfig* c = &r->config;
+    const AttnFp4Shape sh = {r->B, r->T, c->num_heads, config_kv_heads(c), config_head_size(c)};
+    char err[512], desc[256];
+    fail_if(!attn_fp4_check_shape(&r->attn_fp4, sh, err, sizeof(err)), "%s (--seq-len %d)", err, r->T);
+    fail_if(sh.HS != 32 && sh.HS != 64 && sh.HS != 128, "--attention-fp4 runs the own attention kernels, which take head "
+            "sizes 32, 64 and 128 (this model's is %d)", sh.HS);
+    attn_fp4_describe(&r->attn_fp4, desc, sizeof(desc));
+    const size_t n = strlen(r->recipe_text);
+    snprintf(r->recipe_text + n, sizeof(r->recipe_text) - n, "; attention: %s", desc);
+}
+
 // The recipe, resolved for this depth, and the token and channel counts it must quantize.
 static void plan_recipe(Run* r) {
     const TrainConfig* tc = &r->tc;
@@ -1958,6 +2057,7 @@ static void plan_recipe(Run* r) {
         fail_if(rc == 2, "recipe %s on a model of %d channels: %s", tc->recipe, config->channels, err);
     }
     recipe_describe(recipe, r->recipe_text, sizeof(r->recipe_text));
+    plan_attention_fp4(r);
     if (r->resume_path[0] && strcmp(r->saved_recipe, r->recipe_text) != 0)
         fail_if(!tc->allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
                 "(add --allow-recipe-change on to switch recipes on purpose)", r->resume_path, r->saved_recipe,
@@ -2040,6 +2140,7 @@ static void setup_gpu(Run* r) {
     attention_set_deterministic(tc->deterministic);
     attention_init();
     gpt_allocate(model, &r->config, r->B, r->T, r->world);
+    gpt_set_attention_fp4(model, &r->attn_fp4);
     model->dist = dist;
     model->zero = r->zero;
     size_t opt_begin = 0, opt_count = model->num_parameters;
@@ -2150,7 +2251,7 @@ static void open_log(Run* r) {
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
         tc->master_weights, tc->seed, json_escape(r->recipe_text, esc[3], sizeof(esc[3])), r->schedule.bf16_forward_from,
         r->schedule.bf16_forward_step, json_escape(tc->train_data, esc[0], sizeof(esc[0])),
-        json_escape(tc->val_data, esc[1], sizeof(esc[1])), attention_backend_name(),
+        json_escape(tc->val_data, esc[1], sizeof(esc[1])), r->attn_fp4.on ? "own kernel, fp4" : attention_backend_name(),
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
         (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
@@ -2166,7 +2267,8 @@ static void open_log(Run* r) {
                 "optimizer %s, master weights %s, recipe %s, attention: %s%s\n", tc->steps, (long long)r->total_batch, r->B,
                 r->T, r->grad_accum, r->grad_accum == 1 ? "" : "s", tc->lr, tc->schedule, tc->optimizer,
                 tc->master_weights, tc->recipe,
-                attention_backend_name(), attention_is_deterministic() ? "" : " (non-deterministic backward)");
+                r->attn_fp4.on ? "own kernel, FP4 (--attention-fp4; cuDNN not used)" : attention_backend_name(),
+                attention_is_deterministic() || r->attn_fp4.on ? "" : " (non-deterministic backward)");
 }
 
 // --bf16-forward-from: the switch comes before this step's validation and sample, so that everything from the

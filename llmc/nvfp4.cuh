@@ -8,6 +8,7 @@
 //   LinearPlan, linear_plan_build(), LinearScalars                                     fp4/linear_plan.h
 //   QuantTarget, quantize_fast_gpu(), quant_fast_apply_gpu(), quant_fast_stats_gpu()   fp4/quant.cuh
 //   quant_compare_gpu()                                                                fp4/quant.cuh
+//   AttnFp4, attn_fp4_set(), attn_fp4_quantize_qkv_gpu(), attn_fp4_quantize_ds_gpu()   fp4/attention_fp4.cuh
 //   matmul_fp4_forward/_dgrad/_wgrad() (Blackwell), matmul_fp8() (Hopper)              fp4/matmul_fp4.cuh, matmul_fp8.cuh
 #pragma once
 #include "llmc/fp4/recipe.h"
@@ -17,3 +18,4 @@
 #include "llmc/fp4/matmul_fp4.cuh"
 #include "llmc/fp4/matmul_fp8.cuh"
 #include "llmc/fp4/linear.cuh"
+#include "llmc/fp4/attention_fp4.cuh"

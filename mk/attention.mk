@@ -16,3 +16,11 @@ build/bench_attention: dev/bench/bench_attention.cu $(HEADERS) $(ATTENTION_HEADE
 build/san_probe: dev/test/san_probe.cu $(HEADERS) $(ATTENTION_HEADERS)
 	@mkdir -p build
 	$(NVCC) $(NVCC_FLAGS) $< $(LDFLAGS) $(LDLIBS) -o $@
+
+# FP4 attention (--attention-fp4, llmc/fp4/attention_fp4.h, docs/FULLSTACK_FP4.md section 1):
+#   build/test_attention_fp4_cpu   the flags and the CPU twin: copies, reuse (the backward is the gradient at the copy), dS
+#   build/test_attention_fp4       the GPU path against the twin: copies bit for bit, out/dqkv within BF16 rounding
+CPU_TESTS += build/test_attention_fp4_cpu
+GPU_TESTS += build/test_attention_fp4
+
+build/test_attention_fp4: $(ATTENTION_HEADERS) llmc/fp4/attention_fp4.h llmc/fp4/attention_fp4.cuh dev/test/kernel_check.cuh

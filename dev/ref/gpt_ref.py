@@ -88,6 +88,11 @@ quartet2 (MS-EDEN's 128-point rotations need 128 | C) has its own model (~4 MB):
     -> dev/ref/gpt_ref_quartet2.bin  (src=fprop slots: the forward's dequantized copy, re-made with its key;
        MS-EDEN signs keyed on the linear's dgrad.dy key, as train_gpt_fp4.cu)
 Check the FP4 machinery: python3 dev/ref/gpt_ref.py --self-test   (read_dump.py checks any dump)
+FP4 attention (--attention-fp4 SPEC [--attention-fp4-ds SPEC], docs/FULLSTACK_FP4.md section 1; QAttention below):
+Q, K, V quantized per layer with straight-through gradients, dS quantized in the backward; specs in header words
+[112..127]; the BF16 linears of the default model:
+  python3 dev/ref/gpt_ref.py --attention-fp4 nvfp4-2d --out dev/ref/gpt_ref_attn4.bin
+  python3 dev/ref/gpt_ref.py --arch llama --attention-fp4 nvfp4 --out dev/ref/llama_ref_attn4.bin
 
 Llama (--arch llama, docs/MODELS.md; llmc/model/llama.h). Flags: --kv-heads KVH (default NH/2 here, so the
 test model exercises GQA; the trainer's default is NH), --mlp-hidden H (default 2C here), --rope-theta
@@ -495,16 +500,108 @@ def plain_linear(a, w, b, l, kind):
     return a @ w.T if b is None else a @ w.T + b
 
 
-def forward(p, x, cfg, lin=plain_linear):
+def plain_attention(q, k, v, l):
+    """Causal softmax attention: q (B,NH,T,HS), k and v (B,KVH,T,HS); query head hq reads key/value head
+    hq // (NH / KVH). Returns (B,T,NH*HS)."""
+    B, NH, T, HS = q.shape
+    if k.shape[1] != NH:
+        k = k.repeat_interleave(NH // k.shape[1], dim=1)
+        v = v.repeat_interleave(NH // v.shape[1], dim=1)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
+    att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+    return (att @ v).transpose(1, 2).reshape(B, T, NH * HS)
+
+
+# --attention-fp4 (llmc/fp4/attention_fp4.h, docs/FULLSTACK_FP4.md section 1): Q, K, V quantized once per layer and
+# step, the forward and the backward both multiply those copies (straight-through: the gradients with respect to the
+# dequantized copies pass to the BF16 q, k, v), P.V, dO.V^T and P^T.dO unquantized, dS = P (dP - D) rounded to BF16
+# and quantized by the dS spec (one copy for a square 2D tile; else along keys for dQ and along queries for dK).
+ATTN_FP4_KEY_BASE = 0xA7700000   # the trainer's attn_fp4_key_of: rng_key(seed_q, step, base + micro * L + layer)
+ATTN_FP4_PART_ID = 0xA770        # attn_fp4_key: rng_key(layer key, 0, 0xA770 + part), part 0 Q, 1 K, 2 V, 3 dS
+
+
+class AttnFp4State:
+    def __init__(self, qkv_text, ds_text, seed_q, L):
+        self.qkv_text = qkv_text
+        self.ds_text = ds_text if ds_text is not None else (
+            qkv_text if qkv_text == "bf16" or qkv_text.startswith("mxfp8") else qkv_text + ",sr")
+        self.qkv, self.ds = parse_slot(self.qkv_text), parse_slot(self.ds_text)
+        for sp, t in ((self.qkv, self.qkv_text), (self.ds, self.ds_text)):
+            assert sp is None or (sp["hadamard"] == 0 and sp["rounding"] != "eden"), f"attention spec {t}: not supported"
+        self.seed_q, self.L = seed_q, L
+        self.step, self.micro = 0, 0
+
+    def key(self, l, part):
+        layer_key = int(F.rng_key(self.seed_q, self.step, ATTN_FP4_KEY_BASE + self.micro * self.L + l))
+        return int(F.rng_key(layer_key, 0, ATTN_FP4_PART_ID + part))
+
+
+def attn_dequant(sp, x2, axis, key, like):
+    """The spec's copy of the (rows, cols) float64 tensor x2 (rounded to BF16 first, as the program holds it),
+    dequantized exactly, as a tensor like `like`."""
+    fake, sdec = quantize_fast(sp, to_bf16_f32(x2), axis, key)
+    d = F.bf16_to_f32(fake).astype(np.float64) * np.float64(sdec)
+    return torch.from_numpy(d).to(like.device, like.dtype)
+
+
+class QAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, ast, l):
+        B, NH, T, HS = q.shape
+        KVH = k.shape[1]
+        g = NH // KVH
+
+        def quant(t, nh, part, axis):   # (B,nh,T,HS) -> its copy, as the qkv slice (B*T, nh*HS) is quantized
+            if ast.qkv is None:
+                return t
+            x2 = t.transpose(1, 2).reshape(B * T, nh * HS)
+            return attn_dequant(ast.qkv, x2, axis, ast.key(l, part), t).view(B, T, nh, HS).transpose(1, 2)
+        qd, kd, vd = quant(q, NH, 0, 1), quant(k, KVH, 1, 1), quant(v, KVH, 2, 0)   # Q, K along d; V along tokens
+        kr, vr = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
+        causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+        P = ((qd @ kr.transpose(-2, -1)) * (1.0 / math.sqrt(HS))).masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        o = P @ vr
+        ctx.save_for_backward(qd, kr, vr, P, o)
+        ctx.ast, ctx.l, ctx.g = ast, l, g
+        return o.transpose(1, 2).reshape(B, T, NH * HS)
+
+    @staticmethod
+    def backward(ctx, gy):
+        qd, kr, vr, P, o = ctx.saved_tensors
+        ast, l, g = ctx.ast, ctx.l, ctx.g
+        B, NH, T, HS = qd.shape
+        scale = 1.0 / math.sqrt(HS)
+        dO = gy.reshape(B, T, NH, HS).transpose(1, 2)
+        dP = dO @ vr.transpose(-2, -1)
+        dS = P * (dP - (dO * o).sum(-1, keepdim=True))
+        if ast.ds is not None:
+            x2, key = dS.reshape(B * NH * T, T), ast.key(l, 3)
+            dSr = attn_dequant(ast.ds, x2, 1, key, dS).view(B, NH, T, T)
+            dSc = dSr if ast.ds["w"] == ast.ds["l"] else attn_dequant(ast.ds, x2, 0, key, dS).view(B, NH, T, T)
+        else:
+            dSr = dSc = dS
+        dq = scale * (dSr @ kr)
+        dk = (scale * (dSc.transpose(-2, -1) @ qd)).view(B, NH // g, g, T, HS).sum(2)
+        dv = (P.transpose(-2, -1) @ dO).view(B, NH // g, g, T, HS).sum(2)
+        return dq, dk, dv, None, None
+
+
+def make_attention(ast):
+    if ast is None:
+        return plain_attention
+    return lambda q, k, v, l: QAttention.apply(q, k, v, ast, l)
+
+
+def forward(p, x, cfg, lin=plain_linear, attn=plain_attention):
     """Returns logits (B,T,V) with the padded vocabulary columns removed."""
     if cfg.get("arch", "gpt2") == "llama":
-        return forward_llama(p, x, cfg, lin)
+        return forward_llama(p, x, cfg, lin, attn)
     L, NH, C, V = cfg["L"], cfg["NH"], cfg["C"], cfg["V"]
     B, T = x.shape
     HS = C // NH
     pos = torch.arange(T, device=x.device)
     h = p["wte"][x] + p["wpe"][pos]  # (B,T,C)
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     for l in range(L):
         a = layernorm(h, p["ln1w"][l], p["ln1b"][l])
         qkv = lin(a, p["qkvw"][l], p["qkvb"][l], l, 0)  # (B,T,3C): q | k | v
@@ -513,9 +610,7 @@ def forward(p, x, cfg, lin=plain_linear):
         q = q.view(B, T, NH, HS).transpose(1, 2)  # (B,NH,T,HS)
         k = k.view(B, T, NH, HS).transpose(1, 2)
         v = v.view(B, T, NH, HS).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = attn(q, k, v, l)
         h = h + lin(y, p["attprojw"][l], p["attprojb"][l], l, 1)
         a = layernorm(h, p["ln2w"][l], p["ln2b"][l])
         f = gelu_tanh(lin(a, p["fcw"][l], p["fcb"][l], l, 2))
@@ -525,7 +620,7 @@ def forward(p, x, cfg, lin=plain_linear):
     return logits[..., :V]
 
 
-def forward_llama(p, x, cfg, lin=plain_linear):
+def forward_llama(p, x, cfg, lin=plain_linear, attn=plain_attention):
     """docs/MODELS.md's Llama block: RMSNorm, qkv linear (pre-RoPE output), RoPE on q and k, causal GQA,
     attproj, RMSNorm, fc (gate rows then up rows), SwiGLU, fcproj; no biases, no positions."""
     L, NH, KVH, C, V, H = cfg["L"], cfg["NH"], cfg["KVH"], cfg["C"], cfg["V"], cfg["H"]
@@ -535,7 +630,6 @@ def forward_llama(p, x, cfg, lin=plain_linear):
     dt = p["wte"].dtype
     cos, sin = (torch.from_numpy(a[:T]).to(x.device, dt) for a in rope_table(cfg["maxT"], HS, cfg["theta"]))
     h = p["wte"][x]  # (B,T,C)
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     for l in range(L):
         a = rmsnorm(h, p["ln1w"][l], eps)
         qkv = lin(a, p["qkvw"][l], None, l, 0)  # (B,T,(NH+2KVH)HS): q heads | k heads | v heads
@@ -543,12 +637,7 @@ def forward_llama(p, x, cfg, lin=plain_linear):
         q = apply_rope(q.view(B, T, NH, HS).transpose(1, 2), cos, sin)  # (B,NH,T,HS)
         k = apply_rope(k.view(B, T, KVH, HS).transpose(1, 2), cos, sin)  # (B,KVH,T,HS)
         v = v.view(B, T, KVH, HS).transpose(1, 2)
-        # GQA: query head hq reads key/value head hq // (NH / KVH)
-        k = k.repeat_interleave(NH // KVH, dim=1)
-        v = v.repeat_interleave(NH // KVH, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(HS))
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        y = attn(q, k, v, l)   # GQA: query head hq reads key/value head hq // (NH / KVH)
         h = h + lin(y, p["attprojw"][l], None, l, 1)
         a = rmsnorm(h, p["ln2w"][l], eps)
         gu = lin(a, p["fcw"][l], None, l, 2)  # (B,T,2H): gate g | up u
@@ -565,10 +654,10 @@ def loss_fn(logits, y):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="mean")
 
 
-def forward_backward(p, x, y, cfg, lin=plain_linear):
+def forward_backward(p, x, y, cfg, lin=plain_linear, attn=plain_attention):
     for t in p.values():
         t.grad = None
-    logits = forward(p, x, cfg, lin)
+    logits = forward(p, x, cfg, lin, attn)
     loss = loss_fn(logits, y)
     loss.backward()
     return logits.detach(), loss.detach(), {k: t.grad.detach().clone() for k, t in p.items()}
@@ -607,9 +696,11 @@ def setup_determinism(device):
     torch.set_float32_matmul_precision("highest")
 
 
-def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None):
-    """Forward/backward at the initial params, then nsteps AdamW steps; st: QuantState or None (plain)."""
+def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None, ast=None):
+    """Forward/backward at the initial params, then nsteps AdamW steps; st: QuantState or None (plain); ast:
+    AttnFp4State (--attention-fp4) or None."""
     lin = make_linear(st)
+    attn = make_attention(ast)
     # a copy (with --dtype float32 on the CPU, .to() would return p0's own tensors and the steps would move p0)
     p = {k: t.to(dev, dtype, copy=True).requires_grad_(True) for k, t in p0.items()}
     xd, yd = x.to(dev), y.to(dev)
@@ -620,7 +711,9 @@ def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None):
     for t in range(1, cfg["nsteps"] + 1):
         if st is not None:
             st.step = t - 1  # the C program's 0-based optimizer step, the SR keys' `step`
-        logits, loss, g = forward_backward(p, xd, yd, cfg, lin)
+        if ast is not None:
+            ast.step = t - 1
+        logits, loss, g = forward_backward(p, xd, yd, cfg, lin, attn)
         if t == 1:
             logits0, loss0, grads0 = logits, loss.item(), g
         norm, was_clipped = adamw_step(p, g, m, v, t, hp, decayed)
@@ -630,8 +723,10 @@ def train(cfg, hp, p0, x, y, dev, dtype, decayed, st=None):
     # the loss after the last update (printed only, not in the dump), at step nsteps
     if st is not None:
         st.step = cfg["nsteps"]
+    if ast is not None:
+        ast.step = cfg["nsteps"]
     with torch.no_grad():
-        final_loss = loss_fn(forward(p, xd, cfg, lin), yd).item()
+        final_loss = loss_fn(forward(p, xd, cfg, lin, attn), yd).item()
     return dict(p=p, logits0=logits0, loss0=loss0, grads0=grads0, step_losses=step_losses,
                 grad_norms=grad_norms, clipped=clipped, final_loss=final_loss)
 
@@ -646,7 +741,7 @@ def f32_bits(v):
     return int(np.array([v], dtype="<f4").view("<i4")[0])
 
 
-def make_header(cfg, num_parameters, seed, dtype, recipe, seed_q):
+def make_header(cfg, num_parameters, seed, dtype, recipe, seed_q, ast=None):
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:14] = [MAGIC, VERSION, cfg["L"], cfg["NH"], cfg["C"], cfg["V"], cfg["Vp"], cfg["maxT"],
                    cfg["B"], cfg["T"], cfg["nsteps"], num_parameters, seed, 64 if dtype == torch.float64 else 32]
@@ -657,6 +752,9 @@ def make_header(cfg, num_parameters, seed, dtype, recipe, seed_q):
     header[32:64] = ascii_words(recipe["name"], 32)
     for s in range(NUM_SLOTS):
         header[64 + 8 * s:72 + 8 * s] = ascii_words(recipe["texts"][s], 8)
+    if ast is not None:   # --attention-fp4: its Q/K/V and dS specs (zeros: off)
+        header[112:120] = ascii_words(ast.qkv_text, 8)
+        header[120:128] = ascii_words(ast.ds_text, 8)
     return header
 
 
@@ -791,7 +889,35 @@ def self_test(cfg, hp, p0, x, y, dev, dtype, decayed, seed_q):
              for k in ("qkvw", "fcw"))
     report("SR seeds", det and 0 < gd < 0.5, f"same seed bit-identical; seed+1 changes qkvw/fcw grads by {gd:.3f} "
            "(relative L2); nvfp4 step 0 also checked quantize_fast == fp4_ref.quantize on every call")
-    # 6. Llama: the float64 reference against transformers' LlamaForCausalLM (when installed) with the same
+    # 6. --attention-fp4: with dS unquantized, QAttention's backward is autograd's gradient of plain attention taken at
+    # the dequantized Q/K/V copies (straight-through, every backward product reads the forward's copies), MHA and GQA;
+    # with dS quantized under SR it changes the gradients by FP4 noise and is repeatable.
+    gen_a = torch.Generator().manual_seed(7)
+    worst, dsq = 0.0, []
+    for NH_a, KVH_a in ((2, 2), (4, 2)):
+        Ba, Ta, HSa = 2, 32, 32
+        qa = torch.randn(Ba, NH_a, Ta, HSa, generator=gen_a, dtype=torch.float64).requires_grad_(True)
+        ka = torch.randn(Ba, KVH_a, Ta, HSa, generator=gen_a, dtype=torch.float64).requires_grad_(True)
+        va = torch.randn(Ba, KVH_a, Ta, HSa, generator=gen_a, dtype=torch.float64).requires_grad_(True)
+        gy = torch.randn(Ba, Ta, NH_a * HSa, generator=gen_a, dtype=torch.float64)
+        ast = AttnFp4State("nvfp4-2d", "bf16", seed_q, 2)
+        got = torch.autograd.grad(QAttention.apply(qa, ka, va, ast, 1), (qa, ka, va), gy)
+
+        def deq(t, nh, part, axis):
+            x2 = t.detach().transpose(1, 2).reshape(Ba * Ta, nh * HSa)
+            c = attn_dequant(ast.qkv, x2, axis, ast.key(1, part), t).view(Ba, Ta, nh, HSa).transpose(1, 2)
+            return c.clone().requires_grad_(True)
+        cq, ck, cv = deq(qa, NH_a, 0, 1), deq(ka, KVH_a, 1, 1), deq(va, KVH_a, 2, 0)
+        want = torch.autograd.grad(plain_attention(cq, ck, cv, 1), (cq, ck, cv), gy)
+        worst = max(worst, max(((a - b).abs().max() / b.abs().max()).item() for a, b in zip(got, want)))
+        ast4 = AttnFp4State("nvfp4-2d", None, seed_q, 2)
+        g4 = [torch.autograd.grad(QAttention.apply(qa, ka, va, ast4, 1), (qa, ka, va), gy) for _ in range(2)]
+        dsq.append((all(torch.equal(a, b) for a, b in zip(*g4)),
+                    (g4[0][0] - got[0]).norm().item() / got[0].norm().item()))
+    report("attention fp4", worst < 1e-12 and all(r and 0 < e < 0.5 for r, e in dsq),
+           f"straight-through backward = autograd at the copies (max rel diff {worst:.1e}); FP4 dS (SR): repeatable, "
+           f"dq moved by {', '.join(f'{e:.3f}' for _, e in dsq)} (relative L2)")
+    # 7. Llama: the float64 reference against transformers' LlamaForCausalLM (when installed) with the same
     # weights, at the initial and at the trained parameters: proves the RoPE convention (rotate halves, no
     # permutation), GQA head mapping, the gate/up order of fcw, RMSNorm eps and theta of the HF export.
     if cfg.get("arch", "gpt2") == "llama":
@@ -867,6 +993,9 @@ def main():
                     help="precision recipe of the linear layers (llmc/fp4/recipe.h); all: every preset, dumps of "
                     + " ".join(DUMPED_RECIPES) + " (llama: " + " ".join(LLAMA_DUMPED_RECIPES)
                     + ") to the default paths")
+    ap.add_argument("--attention-fp4", default="off",
+                    help="Q/K/V spec of FP4 attention (off; e.g. nvfp4-2d), header words [112..119]; write with --out")
+    ap.add_argument("--attention-fp4-ds", default=None, help="its dS spec (default: the Q/K/V spec with sr)")
     ap.add_argument("--quant-seed", type=int, default=1337, help="seed_q of the SR keys (header word [14])")
     ap.add_argument("--check-quant", action="store_true",
                     help="check quantize_fast against fp4_ref.quantize on every quantizer call (slow)")
@@ -939,6 +1068,8 @@ def main():
         sys.exit("--device cuda asked for but torch sees no GPU; use --device cpu")
     if args.recipe == "all" and args.out:
         sys.exit("--out names one file; --recipe all writes the default paths")
+    if args.attention_fp4 != "off" and (args.recipe == "all" or not args.out):
+        sys.exit("--attention-fp4: one --recipe and an --out path (e.g. dev/ref/gpt_ref_attn4.bin)")
 
     setup_determinism(args.device)
     dev = torch.device(args.device)
@@ -984,7 +1115,11 @@ def main():
                   f"({q2_args})")
             continue
         st = QuantState(rec, args.quant_seed, cfg["L"], check=args.check_quant) if rec["fp4_any"] else None
-        res = train(cfg, hp, p0, x, y, dev, dtype, decayed, st)
+        ast = None
+        if args.attention_fp4 != "off" and rname == args.recipe:
+            ast = AttnFp4State(args.attention_fp4, args.attention_fp4_ds, args.quant_seed, cfg["L"])
+            print(f"\nattention fp4: q/k/v {ast.qkv_text}, ds {ast.ds_text}")
+        res = train(cfg, hp, p0, x, y, dev, dtype, decayed, st, ast)
         results[rname] = res
         grads_flat = flatten(res["grads0"], names)
         assert not grads_flat[cfg["V"] * cfg["C"]:cfg["Vp"] * cfg["C"]].any(), "padded wte rows got gradient"
@@ -997,7 +1132,7 @@ def main():
             print(f"  {st.calls} quantizer calls" + (f", {st.checked} checked against fp4_ref.quantize" if st.checked else ""))
         if (args.recipe == "all" and rname in dumped) or rname == args.recipe:
             out = args.out or default_out(rname, args.arch)
-            header = make_header(cfg, num_parameters, args.seed, dtype, rec, args.quant_seed)
+            header = make_header(cfg, num_parameters, args.seed, dtype, rec, args.quant_seed, ast)
             size = write_dump(out, header, hp, init_flat, x, y, res, names)
             print(f"  num_parameters={num_parameters}  wrote {out} ({size} bytes)")
         print(f"  initial loss {res['loss0']:.6f} (ln V = {math.log(V):.6f})")

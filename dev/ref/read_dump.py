@@ -88,6 +88,8 @@ def read(path):
         if d["KVH"] < 1 or NH % d["KVH"] or C % NH or (C // NH) % 2 or d["H"] < 1:
             sys.exit(f"{path}: inconsistent Llama shape NH={NH} KVH={d['KVH']} C={C} H={d['H']}")
     d["slots"] = [text(64 + 8 * s, 72 + 8 * s) or "bf16" for s in range(6)]
+    # --attention-fp4 words (zeros: off): the Q/K/V spec [112..119] and the dS spec [120..127]
+    d["attn_qkv"], d["attn_ds"] = text(112, 120) or None, text(120, 128) or None
     d["params"] = take("<f4", N)
     d["x"] = take("<i4", B * T).reshape(B, T)
     d["y"] = take("<i4", B * T).reshape(B, T)
@@ -147,6 +149,24 @@ def np_qlinear(d):
     return lin
 
 
+def np_attn_copy(d, qkv, l, NH, KVH, HS):
+    """--attention-fp4: the dequantized copy of qkv ((B, T, (NH + 2 KVH) HS), after RoPE), as the program makes it
+    (llmc/fp4/attention_fp4.h): Q, K and V slices quantized by fp4_ref.quantize, Q and K along d, V along tokens,
+    keys rng_key(rng_key(seed_q, 0, 0xA7700000 + layer), 0, 0xA770 + part)."""
+    if d["attn_qkv"] is None or d["attn_qkv"] == "bf16":
+        return qkv
+    B, T, W = qkv.shape
+    x = qkv.reshape(B * T, W)
+    out = np.empty_like(x)
+    layer_key = int(F.rng_key(d["seed_q"], 0, 0xA7700000 + l))
+    for part, (c0, nh, axis) in enumerate(((0, NH, 1), (NH * HS, KVH, 1), ((NH + KVH) * HS, KVH, 0))):
+        sl = np.ascontiguousarray(x[:, c0:c0 + nh * HS])
+        key = int(F.rng_key(layer_key, 0, 0xA770 + part))
+        r = F.quantize(d["attn_qkv"], F.bf16_rne_bits(sl.astype(np.float32)), sl.shape[0], sl.shape[1], axis, key)
+        out[:, c0:c0 + nh * HS] = F.bf16_to_f32(r["fake"]).astype(np.float64) * np.float64(r["scale_dec"])
+    return out.reshape(B, T, W)
+
+
 def np_forward(p, x, d, lin=np_linear):
     if d["arch"] == "llama":
         return np_forward_llama(p, x, d, lin)
@@ -157,7 +177,7 @@ def np_forward(p, x, d, lin=np_linear):
     mask = np.triu(np.ones((T, T), dtype=bool), 1)
     for l in range(L):
         a = np_layernorm(h, p["ln1w"][l], p["ln1b"][l])
-        qkv = lin(a, p["qkvw"][l], p["qkvb"][l], l, 0)
+        qkv = np_attn_copy(d, lin(a, p["qkvw"][l], p["qkvb"][l], l, 0), l, NH, NH, HS)
         out = np.empty((B, T, C))
         for hd in range(NH):
             sl = slice(hd * HS, (hd + 1) * HS)
@@ -199,11 +219,14 @@ def np_forward_llama(p, x, d, lin=np_linear):
     mask = np.triu(np.ones((T, T), dtype=bool), 1)
     for l in range(L):
         qkv = lin(np_rmsnorm(h, p["ln1w"][l], eps), p["qkvw"][l], None, l, 0)
+        for hd in range(NH + KVH):   # RoPE on the q and k heads, in place (as the program's rope_forward)
+            qkv[:, :, hd * HS:(hd + 1) * HS] = rope(qkv[:, :, hd * HS:(hd + 1) * HS])
+        qkv = np_attn_copy(d, qkv, l, NH, KVH, HS)
         out = np.empty((B, T, C))
         for hd in range(NH):
             kv = hd // (NH // KVH)
-            q = rope(qkv[:, :, hd * HS:(hd + 1) * HS])
-            k = rope(qkv[:, :, (NH + kv) * HS:(NH + kv + 1) * HS])
+            q = qkv[:, :, hd * HS:(hd + 1) * HS]
+            k = qkv[:, :, (NH + kv) * HS:(NH + kv + 1) * HS]
             v = qkv[:, :, (NH + KVH + kv) * HS:(NH + KVH + kv + 1) * HS]
             s = np.einsum("btd,bsd->bts", q, k) / math.sqrt(HS)
             s[:, mask] = -np.inf
@@ -250,6 +273,7 @@ def check(d, rng):
            "padded wte" + (" and lm_head" if len(pads) > 1 else "") + " rows are zero in params, grads, params_after")
     fp4 = d["recipe_index"] > 0 or any(s != "bf16" for s in d["slots"])
     logits = np_forward(p, x, d, np_qlinear(d) if fp4 else np_linear)
+    fp4 = fp4 or d["attn_qkv"] is not None   # (FP4 attention: the loss is piecewise constant too)
     err = np.abs(logits - d["logits"]).max()
     report("logits", err < 1e-4, f"max |numpy - dump| = {err:.3e}"
            + (f" (recipe {d['recipe']}: operands quantized with fp4_ref.quantize)" if fp4 else ""))
@@ -309,6 +333,8 @@ def main():
         print(f"  arch llama: KVH={d['KVH']} HS={d['C'] // d['NH']} H={d['H']} tied={int(d['tied'])} "
               f"rope_theta={d['theta']:g} norm_eps={d['eps']:g}")
     print(f"  lr={hy[0]:g} beta1={hy[1]:g} beta2={hy[2]:g} eps={hy[3]:g} wd={hy[4]:g} grad_clip={hy[5]:g}")
+    if d["attn_qkv"] is not None:
+        print(f"  attention fp4: q/k/v {d['attn_qkv']}, ds {d['attn_ds']}")
     print(f"  recipe {d['recipe']} (index {d['recipe_index']}), seed_q {d['seed_q']}, bf16 blocks first "
           f"{d['bf16_first']} last {d['bf16_last']}, quantized blocks {d['fp4_blocks']}; slots "
           + "; ".join(f"{n}={s}" for n, s in zip(["fprop.x", "fprop.w", "dgrad.dy", "dgrad.w", "wgrad.dy",

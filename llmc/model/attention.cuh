@@ -2,7 +2,8 @@
 // Llama training (fused "flash" attention).
 // defines: AttnShape, attention_init, attention_destroy, attention_forward, attention_backward,
 //          attention_backend_name, attention_cudnn_version, attention_force_own_kernel, attention_cudnn_unavailable_reason,
-//          attention_set_verbose, attention_set_deterministic, attention_is_deterministic
+//          attention_set_verbose, attention_set_deterministic, attention_is_deterministic,
+//          AttnQuantizer, AttnFp4Copy, attention_fp4_forward, attention_fp4_backward, attention_fp4_ds_buffers
 // Two implementations behind one API, with the same numbers in and out:
 //   - cuDNN's fused flash-attention engines (llmc/model/attention_cudnn.cuh), when built with -DENABLE_CUDNN
 //     and cuDNN can build the graph at run time;
@@ -27,6 +28,10 @@
 // --deterministic off) asks it for the form that sums dQ with FP32 atomics in no fixed order. The
 // own backward is deterministic either way. If cuDNN cannot build the asked-for graph, the own kernels
 // take over, as on any other cuDNN failure.
+// FP4 attention (--attention-fp4, llmc/fp4/attention_fp4.h, docs/FULLSTACK_FP4.md section 1) always runs on the own
+// kernels: attention_fp4_forward quantizes Q, K, V into the layer's copy, which the forward and the backward read;
+// attention_fp4_backward materialises dS per layer, quantizes it and takes dQ, dK from that copy. The quantizing is
+// the FP4 module's (fp4/attention_fp4.cuh), handed in as an AttnQuantizer: the model does not read the module.
 #pragma once
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +39,10 @@
 #include "llmc/model/attention_kernels.cuh"   // defines: attn_own_forward, attn_own_backward
 #include "llmc/model/attention_cudnn.cuh"     // defines: AttnCudnnPlan, attn_cudnn_build_forward, ... (ENABLE_CUDNN only)
 
-#define ATTN_MAX_PLANS 16
-
 // One attention call's shape: batch, sequence, query heads, key/value heads, head size.
 typedef struct { int B, T, NH, KVH, HS; } AttnShape;
+
+#define ATTN_MAX_PLANS 16
 
 static struct {
     int initialized;
@@ -48,6 +53,9 @@ static struct {
     char why_not_cudnn[2048];       // why cuDNN is not (or no longer) the backend
     float* dsum;                    // own backward scratch: B*NH*T floats
     size_t dsum_bytes;
+    floatX *fp4_ds, *fp4_ds_rows, *fp4_ds_cols;   // FP4 backward scratch: dS and its copies, B*NH*T*T each
+    size_t fp4_ds_elems;
+    float* fp4_ds_scalars;          // device: amax[2], dec[2] of the dS copies
 #ifdef ENABLE_CUDNN
     cudnnHandle_t handle;
     AttnCudnnPlan* plans[ATTN_MAX_PLANS];
@@ -111,6 +119,9 @@ void attention_destroy(void) {
     if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
     attn_state.dsum = NULL;
     attn_state.dsum_bytes = 0;
+    floatX* fp4_bufs[] = {attn_state.fp4_ds, attn_state.fp4_ds_rows, attn_state.fp4_ds_cols};
+    for (floatX* b : fp4_bufs) if (b) cuda_check(cudaFree(b));
+    if (attn_state.fp4_ds_scalars) cuda_check(cudaFree(attn_state.fp4_ds_scalars));
     int force_own = attn_state.force_own, verbose = attn_state.verbose, nondet = attn_state.nondeterministic;
     memset(&attn_state, 0, sizeof(attn_state));
     attn_state.force_own = force_own;     // settings survive a destroy/init cycle
@@ -281,6 +292,16 @@ void attention_forward(floatX* out, float* stats, const floatX* qkv, AttnShape s
     attn_own_forward(out, stats, qkv, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
 }
 
+// The own backward's dsum scratch, grown to fit sh.
+static void attn_reserve_dsum(AttnShape sh) {
+    const size_t need = (size_t)sh.B * sh.NH * sh.T * sizeof(float);
+    if (need > attn_state.dsum_bytes) {
+        if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
+        cuda_malloc(&attn_state.dsum, need);
+        attn_state.dsum_bytes = need;
+    }
+}
+
 // dqkv (B, T, NH + 2 KVH, HS), every element overwritten, from dout and the forward's qkv, out, stats.
 void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, const floatX* out, const float* stats,
                         AttnShape sh, cudaStream_t stream) {
@@ -289,12 +310,93 @@ void attention_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, con
 #ifdef ENABLE_CUDNN
     if (attn_state.use_cudnn && !attn_state.force_own && attn_cudnn_backward(dqkv, dout, qkv, out, stats, sh, stream)) return;
 #endif
-    const size_t need = (size_t)sh.B * sh.NH * sh.T * sizeof(float);
-    if (need > attn_state.dsum_bytes) {
-        if (attn_state.dsum) cuda_check(cudaFree(attn_state.dsum));
-        cuda_malloc(&attn_state.dsum, need);
-        attn_state.dsum_bytes = need;
-    }
+    attn_reserve_dsum(sh);
     const AttnBackwardIn in = {dout, qkv, out, stats};
     attn_own_backward(dqkv, in, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
+}
+
+// ----------------------------------------------------------------------------------------------
+// FP4 attention
+
+// How FP4 attention quantizes, from the FP4 module (the trainer fills it from fp4/attention_fp4.cuh). A NULL
+// function leaves that tensor in BF16: qkv NULL runs the own kernels on qkv itself; ds NULL keeps the fused backward.
+typedef struct {
+    const void* ctx;   // the module's configuration (AttnFp4), passed back to each function
+    // Q, K, V of qkv (B, T, NH + 2 KVH, HS) into fake (the same layout); amax[3], dec[3]: device floats per part
+    void (*qkv)(const void* ctx, const floatX* qkv, floatX* fake, float* amax, float* dec, AttnShape sh, uint64_t key,
+                cudaStream_t stream);
+    // dS (B NH T rows of T) into rows (dQ's copy) and cols (dK's); amax[2], dec[2]: device floats. Returns 1 when
+    // the rows copy serves dK as well (a square 2D tile is its own transpose) and cols was not written.
+    int (*ds)(const void* ctx, const floatX* ds, floatX* rows, floatX* cols, float* amax, float* dec, AttnShape sh,
+               uint64_t key, cudaStream_t stream);
+    int dropin;        // 1: the backward reads qkv (BF16), not the forward's copy, and keeps dS in BF16 (Attn-QAT's
+                       // "drop-in" control: the forward's lse and O with other scores; an ablation, unstable)
+} AttnQuantizer;
+
+// One layer's quantized Q, K, V: the copy the forward writes and both passes read.
+typedef struct {
+    floatX* qkv;     // (B, T, NH + 2 KVH, HS): fake values (code * block scale), laid out as qkv
+    float* dec;      // device, 3 floats: the tensor dequantization factors of Q, K, V
+    float* amax;     // device, 3 floats: their amax (for the log)
+} AttnFp4Copy;
+
+// out, stats as attention_forward, on the own kernels, with Q, K, V quantized into cp (q->qkv NULL: qkv as is).
+// key: the call's SR key.
+void attention_fp4_forward(floatX* out, float* stats, const floatX* qkv, AttnFp4Copy cp, AttnShape sh,
+                           const AttnQuantizer* q, uint64_t key, cudaStream_t stream) {
+    attention_init();
+    attn_check_shape("attention_fp4_forward", sh);
+    if (!q->qkv) {
+        attn_own_forward(out, stats, qkv, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream);
+        return;
+    }
+    q->qkv(q->ctx, qkv, cp.qkv, cp.amax, cp.dec, sh, key, stream);
+    attn_own_forward(out, stats, cp.qkv, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, stream, cp.dec);
+}
+
+static void attn_fp4_reserve_ds(size_t elems) {
+    if (elems <= attn_state.fp4_ds_elems) return;
+    floatX** bufs[] = {&attn_state.fp4_ds, &attn_state.fp4_ds_rows, &attn_state.fp4_ds_cols};
+    for (floatX** b : bufs) {
+        if (*b) cuda_check(cudaFree(*b));   // synchronizes: safe to free
+        cuda_malloc(b, elems * sizeof(floatX));
+    }
+    if (!attn_state.fp4_ds_scalars) cuda_malloc(&attn_state.fp4_ds_scalars, 4 * sizeof(float));
+    attn_state.fp4_ds_elems = elems;
+}
+
+// dqkv as attention_backward, from the forward's copy cp (qkv itself when q->qkv is NULL). With q->ds, dS is
+// materialised (B, NH, T, T) in BF16, quantized, and dQ, dK read its copies; else the fused backward.
+void attention_fp4_backward(floatX* dqkv, const floatX* dout, const floatX* qkv, AttnFp4Copy cp, const floatX* out,
+                            const float* stats, AttnShape sh, const AttnQuantizer* q, uint64_t key, cudaStream_t stream) {
+    attention_init();
+    attn_check_shape("attention_fp4_backward", sh);
+    attn_reserve_dsum(sh);
+    const int copy = q->qkv && !q->dropin;
+    const AttnBackwardIn in = {dout, copy ? cp.qkv : qkv, out, stats};
+    AttnFp4Io io = {};
+    io.qkv_dec = copy ? cp.dec : NULL;
+    attn_own_dsum(attn_state.dsum, in, sh.B, sh.T, sh.NH, sh.HS, stream);
+    if (q->ds && !q->dropin) {
+        attn_fp4_reserve_ds((size_t)sh.B * sh.NH * sh.T * sh.T);
+        attn_own_backward_ds(attn_state.fp4_ds, in, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, io.qkv_dec, stream);
+        float* amax = attn_state.fp4_ds_scalars;
+        float* dec = attn_state.fp4_ds_scalars + 2;
+        const int one_copy = q->ds(q->ctx, attn_state.fp4_ds, attn_state.fp4_ds_rows, attn_state.fp4_ds_cols, amax, dec,
+                                   sh, key, stream);
+        io.ds_rows = attn_state.fp4_ds_rows;
+        io.ds_cols = one_copy ? attn_state.fp4_ds_rows : attn_state.fp4_ds_cols;
+        io.ds_dec = dec;
+    }
+    attn_own_backward_grads(dqkv, in, attn_state.dsum, sh.B, sh.T, sh.NH, sh.KVH, sh.HS, io, stream);
+}
+
+// For tests: the last FP4 backward's dS (B, NH, T, T) BF16, the copies dQ (rows) and dK (cols; unwritten when the
+// quantizer returned one copy) read, and the device
+// floats amax[2], dec[2] of those copies (rows, cols). NULLs before any quantized-dS backward.
+static void attention_fp4_ds_buffers(const floatX** ds, const floatX** rows, const floatX** cols, const float** scalars) {
+    *ds = attn_state.fp4_ds;
+    *rows = attn_state.fp4_ds_rows;
+    *cols = attn_state.fp4_ds_cols;
+    *scalars = attn_state.fp4_ds_scalars;
 }

@@ -1,5 +1,6 @@
 // attention_kernels.cuh: the program's own causal flash attention, forward and backward, BF16 in/out.
-// defines: AttnBackwardIn, attn_own_supported_head_size(), attn_own_forward(), attn_own_backward()
+// defines: AttnBackwardIn, AttnFp4Io, attn_own_supported_head_size(), attn_own_forward(), attn_own_backward(),
+//          attn_own_dsum(), attn_own_backward_ds(), attn_own_backward_grads()
 // Used when cuDNN is absent or cannot build its graph. FlashAttention-2 structure (Dao 2023): each
 // block owns a 64-row tile, four warps own 16 rows each, scores never leave registers, softmax is
 // online (running max and sum), and the tensor-core MMA is mma.sync.m16n8k16 BF16 -> FP32 (sm_80+).
@@ -17,6 +18,10 @@
 // Layouts: qkv and dqkv (B, T, NH + 2 KVH, HS): per token NH q heads, then KVH k heads, then KVH v
 // heads; out and dout (B, T, NH, HS); stats and the backward's row sums (B, NH, T) float.
 // stats = natural log-sum-exp of each scaled, masked score row.
+// FP4 attention (attention_fp4.h, --attention-fp4): qkv then holds the quantized fake copies, and AttnFp4Io gives
+// their FP32 tensor factors, applied to the accumulators (S, O, dP, dQ, dK), and the dS pass: the dQ kernel writes
+// dS to memory instead of dQ, and the gradient kernels read its quantized copies instead of their own dS. Without
+// FP4 every factor is exactly 1.0f, so every product and sum has the bits it had before FP4 existed.
 #pragma once
 #include <math.h>
 #include "llmc/base/cuda_common.cuh"
@@ -35,6 +40,18 @@ typedef struct {
     const floatX* out;
     const float* stats;
 } AttnBackwardIn;
+
+// FP4 attention's extra operands; all NULL for BF16 attention.
+typedef struct {
+    const float* qkv_dec;   // device, 3 floats: the tensor dequantization factors of Q, K, V (qkv holds fake copies)
+    floatX* ds_out;         // the dS pass: the dQ kernel writes dS (B, NH, T, T) in BF16 here, and no dQ
+    const floatX* ds_rows;  // (B, NH, T, T): the quantized dS copy dQ reads instead of computing dS
+    const floatX* ds_cols;  // the copy dK reads
+    const float* ds_dec;    // device, 2 floats: the factors of ds_rows and ds_cols
+} AttnFp4Io;
+
+// The factor at i of a device array, or exactly 1 without one (read once per block, so no host sync is needed).
+__device__ __forceinline__ float attn_factor(const float* f, int i) { return f ? f[i] : 1.0f; }
 
 // ----------------------------------------------------------------------------------------------
 // device helpers
@@ -143,7 +160,8 @@ __device__ __forceinline__ float attn_quad_sum(float x) {
 // tiles (most keys) launch first. The block reads K and V of its query head's key/value head.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
-attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int NH, int KVH, float scale_log2) {
+attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int NH, int KVH, float scale_log2,
+                        const float* qkv_dec) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;  // +8: no bank conflicts
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sQ = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -158,6 +176,8 @@ attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int
     const floatX* v = k + KVH * HS;                                  // KVH == NH: q + 2 C
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+    scale_log2 = scale_log2 * (attn_factor(qkv_dec, 0) * attn_factor(qkv_dec, 1));   // FP4: S = s dec_q dec_k Q.K^T
+    const float dec_v = attn_factor(qkv_dec, 2);
 
     attn_load_tile<HS>(sQ, LD, nullptr, 0, q, stride, q0, T);
     __syncthreads();
@@ -210,7 +230,7 @@ attn_own_forward_kernel(floatX* out, float* stats, const floatX* qkv, int T, int
     }
     l0 = attn_quad_sum(l0);
     l1 = attn_quad_sum(l1);
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const float inv0 = 1.0f / l0 * dec_v, inv1 = 1.0f / l1 * dec_v;   // O = P.(V dec_v)
     floatX* ob = out + (size_t)b * T * C + h * HS;
     #pragma unroll
     for (int n = 0; n < NS; n++) {
@@ -252,7 +272,7 @@ __global__ void attn_own_dsum_kernel(float* dsum, const floatX* dout, const floa
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                              const float* dsum, int T, int NH, int KVH, float scale, float scale_log2) {
+                              const float* dsum, int T, int NH, int KVH, float scale, float scale_log2, AttnFp4Io io) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sQ = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -270,6 +290,9 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
     const floatX* v = k + KVH * HS;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int key0 = k0 + warp * 16 + g, key1 = key0 + 8;
+    const float dec_q = attn_factor(io.qkv_dec, 0), dec_v = attn_factor(io.qkv_dec, 2);
+    scale_log2 = scale_log2 * (dec_q * attn_factor(io.qkv_dec, 1));
+    const float dk_scale = scale * (dec_q * attn_factor(io.ds_cols ? io.ds_dec : nullptr, 1));   // dK = s dec_ds dec_q dS^T.Q
 
     // this block's K and V rows as A fragments (staged through the Q / dO buffers)
     attn_load_tile<HS>(sQ, LD, nullptr, 0, k, stride, k0, T);
@@ -306,7 +329,8 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
             __syncthreads();
             float p[8][4], ds[8][4];
             attn_mma_rows<HS>(p, kf, sQ, LD);     // S^T (unscaled)
-            attn_mma_rows<HS>(ds, vf, sdO, LD);   // dP^T
+            if (!io.ds_cols) attn_mma_rows<HS>(ds, vf, sdO, LD);   // dP^T
+            const floatX* dsq = io.ds_cols ? io.ds_cols + ((size_t)b * NH + h) * T * T : nullptr;   // FP4: (i, j) at i T + j
             #pragma unroll
             for (int n = 0; n < 8; n++) {
                 #pragma unroll
@@ -314,7 +338,8 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
                     const int il = n * 8 + 2 * t + (e & 1), i = q0 + il, j = e < 2 ? key0 : key1;
                     const float pv = (i >= j && i < T) ? exp2f(p[n][e] * scale_log2 - sL[il]) : 0.0f;
                     p[n][e] = pv;
-                    ds[n][e] = pv * (ds[n][e] - sD[il]);
+                    if (io.ds_cols) ds[n][e] = (i >= j && i < T) ? __bfloat162float(dsq[(size_t)i * T + j]) : 0.0f;
+                    else ds[n][e] = pv * (ds[n][e] * dec_v - sD[il]);
                 }
             }
             attn_mma_pv<HS>(dv, p, sdOt, LDT);    // dV += P^T . dO
@@ -327,11 +352,11 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
         floatX* d0 = dqkv + ((size_t)b * T + key0) * stride + C + kvh * HS + n * 8 + 2 * t;
         floatX* d1 = dqkv + ((size_t)b * T + key1) * stride + C + kvh * HS + n * 8 + 2 * t;
         if (key0 < T) {
-            *reinterpret_cast<uint32_t*>(d0) = attn_pack(dk[n][0] * scale, dk[n][1] * scale);
+            *reinterpret_cast<uint32_t*>(d0) = attn_pack(dk[n][0] * dk_scale, dk[n][1] * dk_scale);
             *reinterpret_cast<uint32_t*>(d0 + KVH * HS) = attn_pack(dv[n][0], dv[n][1]);
         }
         if (key1 < T) {
-            *reinterpret_cast<uint32_t*>(d1) = attn_pack(dk[n][2] * scale, dk[n][3] * scale);
+            *reinterpret_cast<uint32_t*>(d1) = attn_pack(dk[n][2] * dk_scale, dk[n][3] * dk_scale);
             *reinterpret_cast<uint32_t*>(d1 + KVH * HS) = attn_pack(dv[n][2], dv[n][3]);
         }
     }
@@ -339,10 +364,12 @@ attn_own_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qk
 
 // Backward step 3: dQ. grid (ceil(T/64), B*NH): a block per query tile of a query head, looping over
 // the key tiles (of its key/value head) up to the diagonal; dQ = scale * dS.K accumulates in registers.
+// FP4's dS pass (io.ds_out): the same blocks write dS (zeros above the diagonal) and no dQ; with io.ds_rows, dQ
+// reads dS from that quantized copy.
 template <int HS>
 __global__ void __launch_bounds__(ATTN_THREADS)
 attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* stats,
-                            const float* dsum, int T, int NH, int KVH, float scale, float scale_log2) {
+                            const float* dsum, int T, int NH, int KVH, float scale, float scale_log2, AttnFp4Io io) {
     constexpr int LD = HS + 8, LDT = ATTN_TILE + 8, KS = HS / 16, NS = HS / 8;
     extern __shared__ __align__(16) unsigned char attn_smem[];
     floatX* sK = reinterpret_cast<floatX*>(attn_smem);   // 64 x LD
@@ -358,6 +385,10 @@ attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
     const floatX* dob = dout + (size_t)b * T * C + h * HS;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const int row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+    const float dec_k = attn_factor(io.qkv_dec, 1), dec_v = attn_factor(io.qkv_dec, 2);
+    scale_log2 = scale_log2 * (attn_factor(io.qkv_dec, 0) * dec_k);
+    const float dq_scale = scale * (dec_k * attn_factor(io.ds_rows ? io.ds_dec : nullptr, 0));   // dQ = s dec_ds dec_k dS.K
+    const size_t ds_base = (size_t)blockIdx.y * T * T;   // (b, h)'s T x T slice of ds_out / ds_rows
 
     attn_load_tile<HS>(sK, LD, nullptr, 0, q, stride, q0, T);      // Q rows, staged
     attn_load_tile<HS>(sV, LD, nullptr, 0, dob, C, q0, T);         // dO rows, staged
@@ -382,24 +413,34 @@ attn_own_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
         attn_load_tile<HS>(sV, LD, nullptr, 0, v, stride, kt * ATTN_TILE, T);
         __syncthreads();
         float s[8][4], dp[8][4];
-        attn_mma_rows<HS>(s, qf, sK, LD);
-        attn_mma_rows<HS>(dp, df, sV, LD);
+        if (!io.ds_rows) {
+            attn_mma_rows<HS>(s, qf, sK, LD);
+            attn_mma_rows<HS>(dp, df, sV, LD);
+        }
         #pragma unroll
         for (int n = 0; n < 8; n++) {
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int col = kt * ATTN_TILE + n * 8 + 2 * t + (e & 1);
                 const bool lo = e < 2;
-                const float pv = col <= (lo ? row0 : row1) ? exp2f(s[n][e] * scale_log2 - (lo ? lse0 : lse1)) : 0.0f;
-                s[n][e] = pv * (dp[n][e] - (lo ? D0 : D1));   // dS
+                const int row = lo ? row0 : row1;
+                if (io.ds_rows) {   // FP4: the quantized copy (zero above the diagonal)
+                    s[n][e] = row < T && col < T ? __bfloat162float(io.ds_rows[ds_base + (size_t)row * T + col]) : 0.0f;
+                    continue;
+                }
+                const float pv = col <= row ? exp2f(s[n][e] * scale_log2 - (lo ? lse0 : lse1)) : 0.0f;
+                s[n][e] = pv * (dp[n][e] * dec_v - (lo ? D0 : D1));   // dS
+                if (io.ds_out && row < T && col < T)
+                    io.ds_out[ds_base + (size_t)row * T + col] = __float2bfloat16_rn(col <= row ? s[n][e] : 0.0f);
             }
         }
-        attn_mma_pv<HS>(dq, s, sKt, LDT);
+        if (!io.ds_out) attn_mma_pv<HS>(dq, s, sKt, LDT);
     }
+    if (io.ds_out) return;
     #pragma unroll
     for (int n = 0; n < NS; n++) {
-        if (row0 < T) *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + row0) * stride + h * HS + n * 8 + 2 * t) = attn_pack(dq[n][0] * scale, dq[n][1] * scale);
-        if (row1 < T) *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + row1) * stride + h * HS + n * 8 + 2 * t) = attn_pack(dq[n][2] * scale, dq[n][3] * scale);
+        if (row0 < T) *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + row0) * stride + h * HS + n * 8 + 2 * t) = attn_pack(dq[n][0] * dq_scale, dq[n][1] * dq_scale);
+        if (row1 < T) *reinterpret_cast<uint32_t*>(dqkv + ((size_t)b * T + row1) * stride + h * HS + n * 8 + 2 * t) = attn_pack(dq[n][2] * dq_scale, dq[n][3] * dq_scale);
     }
 }
 
@@ -415,42 +456,84 @@ static void attn_smem_opt_in(K kernel, size_t bytes, bool* done) {
 }
 
 template <int HS>
-static void attn_own_forward_hs(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH, cudaStream_t stream) {
+static void attn_own_forward_hs(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH,
+                                const float* qkv_dec, cudaStream_t stream) {
     const size_t smem = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
     static bool opted = false;
     attn_smem_opt_in(attn_own_forward_kernel<HS>, smem, &opted);
     const float scale_log2 = ATTN_LOG2E / sqrtf((float)HS);
     dim3 grid((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));
-    attn_own_forward_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, stats, qkv, T, NH, KVH, scale_log2);
+    attn_own_forward_kernel<HS><<<grid, ATTN_THREADS, smem, stream>>>(out, stats, qkv, T, NH, KVH, scale_log2, qkv_dec);
     cuda_check_last();
 }
 
+// The backward kernels after attn_own_dsum: which = 1 the dK/dV kernel, 2 the dQ kernel (or, with io.ds_out, the
+// dS pass), 3 both.
 template <int HS>
 static void attn_own_backward_hs(floatX* dqkv, AttnBackwardIn in, const float* dsum, int B, int T, int NH, int KVH,
-                                 cudaStream_t stream) {
+                                 AttnFp4Io io, int which, cudaStream_t stream) {
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = scale * ATTN_LOG2E;
     dim3 grid_kv((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * KVH));   // a block per key tile of a kv head
     dim3 grid_q((unsigned)ceil_div(T, ATTN_TILE), (unsigned)(B * NH));     // a block per query tile of a q head
-    const size_t smem_kv = (size_t)(2 * ATTN_TILE * (HS + 8) + 2 * HS * (ATTN_TILE + 8)) * sizeof(floatX) + 2 * ATTN_TILE * sizeof(float);
-    static bool opted_kv = false;
-    attn_smem_opt_in(attn_own_backward_dkdv_kernel<HS>, smem_kv, &opted_kv);
-    attn_own_backward_dkdv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2);
-    cuda_check_last();
-    const size_t smem_q = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
-    static bool opted_q = false;
-    attn_smem_opt_in(attn_own_backward_dq_kernel<HS>, smem_q, &opted_q);
-    attn_own_backward_dq_kernel<HS><<<grid_q, ATTN_THREADS, smem_q, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2);
+    if (which & 1) {
+        const size_t smem_kv = (size_t)(2 * ATTN_TILE * (HS + 8) + 2 * HS * (ATTN_TILE + 8)) * sizeof(floatX) + 2 * ATTN_TILE * sizeof(float);
+        static bool opted_kv = false;
+        attn_smem_opt_in(attn_own_backward_dkdv_kernel<HS>, smem_kv, &opted_kv);
+        attn_own_backward_dkdv_kernel<HS><<<grid_kv, ATTN_THREADS, smem_kv, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2, io);
+        cuda_check_last();
+    }
+    if (which & 2) {
+        const size_t smem_q = (size_t)(2 * ATTN_TILE * (HS + 8) + HS * (ATTN_TILE + 8)) * sizeof(floatX);
+        static bool opted_q = false;
+        attn_smem_opt_in(attn_own_backward_dq_kernel<HS>, smem_q, &opted_q);
+        attn_own_backward_dq_kernel<HS><<<grid_q, ATTN_THREADS, smem_q, stream>>>(dqkv, in.dout, in.qkv, in.stats, dsum, T, NH, KVH, scale, scale_log2, io);
+        cuda_check_last();
+    }
+}
+
+// qkv (B, T, NH + 2 KVH, HS); NH % KVH == 0 (checked by the caller, attention.cuh). qkv_dec: NULL, or FP4's
+// factors (AttnFp4Io).
+static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH, int HS,
+                             cudaStream_t stream, const float* qkv_dec = nullptr) {
+    switch (HS) {
+        case 32: attn_own_forward_hs<32>(out, stats, qkv, B, T, NH, KVH, qkv_dec, stream); break;
+        case 64: attn_own_forward_hs<64>(out, stats, qkv, B, T, NH, KVH, qkv_dec, stream); break;
+        case 128: attn_own_forward_hs<128>(out, stats, qkv, B, T, NH, KVH, qkv_dec, stream); break;
+        default: fail("attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
+    }
+}
+
+// Backward step 1 for all rows: dsum, scratch of B*NH*T floats.
+static void attn_own_dsum(float* dsum, AttnBackwardIn in, int B, int T, int NH, int HS, cudaStream_t stream) {
+    const int rows = B * T * NH, warps_per_block = 8;
+    attn_own_dsum_kernel<<<(unsigned)ceil_div(rows, warps_per_block), 32 * warps_per_block, 0, stream>>>(dsum, in.dout, in.out, B, T, NH, HS);
     cuda_check_last();
 }
 
-// qkv (B, T, NH + 2 KVH, HS); NH % KVH == 0 (checked by the caller, attention.cuh).
-static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B, int T, int NH, int KVH, int HS, cudaStream_t stream) {
+static void attn_own_backward_which(floatX* dqkv, AttnBackwardIn in, const float* dsum, int B, int T, int NH, int KVH, int HS,
+                                    AttnFp4Io io, int which, cudaStream_t stream) {
+    fail_if(!attn_own_supported_head_size(HS), "attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
     switch (HS) {
-        case 32: attn_own_forward_hs<32>(out, stats, qkv, B, T, NH, KVH, stream); break;
-        case 64: attn_own_forward_hs<64>(out, stats, qkv, B, T, NH, KVH, stream); break;
-        case 128: attn_own_forward_hs<128>(out, stats, qkv, B, T, NH, KVH, stream); break;
-        default: fail("attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
+        case 32: attn_own_backward_hs<32>(dqkv, in, dsum, B, T, NH, KVH, io, which, stream); break;
+        case 64: attn_own_backward_hs<64>(dqkv, in, dsum, B, T, NH, KVH, io, which, stream); break;
+        case 128: attn_own_backward_hs<128>(dqkv, in, dsum, B, T, NH, KVH, io, which, stream); break;
     }
+}
+
+// FP4's dS pass (after attn_own_dsum): ds (B, NH, T, T) BF16, every element written (zeros above the diagonal).
+static void attn_own_backward_ds(floatX* ds, AttnBackwardIn in, const float* dsum, int B, int T, int NH, int KVH, int HS,
+                                 const float* qkv_dec, cudaStream_t stream) {
+    cuda_check(cudaMemsetAsync(ds, 0, (size_t)B * NH * T * T * sizeof(floatX), stream));   // the tiles above the diagonal
+    AttnFp4Io io = {};
+    io.qkv_dec = qkv_dec;
+    io.ds_out = ds;
+    attn_own_backward_which(nullptr, in, dsum, B, T, NH, KVH, HS, io, 2, stream);
+}
+
+// dQ, dK, dV (after attn_own_dsum, and with io.ds_rows / ds_cols after the dS pass and its quantization).
+static void attn_own_backward_grads(floatX* dqkv, AttnBackwardIn in, const float* dsum, int B, int T, int NH, int KVH, int HS,
+                                    AttnFp4Io io, cudaStream_t stream) {
+    attn_own_backward_which(dqkv, in, dsum, B, T, NH, KVH, HS, io, 3, stream);
 }
 
 // dsum: scratch of B*NH*T floats. dqkv: every element written (dK and dV of a key/value head hold the
@@ -458,12 +541,6 @@ static void attn_own_forward(floatX* out, float* stats, const floatX* qkv, int B
 static void attn_own_backward(floatX* dqkv, AttnBackwardIn in, float* dsum, int B, int T, int NH, int KVH, int HS,
                               cudaStream_t stream) {
     fail_if(!attn_own_supported_head_size(HS), "attention: head size %d is not supported by the own kernel (32, 64 or 128)", HS);
-    const int rows = B * T * NH, warps_per_block = 8;
-    attn_own_dsum_kernel<<<(unsigned)ceil_div(rows, warps_per_block), 32 * warps_per_block, 0, stream>>>(dsum, in.dout, in.out, B, T, NH, HS);
-    cuda_check_last();
-    switch (HS) {
-        case 32: attn_own_backward_hs<32>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
-        case 64: attn_own_backward_hs<64>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
-        case 128: attn_own_backward_hs<128>(dqkv, in, dsum, B, T, NH, KVH, stream); break;
-    }
+    attn_own_dsum(dsum, in, B, T, NH, HS, stream);
+    attn_own_backward_grads(dqkv, in, dsum, B, T, NH, KVH, HS, AttnFp4Io{}, stream);
 }
