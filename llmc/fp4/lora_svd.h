@@ -1,9 +1,10 @@
 // lora_svd.h: the LoRA-SVD correction's arithmetic (--lora-svd-rank R, docs/FULLSTACK_FP4.md section 4), plain C: the
-// small dense steps the GPU runs in one thread (shared with the CPU twin), and the CPU twin of the whole refresh and of
+// small dense steps (the GPU runs the same formulas spread over one block), and the CPU twin of the whole refresh and of
 // the two side GEMMs (dev/test/test_lora_svd.c; the GPU path, llmc/fp4/lora_svd.cuh, is checked against it by
 // dev/test/test_lora_svd_gpu.cu).
 // defines: LORA_OVERSAMPLE, LORA_POWER_STEPS, LORA_MAX_WIDTH, lora_width(), lora_key(), lora_sketch_sign(),
-//          lora_rank_problem(), lora_orth_small(), lora_eig_small(), lora_final_small(), LoraCpuStats,
+//          lora_rank_problem(), lora_spec_problem(), lora_orth_small(), lora_eig_sort(), lora_eig_small(), lora_factors_small(),
+//          lora_final_small(), LoraCpuStats,
 //          lora_factorize_cpu(), lora_forward_cpu(), lora_dgrad_cpu(), lora_refresh_flops()
 //
 // What is built (construction (A) of the spec): E = W - Q(W), the quantization residual of a linear's weight (OC x K)
@@ -23,7 +24,8 @@
 // orth(Y) makes Y's rows orthonormal by Cholesky-QR done twice (CholeskyQR2: the Gram matrix Y Y^T, its Cholesky
 // factor L, Y <- L^{-1} Y); a pivot below LORA_DROP of the largest diagonal drops that row (set to 0), so a sketch of
 // rank below w (E of low rank, a zero warm-start row) loses only directions that carry no energy. The small steps
-// (Cholesky, its inverse, Jacobi, w <= 64) run in double in one thread; the products are FP32 (cuBLASLt on the GPU).
+// (Cholesky, its inverse, Jacobi, w <= 64) run in double: serially here, the same formulas spread over one block's
+// threads on the GPU (llmc/fp4/lora_svd.cuh); the products are FP32 (cuBLASLt on the GPU).
 // Cost per refresh of one linear: 2 w m n (2q + 2) flops for the products with E, 4 w^2 (m + n) per orth, against
 // 6 N m n per training step on N tokens.
 //
@@ -59,6 +61,18 @@ static inline const char* lora_rank_problem(int R, int OC, int K) {
     if (R <= 0 || R % 8) return "the rank must be a positive multiple of 8 (the side GEMMs' widths)";
     if (lora_width(R) > LORA_MAX_WIDTH) return "the rank must be at most 56 (rank + 8 oversampling columns <= 64)";
     if (lora_width(R) > OC || lora_width(R) > K) return "rank + 8 must not exceed a linear's input or output width";
+    return NULL;
+}
+
+// Why the correction cannot follow a forward weight copy of this spec (NULL: it can; a BF16 spec has nothing to
+// correct and is the caller's to skip).
+static inline const char* lora_spec_problem(const QuantSpec* s) {
+    if (s->rounding == QROUND_SR)
+        return "fprop.w rounds stochastically, so W - Q(W) would be fresh noise at every step that no factors refreshed "
+               "from an earlier copy can follow; give fprop.w a round-to-nearest spec (e.g. --fprop-w nvfp4-2d)";
+    if (s->rounding != QROUND_RNE || s->hadamard)
+        return "fprop.w is rotated (a Hadamard transform or MS-EDEN), so the forward's copy is not one of W itself; give "
+               "fprop.w a spec without h<n> or eden";
     return NULL;
 }
 
@@ -105,6 +119,24 @@ HD int lora_orth_small(const float* G, int w, float* T, double* work) {
     return kept;
 }
 
+// Sorts the eigenvalues lambda descending, and V's columns (the eigenvectors) with them (w <= 64).
+HD void lora_eig_sort(double* V, double* lambda, int w) {
+    for (int i = 0; i < w; i++) {   // selection sort
+        int best = i;
+        for (int j = i + 1; j < w; j++)
+            if (lambda[j] > lambda[best]) best = j;
+        if (best == i) continue;
+        const double t = lambda[i];
+        lambda[i] = lambda[best];
+        lambda[best] = t;
+        for (int k = 0; k < w; k++) {
+            const double v = V[k * w + i];
+            V[k * w + i] = V[k * w + best];
+            V[k * w + best] = v;
+        }
+    }
+}
+
 // Symmetric A (w x w, double, row-major) = V diag(lambda) V^T by cyclic Jacobi; on return lambda holds the
 // eigenvalues in descending order and V (w x w, columns) their eigenvectors in the same order. A is destroyed.
 HD void lora_eig_small(double* A, int w, double* V, double* lambda) {
@@ -142,30 +174,12 @@ HD void lora_eig_small(double* A, int w, double* V, double* lambda) {
             }
     }
     for (int i = 0; i < w; i++) lambda[i] = A[i * w + i];
-    for (int i = 0; i < w; i++) {   // selection sort, descending (w <= 64)
-        int best = i;
-        for (int j = i + 1; j < w; j++)
-            if (lambda[j] > lambda[best]) best = j;
-        if (best == i) continue;
-        const double t = lambda[i];
-        lambda[i] = lambda[best];
-        lambda[best] = t;
-        for (int k = 0; k < w; k++) {
-            const double v = V[k * w + i];
-            V[k * w + i] = V[k * w + best];
-            V[k * w + best] = v;
-        }
-    }
+    lora_eig_sort(V, lambda, w);
 }
 
-// From H = B B^T (w x w, FP32): Mt (R x w) with Vt = Mt B, and N (w x R) with US = Yt^T N; returns
-// sum_{r<R} lambda_r (the energy of E_R). work: 3 w^2 + w doubles.
-HD double lora_final_small(const float* H, int w, int R, float* Mt, float* N, double* work) {
-    double* A = work;
-    double* V = work + w * w;
-    double* lambda = work + 2 * w * w;
-    for (int i = 0; i < w * w; i++) A[i] = H[i];
-    lora_eig_small(A, w, V, lambda);
+// From the sorted eigen-decomposition of H = B B^T (V, lambda): Mt (R x w) with Vt = Mt B, and N (w x R) with
+// US = Yt^T N; returns sum_{r<R} lambda_r (the energy of E_R). An eigenvalue below LORA_DROP of the largest gives zeros.
+HD double lora_factors_small(const double* V, const double* lambda, int w, int R, float* Mt, float* N) {
     double energy = 0.0;
     for (int r = 0; r < R; r++) {
         const double l = lambda[r];
@@ -178,6 +192,16 @@ HD double lora_final_small(const float* H, int w, int R, float* Mt, float* N, do
         }
     }
     return energy;
+}
+
+// From H = B B^T (w x w, FP32), serially: lora_eig_small, then lora_factors_small. work: 3 w^2 + w doubles.
+HD double lora_final_small(const float* H, int w, int R, float* Mt, float* N, double* work) {
+    double* A = work;
+    double* V = work + w * w;
+    double* lambda = work + 2 * w * w;
+    for (int i = 0; i < w * w; i++) A[i] = H[i];
+    lora_eig_small(A, w, V, lambda);
+    return lora_factors_small(V, lambda, w, R, Mt, N);
 }
 
 // Flops of one refresh of an m x n linear at rank R: the products with E, the Gram matrices and the applications of

@@ -21,7 +21,8 @@ enum {
     // checkpoints written before the Llama family already were): the architecture, GQA's key/value heads, the MLP
     // width, a tied head, RoPE's theta and the RMSNorm epsilon (float bits)
     H_ARCH, H_KV_HEADS, H_MLP_HIDDEN, H_TIED, H_ROPE_THETA, H_NORM_EPS,
-    H_OPT_STATE      // the optimizer section's moments: 0 FP32 m and v (every file before it), 1 NVFP4 (--optimizer-state)
+    H_OPT_STATE,     // the optimizer section's moments: 0 FP32 m and v (every file before it), 1 NVFP4 (--optimizer-state)
+    H_LORA_RANK      // --lora-svd-rank: the optimizer section ends with the LoRA-SVD factors of this rank (0: none)
 };
 
 static inline void config_to_header(const GPTConfig* c, int32_t* h) {
