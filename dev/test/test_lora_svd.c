@@ -98,7 +98,7 @@ static void test_small_steps(void) {
     // lora_orth_small on a Gram matrix of 3 rows, one a multiple of another: T Y has 2 orthonormal rows and a zero row
     const float Y[3 * 4] = {1, 2, 0, 1, 2, 4, 0, 2, 0, 1, 3, -1};
     float G[9], T[9], Q[12];
-    double work[LORA_MAX_WIDTH * LORA_MAX_WIDTH + LORA_MAX_WIDTH];
+    double work[LORA_MAX_WIDTH * LORA_MAX_WIDTH + 2 * LORA_MAX_WIDTH];
     lora_gemm_cpu(G, Y, 0, Y, 1, 3, 3, 4);
     const int kept = lora_orth_small(G, 3, T, work);
     lora_gemm_cpu(Q, T, 0, Y, 0, 3, 4, 3);

@@ -80,7 +80,7 @@ static inline const char* lora_spec_problem(const QuantSpec* s) {
 // The small steps (w x w, w <= LORA_MAX_WIDTH), in double; `work` holds w * w + w doubles.
 
 // Given the Gram matrix G = Y Y^T (w x w, row-major) of w rows, T (w x w, lower triangular) with T Y orthonormal
-// rows, or zero rows where a pivot was dropped. Returns the rows kept.
+// rows, or zero rows where a pivot was dropped. Returns the rows kept. work: w^2 + 2w doubles.
 HD int lora_orth_small(const float* G, int w, float* T, double* work) {
     double* L = work;            // Cholesky factor, w x w
     double* keep = work + w * w; // 1 kept, 0 dropped
@@ -102,19 +102,23 @@ HD int lora_orth_small(const float* G, int w, float* T, double* work) {
             L[j * w + i] = s / lii;
         }
     }
-    // T = L^{-1} on the kept rows and columns (forward substitution), zero elsewhere
-    for (int i = 0; i < w; i++) {
-        for (int j = 0; j < w; j++) T[i * w + j] = 0.0f;
-        if (!keep[i]) continue;
-        const double lii = L[i * w + i];
-        // T[i][j] = -(sum_{k=j}^{i-1} L[i][k] T[k][j]) / L[i][i] for j < i; T[i][i] = 1 / L[i][i]
-        for (int j = 0; j < i; j++) {
-            if (!keep[j]) continue;
+    // T = L^{-1} on the kept rows and columns (forward substitution), zero elsewhere; column j in double in col
+    double* col = work + w * w + w;
+    for (int i = 0; i < w * w; i++) T[i] = 0.0f;
+    for (int j = 0; j < w; j++) {
+        if (!keep[j]) continue;
+        col[j] = 1.0 / L[j * w + j];
+        T[j * w + j] = (float)col[j];
+        for (int i = j + 1; i < w; i++) {
+            if (!keep[i]) {
+                col[i] = 0.0;
+                continue;
+            }
             double s = 0.0;
-            for (int k = j; k < i; k++) s += L[i * w + k] * (double)T[k * w + j];
-            T[i * w + j] = (float)(-s / lii);
+            for (int k = j; k < i; k++) s += L[i * w + k] * col[k];
+            col[i] = -s / L[i * w + i];
+            T[i * w + j] = (float)col[i];
         }
-        T[i * w + i] = (float)(1.0 / lii);
     }
     return kept;
 }
@@ -231,7 +235,7 @@ static inline void lora_gemm_cpu(float* C, const float* A, int ta, const float* 
 // Y (w x len) <- orthonormal rows of Y's span (CholeskyQR2 with dropping); tmp: w x len floats.
 static inline void lora_orth_cpu(float* Y, int w, int len, float* tmp) {
     float G[LORA_MAX_WIDTH * LORA_MAX_WIDTH], T[LORA_MAX_WIDTH * LORA_MAX_WIDTH];
-    double work[LORA_MAX_WIDTH * LORA_MAX_WIDTH + LORA_MAX_WIDTH];
+    double work[LORA_MAX_WIDTH * LORA_MAX_WIDTH + 2 * LORA_MAX_WIDTH];
     for (int pass = 0; pass < 2; pass++) {
         lora_gemm_cpu(G, Y, 0, Y, 1, w, w, len);
         lora_orth_small(G, w, T, work);
