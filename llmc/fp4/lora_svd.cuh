@@ -90,18 +90,25 @@ __global__ void lora_residual_kernel(float* E, const floatX* W, const floatX* fa
     E[idx] = __fsub_rn(__bfloat162float(W[r * ld + c]), __fmul_rn(__bfloat162float(fake[r * ld + c]), *scale_dec));
 }
 
-// |E|^2 in double, one block, a fixed order (deterministic).
-__global__ void lora_sumsq_kernel(const float* E, size_t n, double* out) {
-    __shared__ double part[1024];
+// |E|^2 in double, deterministic: LORA_SUMSQ_BLOCKS partial sums over a fixed grid, then their sum in order.
+#define LORA_SUMSQ_BLOCKS 128
+__global__ void lora_sumsq_kernel(const float* E, size_t n, double* partial) {
+    __shared__ double part[256];
     double s = 0.0;
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) s += (double)E[i] * E[i];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        s += (double)E[i] * E[i];
     part[threadIdx.x] = s;
     __syncthreads();
     for (int h = blockDim.x / 2; h > 0; h /= 2) {
         if ((int)threadIdx.x < h) part[threadIdx.x] += part[threadIdx.x + h];
         __syncthreads();
     }
-    if (threadIdx.x == 0) *out = part[0];
+    if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+__global__ void lora_sum_kernel(const double* partial, int n, double* out) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++) s += partial[i];
+    *out = s;
 }
 
 // The small steps on one block of LORA_SMALL_THREADS >= w threads: lora_orth_small's and lora_eig_small's formulas in
@@ -240,7 +247,7 @@ typedef struct {
 static size_t lora_work_bytes(int max_m, int max_n, int R) {
     const size_t w = lora_width(R), len = max_m > max_n ? max_m : max_n;
     return ((size_t)max_m * max_n + w * max_m + w * max_n + w * len + 5 * w * w + (size_t)(max_m + max_n) * R) *
-               sizeof(float) + (3 * w * w + w + 1) * sizeof(double);
+               sizeof(float) + (3 * w * w + w + LORA_SUMSQ_BLOCKS + 1) * sizeof(double);
 }
 
 static void lora_work_alloc(LoraWork* wk, int max_m, int max_n, int R) {
@@ -256,7 +263,7 @@ static void lora_work_alloc(LoraWork* wk, int max_m, int max_n, int R) {
     cuda_malloc(&wk->small, 5 * w * w * sizeof(float));   // G (or H), T, Mt, N (w x R), spare
     cuda_malloc(&wk->us, (size_t)max_m * R * sizeof(float));
     cuda_malloc(&wk->vt, (size_t)R * max_n * sizeof(float));
-    cuda_malloc(&wk->work, (3 * w * w + w) * sizeof(double));
+    cuda_malloc(&wk->work, (3 * w * w + w + LORA_SUMSQ_BLOCKS) * sizeof(double));
     cuda_malloc(&wk->e2, sizeof(double));
     cuda_check(cudaFuncSetAttribute(lora_final_small_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     (int)lora_final_smem(LORA_MAX_WIDTH)));
@@ -320,7 +327,8 @@ static void lora_factorize_gpu(LoraWork* wk, const float* E, int m, int n, int R
     float* Mt = wk->small + 2 * w * w;
     float* N = wk->small + 3 * w * w;
     lora_gemm(H, w, Z, n, 0, Z, n, 1, w, w, n, s);       // H = B B^T
-    lora_sumsq_kernel<<<1, 1024, 0, s>>>(E, (size_t)m * n, wk->e2);
+    lora_sumsq_kernel<<<LORA_SUMSQ_BLOCKS, 256, 0, s>>>(E, (size_t)m * n, wk->work);   // (the orths' work is free)
+    lora_sum_kernel<<<1, 1, 0, s>>>(wk->work, LORA_SUMSQ_BLOCKS, wk->e2);
     lora_final_small_kernel<<<1, LORA_SMALL_THREADS, lora_final_smem(w), s>>>(H, w, R, Mt, N, wk->e2, captured);
     cuda_check_last();
     lora_gemm(wk->vt, n, Mt, w, 0, Z, n, 0, R, n, w, s);     // Vt = Mt B
