@@ -137,6 +137,8 @@ typedef struct {
     int rng_step_offset;     // the rng section's step is step + this (0: a consistent file)
     int zero;                // written with ZeRO-1 (an optimizer shard then holds no weights)
     int long_text;           // the recipe text padded to 1500 bytes (the trainer reads up to 1023)
+    int lora_rank;           // --lora-svd-rank: the header's H_LORA_RANK, and (unless lora_missing) its factors' bytes
+    int lora_missing;        // the header says lora_rank, but the factors are not there
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -148,6 +150,7 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     h[H_STEP] = spec->step; h[H_ADAM_T] = spec->step + spec->adam_t_offset; h[H_HAS_MASTER] = 0;
     h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = spec->zero;
     h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
+    h[H_LORA_RANK] = spec->lora_rank;
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
     header_set_u64(h, H_OPT_COUNT_LO, opt_count);
@@ -174,6 +177,12 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     ckpt_section(&w, CKPT_OPTIMIZER);
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam m
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam v
+    if (spec->lora_rank && !spec->lora_missing) {   // GPT-2's factors: (3C + C) + 2C + (4C + C) + (C + 4C) = 16C per rank
+        const size_t bytes = (size_t)spec->config.num_layers * 16 * spec->config.channels * spec->lora_rank * 2;
+        uint8_t* f = (uint8_t*)calloc(1, bytes);
+        ckpt_write(&w, f, bytes);
+        free(f);
+    }
     ckpt_section(&w, CKPT_DATA);
     ckpt_write(&w, &ds, sizeof(ds));
     ckpt_section(&w, CKPT_RNG);
@@ -383,6 +392,22 @@ static void test_checkpoints(void) {
            "--init-from", RESUME_ARGS, "--resume", ckpt, "--optimizer-state", "nvfp4");
     EXPECT("--init-from FP32 moments into NVFP4 ones", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt,
            "--optimizer-state", "nvfp4");
+    EXPECT("resume without LoRA-SVD factors with --lora-svd-rank 16", NULL, "trained with --lora-svd-rank 0; this run "
+           "asks for 16", NULL, RESUME_ARGS, "--resume", ckpt, "--lora-svd-rank", "16");
+    char lora[128];
+    snprintf(lora, sizeof(lora), "%s/lora.bin", tmpdir);
+    CkptSpec lspec = spec;
+    lspec.lora_rank = 16;
+    write_checkpoint(lora, &lspec);
+    EXPECT("resume LoRA-SVD factors of rank 16 without the flag", NULL, "trained with --lora-svd-rank 16; this run asks "
+           "for 0", NULL, RESUME_ARGS, "--resume", lora);
+    EXPECT("--init-from a checkpoint with LoRA-SVD factors", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from",
+           lora);
+    lspec.lora_missing = 1;
+    write_checkpoint(lora, &lspec);
+    EXPECT("a header with LoRA-SVD rank 16 but no factors", NULL, "the optimizer state section holds", lora, RESUME_ARGS,
+           "--init-from", lora);
+    remove(lora);
 
     // (c) --model that contradicts the checkpoint: a d6 checkpoint whose header is all that matters here
     char d6[128];
