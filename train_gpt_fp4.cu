@@ -2031,6 +2031,9 @@ static void open_log(Run* r) {
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
         (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
         tc->optimizer_state);
+    if (tc->lora_svd_rank)   // a line of its own, so that a run without the correction logs what it always did
+        logger_line(lg, "{\"type\":\"lora_svd\",\"rank\":%d,\"every\":%d,\"oversample\":%d,\"power_steps\":%d}",
+                    tc->lora_svd_rank, tc->lora_svd_every, LORA_OVERSAMPLE, LORA_POWER_STEPS);
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);
