@@ -20,7 +20,7 @@ tail -n 1 "$out/test_lora_svd_gpu.txt"
 grep -q "failed=0 skipped=0" "$out/test_lora_svd_gpu.txt" && say PASS "test_lora_svd_gpu" ||
     { grep FAIL "$out/test_lora_svd_gpu.txt" | head; say FAIL "test_lora_svd_gpu ($out/test_lora_svd_gpu.txt)"; }
 
-common=(--model d6 --batch-size 16 --seq-len 256 --steps 100 --recipe nvfp4 --val-every 50 --val-batches 8
+common=(--model d6 --batch-size 16 --seq-len 256 --steps 100 --recipe nvfp4 --val-every 50 --val-batches 4
         --sample-every 0 --diag-every 25 --ckpt-every 50)
 # the train and validation lines of a log without timings
 losses() {
