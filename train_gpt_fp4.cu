@@ -365,6 +365,16 @@ static int opt4_layout(const GPTConfig* c, size_t begin, size_t count, Opt4Seg**
     return k;
 }
 
+// --lora-svd-rank R: the BF16 factors every file's optimizer section ends with (llmc/fp4/linear.cuh,
+// linear_lora_bytes): per layer and linear, US (OC x R) then Vt (R x K); 0 bytes at rank 0.
+static size_t lora_checkpoint_bytes(const GPTConfig* c, int rank) {
+    const ModelFamily* f = model_family(c);
+    size_t per_layer = 0;
+    for (int k = 0; k < NUM_LINEARS; k++)
+        per_layer += (size_t)(dim_value(c, f->linears[k].in) + dim_value(c, f->linears[k].out)) * rank;
+    return (size_t)c->num_layers * per_layer * sizeof(floatX);
+}
+
 // The optimizer section's bytes after the master weights: FP32 m and v, or the NVFP4 state.
 static size_t optimizer_state_bytes(const GPTConfig* c, int opt4, size_t begin, size_t count) {
     if (!opt4) return 2 * count * sizeof(float);
@@ -1034,7 +1044,8 @@ static int spike_check(SpikeState* s, float z, float loss, float norm, char* why
 //   weights          the BF16 parameters
 //   optimizer state  rank 0's FP32 master params (if any), then Adam m and v, for the parameters
 //                    [opt_begin, opt_begin + opt_count): FP32, or (header H_OPT_STATE 1) the NVFP4 state
-//                    (m's codes and scales, u's, the amaxes: llmc/fp4/optim_state.h)
+//                    (m's codes and scales, u's, the amaxes: llmc/fp4/optim_state.h); then, with --lora-svd-rank
+//                    (header H_LORA_RANK), the LoRA-SVD factors, in every rank's file (each rank holds all of them)
 //   data position    DataLoaderState
 //   rng              RngState: the generators are counter based, keyed on (seed, step): that is their state
 //   spike detector   SpikeState
@@ -1111,6 +1122,7 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
         h[H_ZERO] = m->zero; h[H_RANK] = rank; h[H_HAS_PARAMS] = rank == 0; h[H_OPT_STATE] = m->opt4;
         h[H_OPTIMIZER] = m->optimizer;
         header_set_u64(h, H_MUON_OWNED_LO, m->muon_owned);
+        h[H_LORA_RANK] = m->lin.lora_rank;
         header_set_u64(h, H_OPT_BEGIN_LO, m->opt_begin);
         header_set_u64(h, H_OPT_COUNT_LO, m->opt_count);
         RngState rng = {rs->seed, rs->step};
@@ -1133,6 +1145,8 @@ static void save_checkpoint(GPT* m, const char* dir, const RunState* rs) {
             write_device(&w, m->muon_m, m->muon_owned * sizeof(float), staging);
             if (m->muon_master) write_device(&w, m->muon_master, m->muon_owned * sizeof(float), staging);
         }
+        // derived state, but the next refresh starts from it (warm), so a resume needs it to continue bit for bit
+        if (m->lin.lora_rank) write_device(&w, m->lin.lora_factors, linear_lora_bytes(&m->lin), staging);
         ckpt_section(&w, CKPT_DATA);
         ckpt_write(&w, &rs->loader, sizeof(rs->loader));
         ckpt_section(&w, CKPT_RNG);
@@ -1170,12 +1184,15 @@ static void check_checkpoint_sizes(const CheckpointReader* r, const GPTConfig* c
             "an incompatible build?)", r->path, h[H_OPT_STATE]);
     fail_if(h[H_OPTIMIZER] < 0 || h[H_OPTIMIZER] >= NUM_OPTIMIZERS, "checkpoint '%s': optimizer %d unknown (written by "
             "an incompatible build?)", r->path, h[H_OPTIMIZER]);
+    fail_if(h[H_LORA_RANK] < 0 || h[H_LORA_RANK] > 64, "checkpoint '%s': LoRA-SVD rank %d (written by an incompatible "
+            "build?)", r->path, h[H_LORA_RANK]);
     uint64_t want[CKPT_NUM_SECTIONS] = {0};
     want[CKPT_WEIGHTS] = h[H_HAS_PARAMS] ? num_parameters * sizeof(floatX) : 0;
     const uint64_t muon_owned = header_u64(h, H_MUON_OWNED_LO);
     want[CKPT_OPTIMIZER] = (h[H_HAS_MASTER] ? count * sizeof(float) : 0) +
                            (begin + count <= num_parameters ? optimizer_state_bytes(c, h[H_OPT_STATE], begin, count) : 0) +
-                           (muon_owned <= num_parameters ? muon_owned * sizeof(float) * (h[H_HAS_MASTER] ? 2 : 1) : 0);
+                           (muon_owned <= num_parameters ? muon_owned * sizeof(float) * (h[H_HAS_MASTER] ? 2 : 1) : 0) +
+                           (h[H_LORA_RANK] > 0 && h[H_LORA_RANK] <= 64 ? lora_checkpoint_bytes(c, h[H_LORA_RANK]) : 0);
     want[CKPT_DATA] = sizeof(DataLoaderState);
     want[CKPT_RNG] = sizeof(RngState);
     want[CKPT_SPIKE] = sizeof(SpikeState);
@@ -1279,6 +1296,12 @@ static void load_checkpoint(GPT* m, const char* path, int with_optimizer) {
     if (muon_owned) {
         read_device(&r, m->muon_m, muon_owned * sizeof(float), staging);
         if (r.header[H_HAS_MASTER]) read_device(&r, m->muon_master, muon_owned * sizeof(float), staging);
+    }
+    fail_if(r.header[H_LORA_RANK] != m->lin.lora_rank, "checkpoint '%s' holds LoRA-SVD factors of rank %d; this run "
+            "has --lora-svd-rank %d", r.path, r.header[H_LORA_RANK], m->lin.lora_rank);
+    if (m->lin.lora_rank) {
+        read_device(&r, m->lin.lora_factors, linear_lora_bytes(&m->lin), staging);
+        linear_lora_loaded(&m->lin);
     }
     ckpt_must(ckpt_section_end(&r), &r);
     m->adam_t = r.header[H_ADAM_T];
@@ -1607,6 +1630,7 @@ typedef struct {
     const char* zero;
     const char* nccl_id_file;
     int diag_every;
+    int lora_svd_rank, lora_svd_every;
     const char* fp4_gemm_mode;
     const char* amax;
     const char* recipe;
@@ -1658,6 +1682,8 @@ static TrainConfig default_config(void) {
     t.peak_tflops = 989.0f;
     t.zero = "auto";
     t.diag_every = 50;
+    t.lora_svd_rank = 0;
+    t.lora_svd_every = 1;
     t.fp4_gemm_mode = "auto";
     t.amax = "now";
     t.nccl_id_file = "";
@@ -1751,6 +1777,8 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"bf16-forward-from", 0, OPT_STRING, &tc->bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc->fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"amax", 0, OPT_CHOICE, &tc->amax, "now|delayed", "FP32 tensor scales of the X and dY copies: from this micro-step's amax (an amax pass reads the tensor first), or delayed: from the previous micro-step's, where the whole-block kernels make the copy (a numerics change; README, \"The delayed amax\")"},
+        {"lora-svd-rank", 0, OPT_INT, &tc->lora_svd_rank, NULL, "LoRA-SVD: each quantized linear's forward and data gradient also add a rank-R approximation of its weight's quantization residual W - Q(W), through two thin BF16 GEMMs; R a multiple of 8, at most 56; 0: off (docs/FULLSTACK_FP4.md section 4)"},
+        {"lora-svd-every", 0, OPT_INT, &tc->lora_svd_every, NULL, "LoRA-SVD: refresh the factors from the current weights every K steps (randomized subspace iteration, warm-started from the previous factors)"},
         {"diag-every", 0, OPT_INT, &tc->diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc->allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
         {"eval-every", 0, OPT_INT, &tc->eval_every, NULL, "HellaSwag and LAMBADA accuracy every N steps and after the last (0: off)"},
@@ -1786,6 +1814,8 @@ static void check_options(const TrainConfig* tc) {
     fail_if(tc->eval_every < 0 || tc->eval_items < 0, "--eval-every and --eval-items must be >= 0");
     fail_if(!tc->out_dir[0], "--out-dir must not be empty (the directory for log.jsonl and checkpoints)");
     fail_if(tc->diag_every < 0, "--diag-every must be >= 0 (0: off)");
+    fail_if(tc->lora_svd_rank < 0, "--lora-svd-rank must be >= 0 (0: off)");
+    fail_if(tc->lora_svd_every < 1, "--lora-svd-every must be >= 1 (steps between refreshes of the LoRA-SVD factors)");
     fail_if(tc->spike_z < 0.0f, "--spike-z must be >= 0 (0: off)");
     fail_if(tc->peak_tflops <= 0.0f, "--peak-tflops must be positive (the GPU's dense BF16 peak, for the MFU)");
     fail_if(tc->bf16_first_layers < -1 || tc->bf16_last_layers < -1,
@@ -1896,6 +1926,9 @@ static void check_resume(const Run* r, const CheckpointReader* ckr) {
     fail_if(strcmp(saved_opt, r->tc.optimizer) != 0, "cannot resume '%s': it was trained with --optimizer %s; this run "
             "asks for --optimizer %s (resume with --optimizer %s, or use --init-from for the weights only, with a fresh "
             "optimizer)", path, saved_opt, r->tc.optimizer, saved_opt);
+    fail_if(ckr->header[H_LORA_RANK] != r->tc.lora_svd_rank, "cannot resume '%s' bit for bit: it was trained with "
+            "--lora-svd-rank %d; this run asks for %d (resume with --lora-svd-rank %d, or use --init-from for the weights "
+            "only)", path, ckr->header[H_LORA_RANK], r->tc.lora_svd_rank, ckr->header[H_LORA_RANK]);
     fail_if(saved->step >= r->tc.steps, "nothing to do: '%s' is already at step %d of --steps %d", path,
             saved->step, r->tc.steps);
     if (r->rank != 0 && r->zero) check_shard_file(path, ckr, r->rank);
@@ -2056,6 +2089,20 @@ static void plan_recipe(Run* r) {
                     config->channels, config_qkv_channels(config), config->mlp_hidden, err);
         fail_if(rc == 2, "recipe %s on a model of %d channels: %s", tc->recipe, config->channels, err);
     }
+    if (tc->lora_svd_rank > 0) {   // --lora-svd-rank: what linear_lora_enable refuses, before the GPU
+        const int R = tc->lora_svd_rank;
+        const ModelFamily* f = model_family(config);
+        for (int k = 0; k < NUM_LINEARS; k++) {
+            const int K = (int)dim_value(config, f->linears[k].in), OC = (int)dim_value(config, f->linears[k].out);
+            const char* why = lora_rank_problem(R, OC, K);
+            fail_if(why, "--lora-svd-rank %d: %s (linear %s is %d x %d)", R, why, f->linears[k].name, OC, K);
+        }
+        fail_if(!r->quantizes || quant_spec_is_bf16(&recipe->slot[SLOT_FPROP_W]), "--lora-svd-rank %d: recipe %s does "
+                "not quantize the forward weight (fprop.w), so there is no quantization residual to correct; use an FP4 "
+                "recipe (e.g. --recipe nvfp4) or --lora-svd-rank 0", R, tc->recipe);
+        const char* why = lora_spec_problem(&recipe->slot[SLOT_FPROP_W]);
+        fail_if(why, "--lora-svd-rank %d: %s", R, why);
+    }
     recipe_describe(recipe, r->recipe_text, sizeof(r->recipe_text));
     plan_attention_fp4(r);
     if (r->resume_path[0] && strcmp(r->saved_recipe, r->recipe_text) != 0)
@@ -2155,6 +2202,20 @@ static void setup_gpu(Run* r) {
                     model->zero ? "on: optimizer state sharded" : "off");
     linear_set_recipe(&model->lin, &r->recipe, (uint64_t)tc->seed, tc->fp4_gemm_mode);
     dist_printf(dist, "recipe %s\n", r->recipe_text);
+    const size_t lora_bytes = linear_lora_enable(&model->lin, tc->lora_svd_rank, tc->lora_svd_every);
+    if (lora_bytes) {
+        double flops = 0.0, linear_flops = 0.0;
+        for (int l = 0; l < r->config.num_layers; l++)
+            for (int k = 0; k < model->lin.nkinds; k++) {
+                const LinearDesc* d = &model->lin.kind[k];
+                linear_flops += 6.0 * r->total_batch * d->OC * d->K;
+                if (linear_lora_fprop(&model->lin, l, k)) flops += lora_refresh_flops(tc->lora_svd_rank, d->OC, d->K);
+            }
+        dist_printf(dist, "lora-svd: rank %d, refreshed every %d step(s); %.1f MiB of GPU memory (factors %.1f MiB, "
+                    "refresh scratch and side-GEMM buffer the rest); a refresh is %.3g GFLOP, %.2f%% of a step's linear "
+                    "flops\n", tc->lora_svd_rank, tc->lora_svd_every, lora_bytes / 1048576.0,
+                    linear_lora_bytes(&model->lin) / 1048576.0, flops * 1e-9, 100.0 * flops / linear_flops);
+    }
     const RecipeSchedule* sch = &r->schedule;
     if (sch->bf16_forward_step >= 0)
         dist_printf(dist, "bf16 forward: the forward GEMMs run in BF16 from step %d of %d (the last %d steps, "
@@ -2256,6 +2317,9 @@ static void open_log(Run* r) {
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
         (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
         tc->optimizer_state, tc->optimizer, tc->muon_scale, tc->muon_momentum, tc->muon_nesterov, tc->muon_split_qkv);
+    if (tc->lora_svd_rank)   // a line of its own, so that a run without the correction logs what it always did
+        logger_line(lg, "{\"type\":\"lora_svd\",\"rank\":%d,\"every\":%d,\"oversample\":%d,\"power_steps\":%d}",
+                    tc->lora_svd_rank, tc->lora_svd_every, LORA_OVERSAMPLE, LORA_POWER_STEPS);
     // the bytes each rank sends and receives per step (ring algorithms), as printed at start
     const double grad_bytes = (double)model->num_parameters * sizeof(float);
     const double gather_bytes = (double)model->params_padded * sizeof(floatX);
@@ -2382,6 +2446,12 @@ static StepStats train_step(Run* r, int step, int last) {
     st.gemm_ms = gemm_ms;
     st.comm_ms = dist_take_comm_ms(&r->dist);
     if (diag) linear_diag_end(&model->lin, step + 1, log_emit, &r->logger);
+    if (diag && model->lin.lora_rank) {
+        char captured[512];
+        linear_lora_summary(&model->lin, captured, sizeof(captured));
+        dist_printf(&r->dist, "step %5d | lora-svd captured fraction 1 - |E - E_R|^2 / |E|^2, mean over layers: %s\n",
+                    step + 1, captured);
+    }
     return st;
 }
 

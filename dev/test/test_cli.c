@@ -143,6 +143,8 @@ typedef struct {
     int zero;                // written with ZeRO-1 (an optimizer shard then holds no weights)
     int long_text;           // the recipe text padded to 1500 bytes (the trainer reads up to 1023)
     int opt_state;           // the header's optimizer state kind (0: FP32 moments, as every case but one writes)
+    int lora_rank;           // --lora-svd-rank: the header's H_LORA_RANK, and (unless lora_missing) its factors' bytes
+    int lora_missing;        // the header says lora_rank, but the factors are not there
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -155,6 +157,7 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     h[H_B] = spec->B; h[H_T] = spec->T; h[H_GRAD_ACCUM] = 1; h[H_WORLD] = spec->world; h[H_ZERO] = spec->zero;
     h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
     h[H_OPT_STATE] = spec->opt_state;
+    h[H_LORA_RANK] = spec->lora_rank;
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
     header_set_u64(h, H_OPT_COUNT_LO, opt_count);
@@ -181,6 +184,12 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     ckpt_section(&w, CKPT_OPTIMIZER);
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam m
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam v
+    if (spec->lora_rank && !spec->lora_missing) {   // GPT-2's factors: (3C + C) + 2C + (4C + C) + (C + 4C) = 16C per rank
+        const size_t bytes = (size_t)spec->config.num_layers * 16 * spec->config.channels * spec->lora_rank * 2;
+        uint8_t* f = (uint8_t*)calloc(1, bytes);
+        ckpt_write(&w, f, bytes);
+        free(f);
+    }
     ckpt_section(&w, CKPT_DATA);
     ckpt_write(&w, &ds, sizeof(ds));
     ckpt_section(&w, CKPT_RNG);
@@ -394,6 +403,22 @@ static void test_checkpoints(void) {
            "--optimizer", "muon");
     EXPECT("--init-from FP32 moments into NVFP4 ones", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from", ckpt,
            "--optimizer-state", "nvfp4");
+    EXPECT("resume without LoRA-SVD factors with --lora-svd-rank 16", NULL, "trained with --lora-svd-rank 0; this run "
+           "asks for 16", NULL, RESUME_ARGS, "--resume", ckpt, "--lora-svd-rank", "16");
+    char lora[128];
+    snprintf(lora, sizeof(lora), "%s/lora.bin", tmpdir);
+    CkptSpec lspec = spec;
+    lspec.lora_rank = 16;
+    write_checkpoint(lora, &lspec);
+    EXPECT("resume LoRA-SVD factors of rank 16 without the flag", NULL, "trained with --lora-svd-rank 16; this run asks "
+           "for 0", NULL, RESUME_ARGS, "--resume", lora);
+    EXPECT("--init-from a checkpoint with LoRA-SVD factors", NULL, "no CUDA GPU found", NULL, RESUME_ARGS, "--init-from",
+           lora);
+    lspec.lora_missing = 1;
+    write_checkpoint(lora, &lspec);
+    EXPECT("a header with LoRA-SVD rank 16 but no factors", NULL, "the optimizer state section holds", lora, RESUME_ARGS,
+           "--init-from", lora);
+    remove(lora);
 
     // (c) --model that contradicts the checkpoint: a d6 checkpoint whose header is all that matters here
     char d6[128];
@@ -714,6 +739,15 @@ static void test_option_checks(void) {
         {"an empty --out-dir", NULL, "--out-dir must not be empty", NULL, {BASE_ARGS, "-o", ""}},
         {"--diag-every -1", NULL, "--diag-every must be >= 0 (0: off)", NULL, {BASE_ARGS, "--diag-every", "-1"}},
         {"--diag-every 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--diag-every", "0"}},
+        {"--lora-svd-rank -1", NULL, "--lora-svd-rank must be >= 0 (0: off)", NULL, {BASE_ARGS, "--lora-svd-rank", "-1"}},
+        {"--lora-svd-every 0", NULL, "--lora-svd-every must be >= 1", NULL, {BASE_ARGS, "--lora-svd-every", "0"}},
+        {"--lora-svd-rank 12 (not a multiple of 8)", NULL, "the rank must be a positive multiple of 8", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--lora-svd-rank", "12"}},
+        {"--lora-svd-rank with the bf16 recipe", NULL, "does not quantize the forward weight (fprop.w)", NULL,
+         {BASE_ARGS, "--lora-svd-rank", "16"}},
+        {"--lora-svd-rank with SR on fprop.w", NULL, "fprop.w rounds stochastically", NULL,
+         {BASE_ARGS, "--recipe", "nvfp4", "--fprop-w", "nvfp4-2d,sr", "--lora-svd-rank", "16"}},
+        {"--lora-svd-rank 16 with nvfp4", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "nvfp4", "--lora-svd-rank", "16"}},
         {"--spike-z -1e-30", NULL, "--spike-z must be >= 0 (0: off)", NULL, {BASE_ARGS, "--spike-z", "-1e-30"}},
         {"--spike-z 0", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--spike-z", "0"}},
         {"--peak-tflops 0 (an infinite MFU in the log)", NULL, "--peak-tflops must be positive", NULL,

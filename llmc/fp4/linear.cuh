@@ -9,7 +9,8 @@
 // defines: LinearDesc, LinearExec, GemmProbe, linear_exec_init(), linear_exec_free(), linear_set_recipe(),
 //          linear_set_step(), linear_begin_forward(), linear_forward(), linear_backward(), linear_end_backward(),
 //          linear_key(), linear_plan_at(), linear_diag_begin(), linear_diag_end(), linear_timer_take(),
-//          linear_timer_harvest(), linear_phase_breakdown(), LINEAR_MAX_KINDS, LINEAR_BUCKETS
+//          linear_timer_harvest(), linear_phase_breakdown(), LINEAR_MAX_KINDS, LINEAR_BUCKETS,
+//          linear_lora_enable(), linear_lora_bytes(), linear_lora_summary() (--lora-svd-rank)
 //
 // FP4 on Hopper is exact emulation: a quantized operand is a BF16 copy holding code * block scale
 // (exact in BF16), the GEMM runs in BF16 with FP32 accumulation, and the operands' FP32 tensor scales
@@ -32,6 +33,7 @@
 #include "llmc/fp4/quant.cuh"
 #include "llmc/fp4/matmul_fp4.cuh"
 #include "llmc/fp4/matmul_fp8.cuh"
+#include "llmc/fp4/lora_svd.cuh"
 
 #define LINEAR_MAX_KINDS 8
 
@@ -60,6 +62,7 @@ typedef struct {
 // (X, W, dY) in the forward or the backward, a diagnostic copy, or one GEMM of a linear kind.
 enum {
     LINEAR_BUCKET_DIAG = LINEAR_MAX_KINDS * NUM_SOURCES * 2,
+    LINEAR_BUCKET_LORA,   // --lora-svd-rank: the refreshes and the side GEMMs (counted in quant_ms)
     LINEAR_BUCKET_GEMM,
     LINEAR_BUCKETS = LINEAR_BUCKET_GEMM + LINEAR_MAX_KINDS * NUM_GEMMS
 };
@@ -110,6 +113,17 @@ typedef struct {
     int bucket;                     // the bucket of the quantization calls being made now
     void (*probe)(void* ctx, const GemmProbe* p);   // test hook, NULL in training
     void* probe_ctx;
+    // --lora-svd-rank (linear_lora_enable; llmc/fp4/lora_svd.h): per (layer, kind) the BF16 factors US (OC x R) then
+    // Vt (R x K) of W - Q(W), refreshed every lora_every steps; rank 0: all zero, no launch and no allocation
+    int lora_rank, lora_every;
+    floatX* lora_factors;
+    float* lora_captured;           // device, per (layer, kind): the captured fraction of its last refresh
+    LoraWork lora_work;
+    floatX* lora_tmp;               // the side GEMMs' N x R intermediate
+    floatX* lora_copy;              // the forward's W copy made again (BF16 fake, OC x K)
+    float* lora_scalars;            // its amax and scale_dec, per part
+    int lora_have;                  // factors present (refreshed, or loaded from a checkpoint): the next is warm
+    int lora_done_step;             // the step of the last refresh (-1: none since the start or the resume)
 } LinearExec;
 
 // Sites of per-part state (scalars, amax bits): (layer, kind, part).
@@ -162,6 +176,15 @@ static void linear_exec_free(LinearExec* x) {
     cudaFree(x->diag_stats);
     cudaFree(x->diag_compare);
     event_timer_free(&x->timer);
+    if (x->lora_rank) {
+        cudaFree(x->lora_factors);
+        cudaFree(x->lora_captured);
+        cudaFree(x->lora_tmp);
+        cudaFree(x->lora_copy);
+        cudaFree(x->lora_scalars);
+        lora_work_free(&x->lora_work);
+        lora_gemm_destroy();
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -343,12 +366,16 @@ static void linear_set_step(LinearExec* x, int step, int micro) {
     x->micro = micro;
 }
 
-// Before each forward of N tokens: a fresh set of scalars; for_backward: a backward follows this forward.
+static void linear_lora_maybe_refresh(LinearExec* x);
+
+// Before each forward of N tokens: a fresh set of scalars; for_backward: a backward follows this forward. With
+// --lora-svd-rank, the factors' refresh when one is due.
 static void linear_begin_forward(LinearExec* x, int N, int for_backward) {
     fail_if(N > x->max_tokens, "internal: a forward of %d tokens exceeds the %d allocated", N, x->max_tokens);
     x->tokens = N;
     x->fwd_for_backward = for_backward;
     if (!x->amax_ahead) return;
+    if (x->lora_rank) linear_lora_maybe_refresh(x);
     memset(x->amax_ahead, 0, linear_sites(x) * sizeof(unsigned));
     cuda_check(cudaMemsetAsync(x->scalars, 0, linear_sites(x) * sizeof(LinearScalars), x->stream));
 }
@@ -665,6 +692,178 @@ __global__ void linear_f32_to_bf16_kernel(floatX* out, const float* in, size_t n
 }
 
 // ----------------------------------------------------------------------------------------------
+// LoRA-SVD (--lora-svd-rank R; docs/FULLSTACK_FP4.md section 4, llmc/fp4/lora_svd.h): a linear whose forward reads a
+// quantized W runs W_eff = Q(W) + US Vt in its forward and (where its dgrad reads a quantized W too) its data gradient,
+// US Vt a rank-R approximation of E = W - Q(W), refreshed every lora_every steps from the BF16 weights and the forward's
+// own copy (same spec, key and tensor amax: the amax pass over the same rows). The weight gradient is unchanged.
+
+static size_t linear_lora_layer_elems(const LinearExec* x) {
+    size_t e = 0;
+    for (int k = 0; k < x->nkinds; k++) e += (size_t)(x->kind[k].OC + x->kind[k].K) * x->lora_rank;
+    return e;
+}
+// Layer l's linear `kind`: US (OC x R), then Vt (R x K).
+static floatX* linear_lora_us(const LinearExec* x, int l, int kind) {
+    size_t off = (size_t)l * linear_lora_layer_elems(x);
+    for (int k = 0; k < kind; k++) off += (size_t)(x->kind[k].OC + x->kind[k].K) * x->lora_rank;
+    return x->lora_factors + off;
+}
+static floatX* linear_lora_vt(const LinearExec* x, int l, int kind) {
+    return linear_lora_us(x, l, kind) + (size_t)x->kind[kind].OC * x->lora_rank;
+}
+
+// The bytes of every linear's factors, as the checkpoint stores them (0 at rank 0). The linears a recipe keeps in BF16
+// hold zeros.
+static size_t linear_lora_bytes(const LinearExec* x) {
+    return (size_t)x->num_layers * linear_lora_layer_elems(x) * sizeof(floatX);
+}
+
+// Whether layer l's linear `kind` gets the correction in its forward (the forward quantizes W), and in its data
+// gradient (the dgrad's W is quantized too: a BF16 dgrad.w is W itself, and adding E_R would count E twice).
+static int linear_lora_fprop(const LinearExec* x, int l, int kind) {
+    if (!x->lora_rank) return 0;
+    const LinearPlan* lp = linear_plan_at(x, l, kind);
+    if (!lp->quantized) return 0;
+    for (int p = 0; p < lp->nparts; p++)
+        if (lp->part[p].op[SLOT_FPROP_W].form == FORM_BF16) return 0;
+    return 1;
+}
+static int linear_lora_dgrad(const LinearExec* x, int l, int kind) {
+    if (!linear_lora_fprop(x, l, kind)) return 0;
+    const LinearPlan* lp = linear_plan_at(x, l, kind);
+    for (int p = 0; p < lp->nparts; p++)
+        if (lp->part[p].op[SLOT_DGRAD_W].form == FORM_BF16) return 0;
+    return 1;
+}
+
+// Why the plans' forward weight copies cannot be corrected (NULL: they can).
+static const char* linear_lora_obstacle(const LinearExec* x) {
+    for (size_t i = 0; i < (size_t)x->num_layers * x->nkinds; i++)
+        for (int p = 0; p < x->plans[i].nparts; p++) {
+            const OperandPlan* o = &x->plans[i].part[p].op[SLOT_FPROP_W];
+            if (o->form == FORM_BF16) continue;
+            const char* why = lora_spec_problem(&o->spec);
+            if (why) return why;
+        }
+    return NULL;
+}
+
+// Turns the correction on at rank R, refreshed every `every` steps (after linear_set_recipe: it reads the plans).
+// Fails with a message for what it cannot run. Returns the device bytes it allocated (factors, the refresh's scratch,
+// the side GEMMs' intermediate). Rank 0 does nothing.
+static size_t linear_lora_enable(LinearExec* x, int R, int every) {
+    if (R == 0) return 0;
+    fail_if(every < 1, "--lora-svd-every must be >= 1 (steps between refreshes)");
+    int max_m = 0, max_n = 0;
+    for (int k = 0; k < x->nkinds; k++) {
+        const char* why = lora_rank_problem(R, x->kind[k].OC, x->kind[k].K);
+        fail_if(why, "--lora-svd-rank %d: %s (linear %s is %d x %d)", R, why, x->kind[k].name, x->kind[k].OC, x->kind[k].K);
+        max_m = x->kind[k].OC > max_m ? x->kind[k].OC : max_m;
+        max_n = x->kind[k].K > max_n ? x->kind[k].K : max_n;
+    }
+    x->lora_rank = R;
+    int any = 0;
+    for (int l = 0; l < x->num_layers; l++)
+        for (int k = 0; k < x->nkinds; k++) any |= linear_lora_fprop(x, l, k);
+    fail_if(!any, "--lora-svd-rank %d: no linear of this recipe quantizes its forward weight (fprop.w), so there is no "
+            "quantization residual to correct; use an FP4 recipe (e.g. --recipe nvfp4) or --lora-svd-rank 0", R);
+    const char* why = linear_lora_obstacle(x);
+    fail_if(why, "--lora-svd-rank %d: %s", R, why);
+    x->lora_every = every;
+    x->lora_have = 0;
+    x->lora_done_step = -1;
+    const size_t factors = linear_lora_bytes(x), per_layer = (size_t)x->num_layers * x->nkinds;
+    cuda_malloc(&x->lora_factors, factors);
+    cuda_check(cudaMemset(x->lora_factors, 0, factors));
+    cuda_malloc(&x->lora_captured, per_layer * sizeof(float));
+    cuda_check(cudaMemset(x->lora_captured, 0, per_layer * sizeof(float)));
+    cuda_malloc(&x->lora_tmp, (size_t)x->max_tokens * R * sizeof(floatX));
+    cuda_malloc(&x->lora_copy, (size_t)max_m * max_n * sizeof(floatX));
+    cuda_malloc(&x->lora_scalars, 4 * sizeof(float));
+    lora_work_alloc(&x->lora_work, max_m, max_n, R);
+    return factors + per_layer * sizeof(float) + (size_t)x->max_tokens * R * sizeof(floatX) +
+           (size_t)max_m * max_n * sizeof(floatX) + 4 * sizeof(float) + lora_work_bytes(max_m, max_n, R);
+}
+
+// Refreshes every corrected linear's factors from its weights now: E = W - Q(W) per part (the forward's copy made
+// again: its spec and key, the amax pass over the same rows), then lora_factorize_gpu, warm from the factors there.
+// Timed in LINEAR_BUCKET_LORA: the W copies (quantize_view's own event pairs) and each linear's residual and
+// factorization (a pair each; pairs do not nest).
+static void linear_lora_refresh(LinearExec* x) {
+    const int R = x->lora_rank;
+    int refreshed = 0;
+    for (int l = 0; l < x->num_layers; l++)
+        for (int k = 0; k < x->nkinds; k++) {
+            if (!linear_lora_fprop(x, l, k)) continue;   // (a BF16 forward, e.g. --eval-precision bf16, has none)
+            refreshed++;
+            const LinearDesc* d = &x->kind[k];
+            const LinearPlan* lp = linear_plan_at(x, l, k);
+            const floatX* weight = d->w + (size_t)l * d->OC * d->K;
+            cuda_check(cudaMemsetAsync(x->lora_scalars, 0, 4 * sizeof(float), x->stream));
+            for (int p = 0; p < lp->nparts; p++) {   // the forward's copy of each part's rows, made again
+                const LinearPart* part = &lp->part[p];
+                const OperandPlan* o = &part->op[SLOT_FPROP_W];
+                const TensorView v = linear_source(part, SRC_W, NULL, weight, NULL, 0, d->K, d->OC);
+                float* amax = x->lora_scalars + 2 * p;
+                const QuantTarget t = quant_target_fake(&o->q, o->axis, linear_key(x, l, k, SLOT_FPROP_W),
+                                                        x->lora_copy + (size_t)part->o0 * d->K, d->K, amax, amax + 1);
+                x->bucket = LINEAR_BUCKET_LORA;
+                quantize_view(x, &v, &t, 1, NULL, /*have_amax=*/0);
+            }
+            const int timed = event_timer_begin(&x->timer);
+            for (int p = 0; p < lp->nparts; p++) {   // E = W - Q(W), each part with its own tensor scale
+                const size_t off = (size_t)lp->part[p].o0 * d->K;
+                lora_residual_gpu(x->lora_work.E + off, weight + off, x->lora_copy + off, d->K, x->lora_scalars + 2 * p + 1,
+                                  lp->part[p].n, d->K, x->stream);
+            }
+            floatX* vt = linear_lora_vt(x, l, k);
+            lora_factorize_gpu(&x->lora_work, x->lora_work.E, d->OC, d->K, R, lora_key(x->seed, x->step, l, k),
+                               x->lora_have ? vt : NULL, linear_lora_us(x, l, k), vt,
+                               x->lora_captured + (size_t)l * x->nkinds + k, x->stream);
+            event_timer_end(&x->timer, timed, LINEAR_BUCKET_LORA);
+        }
+    if (refreshed) {
+        x->lora_have = 1;
+        x->lora_done_step = x->step;
+    }
+}
+
+// Before a forward: refresh at the first training forward of a step that is a multiple of lora_every, and before any
+// forward when there are no factors yet (a fresh run's first validation, --eval-only).
+static void linear_lora_maybe_refresh(LinearExec* x) {
+    if (!x->lora_rank) return;
+    const int due = x->fwd_for_backward && x->step % x->lora_every == 0 && x->step != x->lora_done_step;
+    if (due || !x->lora_have) linear_lora_refresh(x);
+}
+
+// The factors were loaded (a resume): the next refresh is warm from them, at the next step due.
+static void linear_lora_loaded(LinearExec* x) {
+    x->lora_have = 1;
+    x->lora_done_step = -1;
+}
+
+// The mean captured fraction of each linear kind over the corrected layers, "qkv 0.0213 attproj ...", into buf.
+static void linear_lora_summary(const LinearExec* x, char* buf, size_t cap) {
+    buf[0] = '\0';
+    if (!x->lora_rank) return;
+    const size_t n = (size_t)x->num_layers * x->nkinds;
+    float* c = (float*)xmalloc(n * sizeof(float));
+    cuda_check(cudaMemcpy(c, x->lora_captured, n * sizeof(float), cudaMemcpyDeviceToHost));
+    size_t o = 0;
+    for (int k = 0; k < x->nkinds && o < cap; k++) {
+        double s = 0.0;
+        int cnt = 0;
+        for (int l = 0; l < x->num_layers; l++)
+            if (linear_lora_fprop(x, l, k)) {
+                s += c[(size_t)l * x->nkinds + k];
+                cnt++;
+            }
+        if (cnt) o += (size_t)snprintf(buf + o, cap - o, "%s%s %.4f", o ? " " : "", x->kind[k].name, s / cnt);
+    }
+    free(c);
+}
+
+// ----------------------------------------------------------------------------------------------
 // The API the model calls
 
 // out (N x OC) = inp (N x K) @ W^T + b, for layer l's linear `kind` (N: linear_begin_forward's tokens).
@@ -678,6 +877,12 @@ static void linear_forward(LinearExec* x, int l, int kind, floatX* out, const fl
         const GemmOut y = {.ptr = out + r.plan->o0, .ld = d->OC, .f32 = 0, .accumulate = 0,
                            .bias = bias ? bias + r.plan->o0 : NULL};
         gemm_run(x, &r, GEMM_FPROP, &y);
+    }
+    if (linear_lora_fprop(x, l, kind)) {   // + (X V_R)(U_R S_R)^T
+        const int timed = event_timer_begin(&x->timer);
+        lora_side_forward(out, d->OC, inp, linear_lora_us(x, l, kind), linear_lora_vt(x, l, kind), x->lora_tmp, x->tokens,
+                          d->K, d->OC, x->lora_rank, x->stream);
+        event_timer_end(&x->timer, timed, LINEAR_BUCKET_LORA);
     }
     probe_pass_done(x, l, kind, /*backward=*/0);
 }
@@ -699,6 +904,14 @@ static void linear_backward(LinearExec* x, int l, int kind, floatX* dinp, const 
         const GemmOut dw = {.ptr = dweight + (size_t)r.plan->o0 * K, .ld = K, .f32 = 1, .accumulate = 1, .bias = NULL};
         gemm_run(x, &r, GEMM_WGRAD, &dw);
         if (x->diag_active && r.plan->compare_w) diag_compare_weights(x, &r);
+    }
+    if (linear_lora_dgrad(x, l, kind)) {   // + (dY U_R S_R) V_R^T, into the FP32 sum of a split QKV's parts
+        const int timed = event_timer_begin(&x->timer);
+        const GemmOut dx = dsum ? GemmOut{.ptr = dsum, .ld = K, .f32 = 1, .accumulate = 1, .bias = NULL}
+                                : GemmOut{.ptr = dinp, .ld = K, .f32 = 0, .accumulate = 1, .bias = NULL};
+        lora_side_dgrad(dx, dout, d->OC, linear_lora_us(x, l, kind), linear_lora_vt(x, l, kind), x->lora_tmp, N, K, d->OC,
+                        x->lora_rank, x->stream);
+        event_timer_end(&x->timer, timed, LINEAR_BUCKET_LORA);
     }
     if (dsum) {
         const size_t n = (size_t)N * K;
@@ -730,6 +943,11 @@ static void linear_diag_end(LinearExec* x, int step, void (*emit)(void* ctx, con
     cuda_check(cudaMemcpy(cmp, x->diag_compare, n * sizeof(QuantCompare), cudaMemcpyDeviceToHost));
     LinearScalars* sc = (LinearScalars*)xmalloc(linear_sites(x) * sizeof(LinearScalars));
     cuda_check(cudaMemcpy(sc, x->scalars, linear_sites(x) * sizeof(LinearScalars), cudaMemcpyDeviceToHost));
+    float* captured = NULL;   // --lora-svd-rank: each linear's captured fraction at its last refresh
+    if (x->lora_rank) {
+        captured = (float*)xmalloc(n * sizeof(float));
+        cuda_check(cudaMemcpy(captured, x->lora_captured, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
     for (int l = 0; l < L; l++) {
         if (!recipe_layer_is_fp4(&x->recipe, l, L)) continue;
         for (int k = 0; k < x->nkinds; k++) {
@@ -759,6 +977,8 @@ static void linear_diag_end(LinearExec* x, int step, void (*emit)(void* ctx, con
             if (c->n > 0)
                 o += snprintf(line + o, sizeof(line) - o, ",\"w_fwd_bwd\":{\"differ\":%.5f,\"rel\":%.5f}",
                               (double)c->differ / c->n, c->ref2 > 0 ? sqrt(c->diff2 / c->ref2) : 0.0);
+            if (captured && linear_lora_fprop(x, l, k))
+                o += snprintf(line + o, sizeof(line) - o, ",\"lora_captured\":%.5f", captured[(size_t)l * x->nkinds + k]);
             snprintf(line + o, sizeof(line) - o, "}");
             emit(ctx, line);
         }
@@ -766,6 +986,7 @@ static void linear_diag_end(LinearExec* x, int step, void (*emit)(void* ctx, con
     free(st);
     free(cmp);
     free(sc);
+    free(captured);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -798,6 +1019,7 @@ static void linear_bucket_name(const LinearExec* x, int b, char* out, size_t cap
         snprintf(out, cap, "%s.%s.%s", x->kind[b / (2 * NUM_SOURCES)].name, SOURCE_NAMES[(b / 2) % NUM_SOURCES],
                  b % 2 ? "bwd" : "fwd");
     else if (b == LINEAR_BUCKET_DIAG) snprintf(out, cap, "diag");
+    else if (b == LINEAR_BUCKET_LORA) snprintf(out, cap, "lora_svd");
     else snprintf(out, cap, "%s.%s", x->kind[(b - LINEAR_BUCKET_GEMM) / NUM_GEMMS].name,
                   GEMM_NAMES[(b - LINEAR_BUCKET_GEMM) % NUM_GEMMS]);
 }

@@ -24,8 +24,9 @@ enum {
     H_OPT_STATE,     // the optimizer section's moments: 0 FP32 m and v (every file before it), 1 NVFP4 (--optimizer-state)
     H_OPTIMIZER,     // --optimizer: 0 AdamW (every file before it), 1 Muon (llmc/model/muon_plan.h's OPTIMIZER_*): without
                      // ZeRO-1 its matrices' momentum in m's place, their v unused
-    H_MUON_OWNED_LO, H_MUON_OWNED_HI   // ZeRO-1 with Muon: the elements of the Muon matrices this file's rank owns,
+    H_MUON_OWNED_LO, H_MUON_OWNED_HI,  // ZeRO-1 with Muon: the elements of the Muon matrices this file's rank owns,
                                        // whose FP32 momentum (then masters, with H_HAS_MASTER) end the optimizer section
+    H_LORA_RANK      // --lora-svd-rank: the optimizer section ends with the LoRA-SVD factors of this rank (0: none)
 };
 
 static inline void config_to_header(const GPTConfig* c, int32_t* h) {
