@@ -1077,6 +1077,16 @@ static void test_file_checks(void) {
     write_checkpoint(ck, &kind);
     kind.opt_state = -1;
     write_checkpoint(ck2, &kind);
+    // the header's LoRA-SVD rank on both sides of its range [0, 64]: 65 and -1 refused, 64 (with its factors) taken
+    char lr[3][128];
+    const int lora_ranks[3] = {65, -1, 64};
+    for (int i = 0; i < 3; i++) {
+        snprintf(lr[i], sizeof(lr[i]), "%s/lora%d.bin", tmpdir, i);
+        CkptSpec ls = {tiny_config(), 4, 4, 16, 1, 1337, "bf16", 0};
+        ls.lora_rank = lora_ranks[i];
+        ls.lora_missing = lora_ranks[i] != 64;
+        write_checkpoint(lr[i], &ls);
+    }
     const CliCase cases[] = {
         {"a tokenizer of another magic", NULL, "has bad magic 20240329 (want 20240328)", t[0],
          {BASE_ARGS, "--tokenizer", t[0]}},
@@ -1092,11 +1102,18 @@ static void test_file_checks(void) {
          {BASE_ARGS, "--tokenizer", t[6]}},
         {"optimizer state kind 2", NULL, "optimizer state kind 2 unknown", ck, {RESUME_ARGS, "--init-from", ck}},
         {"optimizer state kind -1", NULL, "optimizer state kind -1 unknown", ck2, {RESUME_ARGS, "--init-from", ck2}},
+        {"a header with LoRA-SVD rank 65", NULL, "LoRA-SVD rank 65 (written by an incompatible build?)", lr[0],
+         {RESUME_ARGS, "--init-from", lr[0]}},
+        {"a header with LoRA-SVD rank -1", NULL, "LoRA-SVD rank -1 (written by an incompatible build?)", lr[1],
+         {RESUME_ARGS, "--init-from", lr[1]}},
+        {"a header with LoRA-SVD rank 64 and its factors (the largest taken)", NULL, GPU_CHECK, NULL,
+         {RESUME_ARGS, "--init-from", lr[2]}},
     };
     run_cases(cases, sizeof(cases) / sizeof(cases[0]));
     for (int i = 0; i < 7; i++) remove(t[i]);
     remove(ck);
     remove(ck2);
+    for (int i = 0; i < 3; i++) remove(lr[i]);
 }
 
 // Sets header fields of a checkpoint file (fields[i] = values[i]) and its header checksum again: a file whose header
