@@ -145,6 +145,9 @@ typedef struct {
     int opt_state;           // the header's optimizer state kind (0: FP32 moments, as every case but one writes)
     int lora_rank;           // --lora-svd-rank: the header's H_LORA_RANK, and (unless lora_missing) its factors' bytes
     int lora_missing;        // the header says lora_rank, but the factors are not there
+    size_t muon_owned;       // ZeRO-1 with Muon: the header's H_OPTIMIZER 1 and H_MUON_OWNED, and (unless muon_missing)
+                             // that many FP32 momenta after Adam v, before the LoRA-SVD factors (the trainer's order)
+    int muon_missing;        // the header says muon_owned, but the momenta are not there
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -158,6 +161,8 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
     h[H_OPT_STATE] = spec->opt_state;
     h[H_LORA_RANK] = spec->lora_rank;
+    if (spec->muon_owned) h[H_OPTIMIZER] = 1;   // (OPTIMIZER_MUON)
+    header_set_u64(h, H_MUON_OWNED_LO, spec->muon_owned);
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
     header_set_u64(h, H_OPT_COUNT_LO, opt_count);
@@ -184,6 +189,11 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     ckpt_section(&w, CKPT_OPTIMIZER);
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam m
     ckpt_write(&w, zeros, 4 * opt_count);   // Adam v
+    if (spec->muon_owned && !spec->muon_missing) {   // Muon's owned momenta (no masters: H_HAS_MASTER is 0)
+        uint8_t* mm = (uint8_t*)calloc(1, 4 * spec->muon_owned);
+        ckpt_write(&w, mm, 4 * spec->muon_owned);
+        free(mm);
+    }
     if (spec->lora_rank && !spec->lora_missing) {   // GPT-2's factors: (3C + C) + 2C + (4C + C) + (C + 4C) = 16C per rank
         const size_t bytes = (size_t)spec->config.num_layers * 16 * spec->config.channels * spec->lora_rank * 2;
         uint8_t* f = (uint8_t*)calloc(1, bytes);
@@ -418,6 +428,16 @@ static void test_checkpoints(void) {
     write_checkpoint(lora, &lspec);
     EXPECT("a header with LoRA-SVD rank 16 but no factors", NULL, "the optimizer state section holds", lora, RESUME_ARGS,
            "--init-from", lora);
+    // the merged layout: Muon's owned momenta (ZeRO-1), then the LoRA-SVD factors, both counted by the size check
+    lspec.lora_missing = 0;
+    lspec.muon_owned = 1000;
+    write_checkpoint(lora, &lspec);
+    EXPECT("--init-from a checkpoint with Muon's owned state and LoRA-SVD factors", NULL, "no CUDA GPU found", NULL,
+           RESUME_ARGS, "--init-from", lora);
+    lspec.muon_missing = 1;
+    write_checkpoint(lora, &lspec);
+    EXPECT("a header with Muon's owned state but no momenta (LoRA-SVD factors present)", NULL,
+           "the optimizer state section holds", lora, RESUME_ARGS, "--init-from", lora);
     remove(lora);
 
     // (c) --model that contradicts the checkpoint: a d6 checkpoint whose header is all that matters here
