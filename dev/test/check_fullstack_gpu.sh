@@ -3,7 +3,8 @@
 # once (they share the GPU; each is a correctness check, none a timing): the GPU tests against their CPU twins
 # (test_muon_gpu, test_attention_fp4, test_attention, test_optim_state_gpu, test_lora_svd_gpu), test_gpt_fp4 with
 # every dump (the attention-FP4 ones included), 50 d6 steps with --optimizer muon, bit-exact resume with Muon (alone
-# and with --zero on --master-weights fp32) and with --optimizer-state nvfp4 --zero on, 100 d6 steps with
+# and with --zero on --master-weights fp32), with --optimizer-state nvfp4 --zero on, and with Muon and LoRA-SVD
+# together (the merged checkpoint layout), 100 d6 steps with
 # --attention-fp4 nvfp4-2d beside the same run without it, and dev/test/check_lora_svd.sh (rank 16 finite, rank 0 =
 # no flag bit for bit, resume bit for bit).
 # usage: OUT=dir bash dev/test/check_fullstack_gpu.sh
@@ -46,6 +47,8 @@ st muon_resume_zero 120 env CHECK_DIR=/tmp/cr_muonz STEPS=12 bash scripts/check_
     --master-weights fp32 & pids+=($!)
 st opt4_resume_zero 120 env CHECK_DIR=/tmp/cr_opt4 STEPS=12 bash scripts/check_resume.sh --optimizer-state nvfp4 \
     --master-weights fp32 --zero on & pids+=($!)
+st muon_lora_resume 120 env CHECK_DIR=/tmp/cr_ml STEPS=12 bash scripts/check_resume.sh --recipe nvfp4 --optimizer muon \
+    --lora-svd-rank 16 & pids+=($!)
 attn=(--batch-size 16 --seq-len 256 --steps 100 --val-every 50 --val-batches 4 --recipe nvfp4)
 st attn4_run 120 ./train_gpt_fp4 "${d6[@]}" "${attn[@]}" --attention-fp4 nvfp4-2d -o /tmp/attn4 & pids+=($!)
 st attn4_base 120 ./train_gpt_fp4 "${d6[@]}" "${attn[@]}" -o /tmp/attn4b & pids+=($!)
