@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check_fullstack_gpu.sh: one device call that checks the Full-Stack FP4 options of issue #50 on a GPU, every part at
 # once (they share the GPU; each is a correctness check, none a timing): the GPU tests against their CPU twins
-# (test_muon_gpu, test_attention_fp4, test_attention, test_optim_state_gpu, test_lora_svd_gpu), test_gpt_fp4 with
+# (test_muon_gpu, test_attention_fp4, test_attention, test_optim_state_gpu, test_lora_svd_gpu, and #51's MoE routing
+# kernels in test_moe_gpu), test_gpt_fp4 with
 # every dump (the attention-FP4 ones included), 50 d6 steps with --optimizer muon, bit-exact resume with Muon (alone
 # and with --zero on --master-weights fp32), with --optimizer-state nvfp4 --zero on, and with Muon and LoRA-SVD
 # together (the merged checkpoint layout), 100 d6 steps with
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/../.."
 T0=$SECONDS
 OUTD=${OUT:-/tmp/check_fullstack}; L=/tmp/vlogs; rm -rf "$L"; mkdir -p "$L" "$OUTD" build
 BIN_DIR=${BIN_DIR:-.carry/vbin}
-gpu_tests=(test_muon_gpu test_attention_fp4 test_attention test_optim_state_gpu test_lora_svd_gpu)
+gpu_tests=(test_muon_gpu test_attention_fp4 test_attention test_optim_state_gpu test_lora_svd_gpu test_moe_gpu)
 if [ -d "$BIN_DIR" ]; then
     cp "$BIN_DIR"/train_gpt_fp4 "$BIN_DIR"/test_gpt_fp4 .
     for t in "${gpu_tests[@]}"; do cp "$BIN_DIR/$t" build/; done
