@@ -35,8 +35,9 @@ static int hook_ds(const void* ctx, const floatX* ds, floatX* rows, floatX* cols
     return attn_fp4_quantize_ds_gpu((const AttnFp4*)ctx, ds, rows, cols, amax, dec, fp4_shape(sh), key, s);
 }
 static AttnQuantizer quantizer_of(const AttnFp4* a) {
-    AttnQuantizer q;
+    AttnQuantizer q = {};   // every field: dropin (not set below) must be 0, not stack garbage
     q.ctx = a;
+    q.dropin = a->dropin;
     q.qkv = a->qkv.grid != QGRID_BF16 ? hook_qkv : NULL;
     q.ds = a->ds.grid != QGRID_BF16 ? hook_ds : NULL;
     return q;
