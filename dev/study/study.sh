@@ -6,7 +6,11 @@
 # device tool (10 minutes at most) does what fits and the next one goes on.
 #
 # usage: bash dev/study/study.sh            (settings from the environment, defaults in brackets)
-#   RECIPES   recipes, trainer presets ["bf16 nvfp4 nvfp4-naive"]
+#   RECIPES   recipes, trainer presets ["bf16 nvfp4 nvfp4-naive"], or names of VARIANTS
+#   VARIANTS  named variants of a preset, one a line: NAME RECIPE [TRAINER FLAGS...], e.g.
+#             "nvfp4+lora16 nvfp4 --lora-svd-rank 16"; a RECIPES word that a line names runs --recipe RECIPE
+#             with those flags (after the plan's, before EXTRA_ARGS), in STUDY_DIR/NAME/seedN; any other word
+#             is a preset, as before [empty]. NAME: letters, digits and . _ + - (a folder name)
 #   SEEDS     seeds ["1 2 3"]; the grid runs seed-major (every recipe with seed 1, then seed 2, ...), so
 #             a grid cut short still compares every recipe on the same seeds
 #   MODEL [d6]  B [64]  T [1024]  (one optimizer step = B*T tokens, no accumulation: 65,536)
@@ -32,7 +36,7 @@
 #             update) and quartet2's per-step MS-EDEN signs; nvfp4's signs are TE's fixed pattern, part
 #             of the recipe, not randomness
 #   KEEP_CKPT [0]: 1 keeps a finished run's last checkpoint (0: a finished run's checkpoints are removed)
-#   EXTRA_ARGS: more trainer flags for every run; TRAINER [./train_gpt_fp4, built if missing with
+#   EXTRA_ARGS: more trainer flags for every run (also the variants'); TRAINER [./train_gpt_fp4, built if missing with
 #             make train_gpt_fp4 GPU_ARCHS=$GPU_ARCHS [90]]
 #   OUT: if set (the device tool sets it), every run's log.jsonl (RECIPE/seedN/log.jsonl), plan.txt, plans.txt are
 #             packed into OUT/study_logs.tgz, and the table of scripts/study_table.py written to
@@ -68,6 +72,7 @@ VARY_SIGNS=${VARY_SIGNS:-1}
 KEEP_CKPT=${KEEP_CKPT:-0}
 RETRY_FAILED=${RETRY_FAILED:-0}
 EXTRA_ARGS=${EXTRA_ARGS:-}
+VARIANTS=${VARIANTS:-}
 TRAINER=${TRAINER:-./train_gpt_fp4}
 TRAIN_GLOB="$DATA/enwiki_train_*.bin"
 VAL_GLOB="$DATA/enwiki_val_*.bin"
@@ -76,6 +81,19 @@ PY=${PYTHON:-python3}
 say() { echo "study: $*"; }
 die() { echo "study: error: $*" >&2; exit 1; }
 left() { echo $((DEADLINE - (SECONDS - T_START))); }
+
+# ---- the variants: NAME -> its preset and its flags (a RECIPES word no line names is a preset itself)
+declare -A variant_recipe=() variant_flags=()
+while read -r vname vrecipe vflags; do
+    [ -n "$vname" ] || continue
+    [[ $vname =~ ^[A-Za-z0-9._+-]+$ ]] || die "VARIANTS: '$vname' is not a folder name (letters, digits, . _ + -)"
+    [ -n "$vrecipe" ] || die "VARIANTS: '$vname' names no recipe (a line is NAME RECIPE [FLAGS...])"
+    [ -z "${variant_recipe[$vname]:-}" ] || die "VARIANTS: '$vname' is defined twice"
+    variant_recipe[$vname]=$vrecipe
+    variant_flags[$vname]=$vflags
+done <<<"$VARIANTS"
+recipe_of() { echo "${variant_recipe[$1]:-$1}"; }   # the trainer's --recipe for a RECIPES word
+flags_of() { echo "${variant_flags[$1]:-}"; }       # and its own flags
 
 # ---- the data, and the plan derived from it
 for p in $PARTS; do
@@ -122,6 +140,10 @@ recipes $RECIPES
 seeds $SEEDS
 vary_signs $VARY_SIGNS extra_args $EXTRA_ARGS
 EOF
+# (only a grid with variants says so: the plan of a grid without them, and so plans.txt, reads as it always did)
+for r in $RECIPES; do
+    [ -n "${variant_recipe[$r]:-}" ] && echo "variant $r: --recipe ${variant_recipe[$r]} ${variant_flags[$r]}" >> "$STUDY_DIR/plan.txt"
+done
 # plans.txt: every different plan this folder's grid ran under, in order (a grid that spans calls with other
 # RECIPES or SEEDS keeps one plan.txt, the newest; plans.txt says what ran before it)
 plan_id="== plan $(md5sum < "$STUDY_DIR/plan.txt" | cut -c1-12)"
@@ -224,6 +246,7 @@ for seed in $SEEDS; do
     [ -z "$stopped" ] || break
     for r in $RECIPES; do
         d=$STUDY_DIR/$r/seed$seed
+        rec=$(recipe_of "$r")
         read -r st arg <<<"$(state "$d")"
         case $st in
         done)   continue ;;
@@ -244,8 +267,8 @@ for seed in $SEEDS; do
         args=(--model "$MODEL" -b "$B" -t "$T" --total-batch "$STEP_TOKENS" --steps "$STEPS" --lr "$LR"
               --warmup "$WARMUP" --schedule cosine --final-lr-frac "$FINAL_LR_FRAC" --val-every "$VAL_EVERY"
               --val-batches "$VB" --sample-every 0 --diag-every "$DIAG_EVERY" --ckpt-every "$CKPT_EVERY"
-              --seed "$seed" --recipe "$r" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$d"
-              $(sign_args "$r" "$seed") $EXTRA_ARGS "${resume[@]}")
+              --seed "$seed" --recipe "$rec" -i "$TRAIN_GLOB" -j "$VAL_GLOB" -o "$d"
+              $(sign_args "$rec" "$seed") $(flags_of "$r") $EXTRA_ARGS "${resume[@]}")
         t0=$SECONDS
         echo "=== $(date -u +%FT%TZ) $TRAINER ${args[*]}" >> "$d/train.txt"
         lim=$(( $(left) - STOP_MARGIN )); [ $lim -ge 1 ] || lim=1

@@ -6,7 +6,8 @@
 #   dev/study/study.sh      a grid cut by its deadline leaves a checkpoint and resumes from it (every step
 #                           logged once), finished runs are skipped, a failing run is marked and skipped,
 #                           ufp4's Hadamard signs follow the seed, earlier sessions' logs (PREV) count,
-#                           a missing data part is refused
+#                           a missing data part is refused, variants (VARIANTS: a preset with flags, in a
+#                           folder of its own name) run with their flags, next to plain presets
 #   dev/study/enwiki_part.sh  (a stand-in tokenizer) parts in any order, shard names, validation only
 #                           from part a, idempotence, redo after a lost shard or other settings, foreign
 #                           shards refused (FORCE=1 removes them)
@@ -17,7 +18,8 @@ cd "$(dirname "$0")/../.."
 # the scripts' knobs come from the environment: the checks below expect their defaults unless they set them
 unset B CKPT_EVERY DATA DEADLINE DIAG_EVERY ENWIKI_OUT EXTRA_ARGS FINAL_LR_FRAC FORCE GPU_ARCHS JOBS KEEP_CKPT LR \
       MIN_LEFT MODEL OUT PARTS PREPRO PREV PROBE_DIR PYTHON RECIPES RETRY_FAILED SEEDS SHARD_SIZE STEPS STOP_AT \
-      STOP_MARGIN STUDY_DIR T TOKENS TRAINER VAL VAL_BATCHES VAL_EVALS VAL_EVERY VAL_TOKENS VARY_SIGNS WARMUP WARMUP_FRAC
+      STOP_MARGIN STUDY_DIR T TOKENS TRAINER VAL VAL_BATCHES VAL_EVALS VAL_EVERY VAL_TOKENS VARIANTS VARY_SIGNS WARMUP \
+      WARMUP_FRAC
 passed=0; failed=0; skipped=0
 ok()   { passed=$((passed + 1)); echo "ok   $*"; }
 bad()  { failed=$((failed + 1)); echo "FAIL study: $*"; }
@@ -162,6 +164,35 @@ check "study.sh: ufp4's Hadamard signs drawn from the seed (VARY_SIGNS=1)" \
     grep -q -- "--seed 7 --recipe ufp4 .*--fprop-x int4,h16,seed=7 .*--wgrad-x int4,h16,seed=7" "$tmp/args.txt"
 out=$(STUDY_DIR=$tmp/study4 PARTS="a" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
 check "study.sh: a missing data part is refused (exit 1, names it)" test $rc = 1 -a -n "$(grep "parts/a.done is missing" <<<"$out")"
+# ---- variants (VARIANTS): a preset with flags of its own, in a folder of its own name, next to plain presets
+V=$tmp/study8
+lora=$'nvfp4+lora16 nvfp4 --lora-svd-rank 16\nufp4+opt4   ufp4  --optimizer-state nvfp4'
+n8=$(wc -l < "$tmp/args.txt")
+out=$(STUDY_DIR=$V VARIANTS=$lora RECIPES="nvfp4 nvfp4+lora16 ufp4+opt4" SEEDS="3" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+echo "$out" | sed 's/^/    /'
+check "study.sh: a grid of a preset and two variants completes (exit 0, 3 runs, 3 logs in their own folders)" \
+    test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = $((n8 + 3)) -a -s "$V/nvfp4+lora16/seed3/log.jsonl" \
+    -a -s "$V/ufp4+opt4/seed3/log.jsonl" -a -s "$V/nvfp4/seed3/log.jsonl"
+check "study.sh: a variant runs its preset with its flags (--recipe nvfp4 ... --lora-svd-rank 16)" \
+    grep -q -- "--seed 3 --recipe nvfp4 .* -o $V/nvfp4+lora16/seed3 --lora-svd-rank 16$" "$tmp/args.txt"
+check "study.sh: a variant of ufp4 keeps the seed's Hadamard signs, then its flags" \
+    grep -q -- "--seed 3 --recipe ufp4 .* -o $V/ufp4+opt4/seed3 .*--wgrad-x int4,h16,seed=3 --optimizer-state nvfp4$" "$tmp/args.txt"
+check "study.sh: the plain preset in the same grid runs without the variants' flags" \
+    grep -q -- "--seed 3 --recipe nvfp4 .* -o $V/nvfp4/seed3$" "$tmp/args.txt"
+check "study.sh: plan.txt names each variant's recipe and flags" \
+    grep -q "^variant nvfp4+lora16: --recipe nvfp4 --lora-svd-rank 16$" "$V/plan.txt"
+check "study.sh: the plan of a grid without variants has no variant line (its plan id is as before)" \
+    test -z "$(grep '^variant' "$tmp/study7/plan.txt")"
+out=$(STUDY_DIR=$tmp/study9 PREV=$V VARIANTS=$lora RECIPES="nvfp4 nvfp4+lora16" SEEDS="3" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: a variant's finished run in PREV is taken by its name, not rerun" \
+    test $rc = 0 -a "$(wc -l < "$tmp/args.txt")" = $((n8 + 3)) -a "$(grep -c 'finished in an earlier session' <<<"$out")" = 2
+out=$(STUDY_DIR=$tmp/study10 VARIANTS="a/b nvfp4" RECIPES="a/b" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: a variant name that is not a folder name is refused (exit 1)" \
+    test $rc = 1 -a -n "$(grep "VARIANTS: 'a/b' is not a folder name" <<<"$out")"
+out=$(STUDY_DIR=$tmp/study10 VARIANTS="lonely" RECIPES="lonely" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: a variant without a recipe is refused (exit 1)" test $rc = 1 -a -n "$(grep "'lonely' names no recipe" <<<"$out")"
+out=$(STUDY_DIR=$tmp/study10 VARIANTS=$'x nvfp4\nx bf16' RECIPES="x" SEEDS="1" DEADLINE=60 bash dev/study/study.sh 2>&1); rc=$?
+check "study.sh: a variant defined twice is refused (exit 1)" test $rc = 1 -a -n "$(grep "'x' is defined twice" <<<"$out")"
 unset TRAINER B T PARTS PREV MIN_LEFT STOP_MARGIN CKPT_EVERY DATA FAKE_ARGS
 
 # ---- early_probe.sh: runs stopped at the validation of step STOP_AT; the table at that step
