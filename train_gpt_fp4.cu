@@ -1649,6 +1649,8 @@ typedef struct {
     const char* lambada;
     const char* eval_precision;
     const char* eval_dump;
+    // which of the options a --recipe stack (RECIPE_STACKS, llmc/fp4/recipe.h) sets the command line gave itself
+    int attention_fp4_given, optimizer_state_given, lora_svd_rank_given;
 } TrainConfig;
 
 static TrainConfig default_config(void) {
@@ -1738,7 +1740,7 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"weight-decay", 'c', OPT_FLOAT, &tc->weight_decay, NULL, "AdamW weight decay (matrices only)"},
         {"grad-clip", 0, OPT_FLOAT, &tc->grad_clip, NULL, "clip the global gradient norm to this (0: off)"},
         {"master-weights", 0, OPT_CHOICE, &tc->master_weights, "bf16|fp32", "bf16: BF16 weights updated with stochastic rounding; fp32: FP32 master copy"},
-        {"optimizer-state", 0, OPT_CHOICE, &tc->optimizer_state, "fp32|nvfp4", "AdamW's m and v in FP32, or nvfp4: m and sqrt(v) in NVFP4 blocks with stochastic rounding, 1.125 bytes per parameter instead of 8 (docs/FULLSTACK_FP4.md section 2)"},
+        {"optimizer-state", 0, OPT_CHOICE, &tc->optimizer_state, "fp32|nvfp4", "AdamW's m and v in FP32, or nvfp4: m and sqrt(v) in NVFP4 blocks with stochastic rounding, 1.125 bytes per parameter instead of 8 (docs/FULLSTACK_FP4.md section 2; --recipe fullstack: nvfp4 unless given)"},
         {"optimizer", 0, OPT_CHOICE, &tc->optimizer, "adamw|muon", "muon: Muon (momentum, 5 Newton-Schulz steps in BF16) on the blocks' linear weights, AdamW on embeddings, head, norms and biases; one lr and weight decay for both (docs/FULLSTACK_FP4.md section 3)"},
         {"muon-scale", 0, OPT_CHOICE, &tc->muon_scale, "moonlight|keller", "Muon's update scale: moonlight 0.2 sqrt(max(rows, cols)), which matches AdamW's update RMS so the lr carries over; keller sqrt(max(1, rows/cols)), which wants a larger lr (about 0.02)"},
         {"muon-momentum", 0, OPT_FLOAT, &tc->muon_momentum, NULL, "Muon's momentum beta"},
@@ -1757,8 +1759,10 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"peak-tflops", 0, OPT_FLOAT, &tc->peak_tflops, NULL, "the GPU's dense BF16 peak, for MFU (H100/H200 SXM: 989)"},
         {"zero", 0, OPT_CHOICE, &tc->zero, "auto|on|off", "ZeRO-1: shard the optimizer state, reduce each gradient to its shard's owner, all-gather the weights; auto: on with several processes; on: also with one (tests the path on one GPU)"},
         {"nccl-id-file", 0, OPT_STRING, &tc->nccl_id_file, NULL, "launch without MPI: a path on a shared filesystem where rank 0 leaves NCCL's id (or set NCCL_COMM_ID)"},
-        {"recipe", 'r', OPT_CHOICE, &tc->recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4|nvfp4-4o6|quartet2|quartet2-4o6",
-         "precision recipe of the linear layers' GEMMs (see README)"},
+        {"recipe", 'r', OPT_CHOICE, &tc->recipe, "bf16|nvfp4|nvfp4-naive|mxfp4|mxfp4-2d|ufp4|nvfp4-4o6|quartet2|quartet2-4o6|fullstack",
+         "precision recipe of the linear layers' GEMMs (see README); fullstack: nvfp4's, plus --attention-fp4 nvfp4-2d, "
+         "--optimizer-state nvfp4 and --lora-svd-rank 16 wherever those options are not given (docs/FULLSTACK_FP4.md "
+         "section 5)"},
         {"fprop-x", 0, OPT_STRING, &tc->slot_override[SLOT_FPROP_X], NULL, "override slot fprop.x: a spec like bf16, nvfp4, 'nvfp4,sr', 'mxfp4-2d,h32'"},
         {"fprop-w", 0, OPT_STRING, &tc->slot_override[SLOT_FPROP_W], NULL, "override slot fprop.w"},
         {"dgrad-dy", 0, OPT_STRING, &tc->slot_override[SLOT_DGRAD_DY], NULL, "override slot dgrad.dy"},
@@ -1771,13 +1775,13 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"bf16-first-layers", 0, OPT_INT, &tc->bf16_first_layers, NULL, "blocks at the start kept in BF16 (-1: the recipe's rule)"},
         {"bf16-last-layers", 0, OPT_INT, &tc->bf16_last_layers, NULL, "blocks at the end kept in BF16 (-1: the recipe's rule)"},
         {"qk-fp8", 0, OPT_BOOL, &tc->qk_fp8, NULL, "Q and K projections in MXFP8 (E4M3, 1x32, E8M0) where the recipe uses FP4 (on|off)"},
-        {"attention-fp4", 0, OPT_STRING, &tc->attention_fp4, NULL, "off (cuDNN or the own kernels, BF16), or a spec for Q, K and V (nvfp4-2d, nvfp4, mxfp4, 'nvfp4-2d,sr', ...; bf16: the own kernels, nothing quantized): the own attention kernels read one quantized copy in the forward and the backward, P.V and dO.V^T stay BF16 (docs/FULLSTACK_FP4.md section 1)"},
+        {"attention-fp4", 0, OPT_STRING, &tc->attention_fp4, NULL, "off (cuDNN or the own kernels, BF16), or a spec for Q, K and V (nvfp4-2d, nvfp4, mxfp4, 'nvfp4-2d,sr', ...; bf16: the own kernels, nothing quantized): the own attention kernels read one quantized copy in the forward and the backward, P.V and dO.V^T stay BF16 (docs/FULLSTACK_FP4.md section 1; --recipe fullstack: nvfp4-2d unless given)"},
         {"attention-fp4-ds", 0, OPT_STRING, &tc->attention_fp4_ds, NULL, "the backward's dS spec (default: the --attention-fp4 spec with sr; bf16: dS unquantized, the fused backward)"},
         {"attention-fp4-backward", 0, OPT_CHOICE, &tc->attention_fp4_backward, "reuse|bf16", "reuse: the backward reads the forward's quantized Q, K, V; bf16: Attn-QAT's \"drop-in\" control (BF16 Q, K, V and dS in the backward; an ablation that trains unstably)"},
         {"bf16-forward-from", 0, OPT_STRING, &tc->bf16_forward_from, NULL, "FRACTION in (0, 1]: the last FRACTION of the steps run the forward GEMMs (fprop of every quantized linear) in BF16; dgrad and wgrad keep the recipe (e.g. 0.1; see README)"},
         {"fp4-gemm", 0, OPT_CHOICE, &tc->fp4_gemm_mode, "auto|native|fp8|emulated", "FP4 GEMMs: native cuBLASLt NVFP4 (compute capability 10.x), FP8 tensor cores for E8M0-scaled (MXFP4) operands (9.0+), exact BF16 emulation, or auto (native, else fp8 where operands fold)"},
         {"amax", 0, OPT_CHOICE, &tc->amax, "now|delayed", "FP32 tensor scales of the X and dY copies: from this micro-step's amax (an amax pass reads the tensor first), or delayed: from the previous micro-step's, where the whole-block kernels make the copy (a numerics change; README, \"The delayed amax\")"},
-        {"lora-svd-rank", 0, OPT_INT, &tc->lora_svd_rank, NULL, "LoRA-SVD: each quantized linear's forward and data gradient also add a rank-R approximation of its weight's quantization residual W - Q(W), through two thin BF16 GEMMs; R a multiple of 8, at most 56; 0: off (docs/FULLSTACK_FP4.md section 4)"},
+        {"lora-svd-rank", 0, OPT_INT, &tc->lora_svd_rank, NULL, "LoRA-SVD: each quantized linear's forward and data gradient also add a rank-R approximation of its weight's quantization residual W - Q(W), through two thin BF16 GEMMs; R a multiple of 8, at most 56; 0: off (docs/FULLSTACK_FP4.md section 4; --recipe fullstack: 16 unless given)"},
         {"lora-svd-every", 0, OPT_INT, &tc->lora_svd_every, NULL, "LoRA-SVD: refresh the factors from the current weights every K steps (randomized subspace iteration, warm-started from the previous factors)"},
         {"diag-every", 0, OPT_INT, &tc->diag_every, NULL, "FP4 diagnostics (per layer and slot: error, flushed, clipped, weight copy disagreement) in the log every N steps (0: off)"},
         {"allow-recipe-change", 0, OPT_BOOL, &tc->allow_recipe_change, NULL, "let --resume continue a checkpoint under a different recipe (on|off)"},
@@ -1791,7 +1795,22 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"eval-dump", 0, OPT_STRING, &tc->eval_dump, NULL, "a directory for each evaluation's per-row scores and first batch's logits (dev/eval/check_eval.py reads them)"},
     };
     const int num_options = (int)(sizeof(options) / sizeof(options[0]));
-    return parse_options(options, num_options, argc, argv);
+    unsigned char given[sizeof(options) / sizeof(options[0])];
+    if (parse_options_given(options, num_options, argc, argv, given)) return 1;
+    tc->attention_fp4_given = option_given(options, num_options, given, "attention-fp4");
+    tc->optimizer_state_given = option_given(options, num_options, given, "optimizer-state");
+    tc->lora_svd_rank_given = option_given(options, num_options, given, "lora-svd-rank");
+    return 0;
+}
+
+// A --recipe that sets more than the linears (fullstack; RECIPE_STACKS in llmc/fp4/recipe.h): its values of the options
+// the command line left out. An option given keeps its value (--recipe fullstack --attention-fp4 off: no FP4 attention).
+static void apply_recipe_stack(TrainConfig* tc) {
+    const RecipeStack* st = recipe_find_stack(tc->recipe);
+    if (!st) return;
+    if (!tc->attention_fp4_given) tc->attention_fp4 = st->attention_fp4;
+    if (!tc->optimizer_state_given) tc->optimizer_state = st->optimizer_state;
+    if (!tc->lora_svd_rank_given) tc->lora_svd_rank = st->lora_svd_rank;
 }
 
 // The options' own ranges, and the pairs that exclude each other.
@@ -1831,9 +1850,12 @@ static void check_options(const TrainConfig* tc) {
     fail_if(strcmp(tc->ns_fp4, "off") != 0, "--ns-fp4 %s: FP4 Newton-Schulz is not built on the GPU: its CPU twin "
             "(llmc/fp4/ns_fp4.h) diverges within five steps once all three GEMMs are quantized (docs/FULLSTACK_FP4.md "
             "section 3); leave --ns-fp4 off (Muon's Newton-Schulz runs in BF16)", tc->ns_fp4);
+    char from[64] = "";   // the value a --recipe stack set (apply_recipe_stack), said so
+    if (recipe_find_stack(tc->recipe) && !tc->optimizer_state_given)
+        snprintf(from, sizeof(from), " (--recipe %s's)", tc->recipe);
     fail_if(!strcmp(tc->optimizer, "muon") && !strcmp(tc->optimizer_state, "nvfp4"), "--optimizer muon with "
-            "--optimizer-state nvfp4 is not built yet (Muon keeps its momentum in FP32); use --optimizer-state fp32, or "
-            "--optimizer adamw");
+            "--optimizer-state nvfp4%s is not built yet (Muon keeps its momentum in FP32); use --optimizer-state fp32, or "
+            "--optimizer adamw", from);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -2202,6 +2224,11 @@ static void setup_gpu(Run* r) {
                     model->zero ? "on: optimizer state sharded" : "off");
     linear_set_recipe(&model->lin, &r->recipe, (uint64_t)tc->seed, tc->fp4_gemm_mode);
     dist_printf(dist, "recipe %s\n", r->recipe_text);
+    if (recipe_find_stack(tc->recipe))
+        dist_printf(dist, "recipe %s's options: --attention-fp4 %s (%s), --optimizer-state %s (%s), --lora-svd-rank %d "
+                    "(%s)\n", tc->recipe, tc->attention_fp4, tc->attention_fp4_given ? "given" : "the preset's",
+                    tc->optimizer_state, tc->optimizer_state_given ? "given" : "the preset's", tc->lora_svd_rank,
+                    tc->lora_svd_rank_given ? "given" : "the preset's");
     const size_t lora_bytes = linear_lora_enable(&model->lin, tc->lora_svd_rank, tc->lora_svd_every);
     if (lora_bytes) {
         double flops = 0.0, linear_flops = 0.0;
@@ -2548,6 +2575,7 @@ int main(int argc, char** argv) {
     Run* r = &run;
     r->tc = default_config();
     if (parse_command_line(&r->tc, argc, argv)) return 0;
+    apply_recipe_stack(&r->tc);
     // Everything that needs no GPU is checked first (options, batch arithmetic, the checkpoint's header and run state,
     // the recipe and the shapes it can quantize, the data and tokenizer files), so that a mistake fails in
     // milliseconds, and on machines without a GPU, where CI tests it.

@@ -36,6 +36,9 @@ declare -A cases=(
     [nvfp4-fp32-zero]="--recipe nvfp4 --master-weights fp32 --zero on"
     [nvfp4-eval]="--recipe nvfp4 --eval-every 15 --eval-items 40"
     [slots]="--recipe nvfp4 --fprop-x 'int4,seed=3' --dgrad-dy 'mxfp4-2d,sr' --fp4-wgrad off --bf16-first-layers 1"
+    # the preset of docs/FULLSTACK_FP4.md section 5: nvfp4's linears, FP4 attention (dS SR), NVFP4 AdamW state,
+    # LoRA-SVD rank 16 (new with issue #50 item 5: a reference directory from before it has no such case)
+    [fullstack]="--recipe fullstack"
 )
 names=${CASES:-$(printf '%s\n' "${!cases[@]}" | LC_ALL=C sort)}
 rc=0

@@ -326,6 +326,75 @@ static void test_recipes(void) {
                "-b", "16", "-t", "200", "--tokenizer", "data/gpt2_tokenizer.bin");
 }
 
+// --recipe fullstack (docs/FULLSTACK_FP4.md sections 5 and 6, test 5): nvfp4's linears under the name fullstack, and
+// --attention-fp4 nvfp4-2d, --optimizer-state nvfp4, --lora-svd-rank 16 wherever the command line leaves them out.
+// What the preset resolved to shows before the GPU in the messages of a resume that disagrees with its checkpoint (a
+// bf16 one: FP32 moments, no LoRA-SVD factors): the optimizer state, then the rank, then, with both given, the recipe
+// text this run would write into its log and checkpoint, pinned here whole.
+#define FULLSTACK_LINEARS_1L "fullstack: fprop.x=e2m1,1x16,e4m3,rne,h0; fprop.w=e2m1,16x16,e4m3,rne,h0; " \
+    "dgrad.dy=e2m1,1x16,e4m3,sr,h0; dgrad.w=e2m1,16x16,e4m3,rne,h0; wgrad.dy=e2m1,1x16,e4m3,sr,h16,fixed; " \
+    "wgrad.x=e2m1,1x16,e4m3,rne,h16,fixed; bf16 blocks: first 0, last 0"
+#define FULLSTACK_ATTENTION "; attention: q/k/v=e2m1,16x16,e4m3,rne,h0, ds=e2m1,16x16,e4m3,sr,h0"
+static void test_fullstack(void) {
+    // the pinned text is recipe_describe's for the preset (one block: round(2/62) = round(8/62) = 0 kept in BF16)
+    Recipe fs;
+    recipe_preset(&fs, "fullstack");
+    recipe_resolve_layers(&fs, 1);
+    char text[1024];
+    recipe_describe(&fs, text, sizeof(text));
+    CHECK(strcmp(text, FULLSTACK_LINEARS_1L) == 0, "recipe_describe of fullstack at 1 block: got '%s'", text);
+    const RecipeStack* st = recipe_find_stack("fullstack");
+    CHECK(st && !strcmp(st->attention_fp4, "nvfp4-2d") && !strcmp(st->optimizer_state, "nvfp4") &&
+          st->lora_svd_rank == 16 && !recipe_find_stack("nvfp4"), "RECIPE_STACKS: fullstack's options, and no other's");
+
+    // a 1-block model the preset fits (64 channels, one head of 64: the own attention kernels' size; rank 16 <= 64)
+    char ck[128];
+    snprintf(ck, sizeof(ck), "%s/fullstack.bin", tmpdir);
+    CkptSpec spec = {config_gpt2(1, 1, 64, 128, 128, 16), 4, 4, 16, 1, 1337, "bf16", 0};
+    write_checkpoint(ck, &spec);
+    static char with_attention[1024], without_attention[1024];
+    snprintf(with_attention, sizeof(with_attention), "this run uses '%s%s'", FULLSTACK_LINEARS_1L, FULLSTACK_ATTENTION);
+    snprintf(without_attention, sizeof(without_attention), "this run uses '%s'", FULLSTACK_LINEARS_1L);
+    EXPECT("fullstack: --optimizer-state nvfp4 unless given", NULL, "its optimizer state is fp32; this run asks for "
+           "--optimizer-state nvfp4", NULL, RESUME_ARGS, "--resume", ck, "--recipe", "fullstack");
+    EXPECT("fullstack: --lora-svd-rank 16 unless given (--optimizer-state fp32 given wins)", NULL,
+           "trained with --lora-svd-rank 0; this run asks for 16", NULL, RESUME_ARGS, "--resume", ck, "--recipe",
+           "fullstack", "--optimizer-state", "fp32");
+    EXPECT("fullstack: the recipe text, with --attention-fp4 nvfp4-2d (rank 0 given wins)", NULL, with_attention,
+           "it was trained with recipe 'bf16:", RESUME_ARGS, "--resume", ck, "--recipe", "fullstack", "--optimizer-state",
+           "fp32", "--lora-svd-rank", "0");
+    EXPECT("fullstack --attention-fp4 off: the recipe text without attention", NULL, without_attention, NULL,
+           RESUME_ARGS, "--resume", ck, "--recipe", "fullstack", "--optimizer-state", "fp32", "--lora-svd-rank", "0",
+           "--attention-fp4", "off");
+    EXPECT("fullstack with every option at the preset's value, given", NULL, with_attention, NULL, RESUME_ARGS,
+           "--resume", ck, "--recipe", "fullstack", "--optimizer-state=fp32", "--lora-svd-rank=0", "--attention-fp4",
+           "nvfp4-2d");
+    EXPECT("fullstack --init-from the 1-block model reaches the GPU check", NULL, GPU_CHECK, NULL, RESUME_ARGS,
+           "--init-from", ck, "--recipe", "fullstack");
+    remove(ck);
+
+    const CliCase cases[] = {
+        {"--recipe fullstack (d12)", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--recipe", "fullstack"}},
+        {"--recipe fullstack --optimizer muon: the preset's NVFP4 state", NULL, "--optimizer muon with "
+         "--optimizer-state nvfp4 (--recipe fullstack's) is not built yet", NULL,
+         {BASE_ARGS, "--recipe", "fullstack", "--optimizer", "muon"}},
+        {"--recipe fullstack --optimizer muon --optimizer-state fp32", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "fullstack", "--optimizer", "muon", "--optimizer-state", "fp32"}},
+        {"--recipe fullstack --optimizer muon --optimizer-state nvfp4 (given)", NULL, "--optimizer muon with "
+         "--optimizer-state nvfp4 is not built yet", NULL,
+         {BASE_ARGS, "--recipe", "fullstack", "--optimizer", "muon", "--optimizer-state", "nvfp4"}},
+        {"--recipe fullstack --attention-fp4 mxfp4-2d (given wins)", NULL, "multiples of the spec's block size 32",
+         "--seq-len 16", {BASE_ARGS, "--recipe", "fullstack", "--attention-fp4", "mxfp4-2d"}},
+        {"--recipe fullstack --lora-svd-rank 12 (given wins)", NULL, "the rank must be a positive multiple of 8", NULL,
+         {BASE_ARGS, "--recipe", "fullstack", "--lora-svd-rank", "12"}},
+        {"--recipe fullstack with SR on fprop.w: the preset's rank refuses it", NULL, "--lora-svd-rank 16:",
+         "fprop.w rounds stochastically", {BASE_ARGS, "--recipe", "fullstack", "--fprop-w", "nvfp4-2d,sr"}},
+        {"--recipe fullstack with SR on fprop.w and --lora-svd-rank 0", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--recipe", "fullstack", "--fprop-w", "nvfp4-2d,sr", "--lora-svd-rank", "0"}},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
 // The model families' options (docs/MODELS.md): each refusal before the GPU, and valid Llama shapes reaching it.
 static void test_models(void) {
     EXPECT("llama-30m with nvfp4 reaches the GPU check", NULL, "no CUDA GPU found", NULL,
@@ -1247,6 +1316,7 @@ int main(int argc, char** argv) {
     write_shard(val_shard, 4 * 16 * 2 + 1);
     test_options_and_batch();
     test_recipes();
+    test_fullstack();
     test_models();
     test_data_files();
     test_checkpoints();

@@ -66,6 +66,23 @@ static void test_args(void) {
         {3, {"prog", "-o", "--eval-only"}, "option -o needs a value, but the next argument is the option '--eval-only' "
                                            "(a value that starts with -- is given as --out-dir=VALUE)"},
     };
+    // parse_options_given: which options the command line gave, whatever their values (the default's own value too)
+    {
+        Option opts[] = {
+            {"batch-size", 'b', OPT_INT, &c.b, NULL, "batch"},
+            {"model", 'e', OPT_CHOICE, &c.model, "d6|d12", "model"},
+            {"eval-only", 0, OPT_FLAG, &c.only, NULL, "a switch"},
+        };
+        unsigned char given[3] = {7, 7, 7};
+        const char* args[] = {"prog", "-b", "1", "--eval-only=off"};
+        CHECK(parse_options_given(opts, 3, 4, (char**)args, given) == 0 && given[0] == 1 && given[1] == 0 &&
+              given[2] == 1, "given: %d %d %d, want 1 0 1", given[0], given[1], given[2]);
+        CHECK(option_given(opts, 3, given, "eval-only") && !option_given(opts, 3, given, "model"),
+              "option_given disagrees with the flags");
+        const char* none[] = {"prog"};
+        CHECK(parse_options_given(opts, 3, 1, (char**)none, given) == 0 && !given[0] && !given[1] && !given[2],
+              "no options: given %d %d %d", given[0], given[1], given[2]);
+    }
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char err[1024];
         int rc = test_run_child(parse_bad, &bad[i], err, sizeof(err));
@@ -415,7 +432,7 @@ int main(void) {
     test_bf16_rounding();
     test_model_widths();
     // every message of the option parser and the batch arithmetic was drawn by a case above
-    static const CheckSite sites[] = {{"llmc/run/args.h", "option_set"}, {"llmc/run/args.h", "parse_options"},
+    static const CheckSite sites[] = {{"llmc/run/args.h", "option_set"}, {"llmc/run/args.h", "parse_options_given"},
                                       {"llmc/run/batch.h", "batch_plan", 1}};
     check_every_site("test_core", sites, sizeof(sites) / sizeof(sites[0]), NULL, 0);
     return test_summary("test_core");

@@ -2,7 +2,7 @@
 // transformer blocks stay in BF16.
 // defines: Slot, SLOT_NAMES, Recipe, recipe_preset(), recipe_set_slot(), recipe_disable_gemm(),
 //          recipe_resolve_layers(), recipe_check(), recipe_quantizes(), recipe_check_shapes(), recipe_check_linears(),
-//          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS
+//          recipe_describe(), recipe_layer_is_fp4(), RECIPE_PRESETS, RECIPE_STACKS, recipe_find_stack()
 //
 // A linear layer y = x W^T runs three GEMMs, each with two operands (docs/RECIPES.md):
 //   fprop: X (reduce over channels) and W            -> slots fprop.x, fprop.w
@@ -56,6 +56,9 @@ typedef struct {
 // whose signs are re-drawn every step, the correction folded into the block scales by SR), dY from BF16
 // and W, X from the forward's dequantized FP4 copies (src=fprop); every block FP4. quartet2-4o6 adds Four
 // Over Six to the forward (Quartet II's four_over_six option).
+// fullstack is nvfp4's linears under its own name (so the recipe text, the log and a checkpoint say it), with the
+// options of RECIPE_STACKS on top.
+#define NVFP4_SLOTS "nvfp4", "nvfp4-2d", "nvfp4,sr", "nvfp4-2d", "nvfp4,sr,h16,fixed", "nvfp4,h16,fixed"
 typedef struct {
     const char* name;
     const char* slot[NUM_SLOTS];
@@ -65,8 +68,7 @@ typedef struct {
 
 static const RecipePreset RECIPE_PRESETS[] = {
     {"bf16", {"bf16", "bf16", "bf16", "bf16", "bf16", "bf16"}, 0, 0, "no quantization"},
-    {"nvfp4",
-     {"nvfp4", "nvfp4-2d", "nvfp4,sr", "nvfp4-2d", "nvfp4,sr,h16,fixed", "nvfp4,h16,fixed"}, 2, 8,
+    {"nvfp4", {NVFP4_SLOTS}, 2, 8,
      "NVIDIA NVFP4: 16x16 W, 1x16 X/dY, SR on dY, H16 (fixed signs) on wgrad, ~15% of blocks BF16"},
     {"nvfp4-naive", {"nvfp4", "nvfp4", "nvfp4", "nvfp4", "nvfp4", "nvfp4"}, 0, 0,
      "NVFP4 1x16 round-to-nearest everywhere, no Hadamard, every block FP4"},
@@ -89,8 +91,33 @@ static const RecipePreset RECIPE_PRESETS[] = {
     {"quartet2-4o6",
      {"nvfp4,4o6", "nvfp4,4o6", "nvfp4,eden", "nvfp4,eden,src=fprop", "nvfp4,eden", "nvfp4,eden,src=fprop"}, 0, 0,
      "quartet2 with Four Over Six in the forward"},
+    {"fullstack", {NVFP4_SLOTS}, 2, 8,
+     "nvfp4's linears, plus FP4 attention, NVFP4 optimizer state and LoRA-SVD (RECIPE_STACKS below)"},
 };
 #define NUM_RECIPE_PRESETS ((int)(sizeof(RECIPE_PRESETS) / sizeof(RECIPE_PRESETS[0])))
+
+// The presets that turn on more than the linears' GEMMs (docs/FULLSTACK_FP4.md section 5): the trainer options they
+// set. The trainer takes each value only where the command line leaves that option out, so an explicit value (off,
+// fp32 and 0 included) wins; the optimizer stays AdamW. What they turn on is recorded where the option's own value
+// is: the recipe text's "; attention: ...", the log's config line and the checkpoint header (optimizer state, rank).
+typedef struct {
+    const char* name;              // a RECIPE_PRESETS name (its linears)
+    const char* attention_fp4;     // --attention-fp4 (dS: its default, the same spec with SR)
+    const char* optimizer_state;   // --optimizer-state
+    int lora_svd_rank;             // --lora-svd-rank
+} RecipeStack;
+
+static const RecipeStack RECIPE_STACKS[] = {
+    {"fullstack", "nvfp4-2d", "nvfp4", 16},
+};
+#define NUM_RECIPE_STACKS ((int)(sizeof(RECIPE_STACKS) / sizeof(RECIPE_STACKS[0])))
+
+// The stack of preset `name`, or NULL for a preset of the linears only.
+static inline const RecipeStack* recipe_find_stack(const char* name) {
+    for (int i = 0; i < NUM_RECIPE_STACKS; i++)
+        if (strcmp(RECIPE_STACKS[i].name, name) == 0) return &RECIPE_STACKS[i];
+    return NULL;
+}
 
 static inline QuantSpec recipe_parse_spec(const char* text, const char* what) {
     QuantSpec s;

@@ -1,5 +1,6 @@
 // args.h: long command-line options from one table, so --help always matches the parser.
-// defines: Option, OptionType, parse_options(), print_usage(), parse_bool_word(), option_number_ok()
+// defines: Option, OptionType, parse_options(), parse_options_given(), option_given(), print_usage(), parse_bool_word(),
+//          option_number_ok()
 // Each option has a long name (--batch-size), an optional one-letter alias (-b), a type, a pointer to
 // the value it sets, and a help line. Values come as "--name value" or "--name=value". Unknown
 // options, missing values (also one whose next argument is an option: "-o --eval-only") and malformed numbers
@@ -8,6 +9,9 @@
 // float is [+-]digits[.digits][e[+-]digits] (or .digits) and a finite float, 0 or at least FLT_MIN in
 // magnitude. strtoll and strtof alone would also take leading spaces, hexadecimal ("0x10", "0x1p-3"), "inf"
 // and "nan", so the text is checked first.
+// parse_options_given also records which options the command line gave (given[k] for opts[k]), for a default that
+// depends on another option (--recipe fullstack's --attention-fp4): an option left out takes it, one given keeps its
+// value, whatever that value is.
 #pragma once
 #include <errno.h>
 #include <limits.h>
@@ -132,8 +136,10 @@ static inline void print_usage(const char* prog, const Option* opts, int n) {
     printf("  %-26s %s\n", "-h, --help", "print this help and exit");
 }
 
-// Returns 1 when --help was asked for (usage already printed), 0 otherwise.
-static inline int parse_options(const Option* opts, int n, int argc, char** argv) {
+// Returns 1 when --help was asked for (usage already printed), 0 otherwise. given: NULL, or n flags, each set to 1
+// when the command line gives its option (and 0 when it does not).
+static inline int parse_options_given(const Option* opts, int n, int argc, char** argv, unsigned char* given) {
+    if (given) memset(given, 0, (size_t)n);
     const Option* prev = NULL;   // the option before this argument, when it took no separate value
     for (int i = 1; i < argc; i++) {
         const char* arg = argv[i];
@@ -173,6 +179,19 @@ static inline int parse_options(const Option* opts, int n, int argc, char** argv
             prev = NULL;
         }
         option_set(found, value);
+        if (given) given[found - opts] = 1;
     }
+    return 0;
+}
+
+static inline int parse_options(const Option* opts, int n, int argc, char** argv) {
+    return parse_options_given(opts, n, argc, argv, NULL);
+}
+
+// Whether the command line gave option `name` (given: parse_options_given's flags).
+static inline int option_given(const Option* opts, int n, const unsigned char* given, const char* name) {
+    for (int k = 0; k < n; k++)
+        if (strcmp(opts[k].name, name) == 0) return given[k];
+    fail("internal: option_given: no option --%s", name);
     return 0;
 }
