@@ -78,6 +78,10 @@ static inline int test_run_child_io(void (*fn)(const void*), const void* arg, ch
     ssize_t got;
     while (len + 1 < cap && (got = read(fds[0], err + len, cap - 1 - len)) > 0) len += (size_t)got;
     err[len] = '\0';
+    // read the rest to its end and drop it: closing the pipe while the child still writes (a message longer than
+    // cap) would kill it with SIGPIPE, and its exit status would depend on timing
+    char rest[512];
+    while (read(fds[0], rest, sizeof(rest)) > 0) {}
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
