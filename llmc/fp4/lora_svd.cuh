@@ -146,23 +146,8 @@ __global__ void lora_orth_small_kernel(const float* G, int w, float* T, double* 
         __syncthreads();
     }
     if (t < w) {   // column t of T = L^{-1} (kept rows and columns only)
-        const int j = t;
-        for (int i = 0; i < w; i++) T[i * w + j] = 0.0f;
-        if (keep[j]) {
-            double col[LORA_MAX_WIDTH];
-            col[j] = 1.0 / L[j * w + j];
-            T[j * w + j] = (float)col[j];
-            for (int i = j + 1; i < w; i++) {
-                if (!keep[i]) {
-                    col[i] = 0.0;
-                    continue;
-                }
-                double s = 0.0;
-                for (int k = j; k < i; k++) s += L[i * w + k] * col[k];
-                col[i] = -s / L[i * w + i];
-                T[i * w + j] = (float)col[i];
-            }
-        }
+        double col[LORA_MAX_WIDTH];
+        lora_inverse_column(L, keep, w, t, col, T);
     }
 }
 

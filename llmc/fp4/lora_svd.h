@@ -3,8 +3,8 @@
 // the two side GEMMs (dev/test/test_lora_svd.c; the GPU path, llmc/fp4/lora_svd.cuh, is checked against it by
 // dev/test/test_lora_svd_gpu.cu).
 // defines: LORA_OVERSAMPLE, LORA_POWER_STEPS, LORA_MAX_WIDTH, lora_width(), lora_key(), lora_sketch_sign(),
-//          lora_rank_problem(), lora_spec_problem(), lora_orth_small(), lora_eig_sort(), lora_eig_small(), lora_factors_small(),
-//          lora_final_small(), LoraCpuStats,
+//          lora_rank_problem(), lora_spec_problem(), lora_inverse_column(), lora_orth_small(), lora_eig_sort(),
+//          lora_eig_small(), lora_factors_small(), lora_final_small(), LoraCpuStats,
 //          lora_factorize_cpu(), lora_forward_cpu(), lora_dgrad_cpu(), lora_refresh_flops()
 //
 // What is built (construction (A) of the spec): E = W - Q(W), the quantization residual of a linear's weight (OC x K)
@@ -79,6 +79,27 @@ static inline const char* lora_spec_problem(const QuantSpec* s) {
 // ----------------------------------------------------------------------------------------------
 // The small steps (w x w, w <= LORA_MAX_WIDTH), in double; `work` holds w * w + w doubles.
 
+// Column j of T = L^{-1} for lora_orth_small (L: its Cholesky factor, w x w; keep: its kept pivots): forward
+// substitution on the kept rows and columns, in double in col (w doubles), written to T as floats; zero in the
+// dropped rows, and the whole column zero when pivot j was dropped. The twin runs it per column, the GPU kernel
+// one column per thread.
+HD void lora_inverse_column(const double* L, const double* keep, int w, int j, double* col, float* T) {
+    for (int i = 0; i < w; i++) T[i * w + j] = 0.0f;
+    if (!keep[j]) return;
+    col[j] = 1.0 / L[j * w + j];
+    T[j * w + j] = (float)col[j];
+    for (int i = j + 1; i < w; i++) {
+        if (!keep[i]) {
+            col[i] = 0.0;
+            continue;
+        }
+        double s = 0.0;
+        for (int k = j; k < i; k++) s += L[i * w + k] * col[k];
+        col[i] = -s / L[i * w + i];
+        T[i * w + j] = (float)col[i];
+    }
+}
+
 // Given the Gram matrix G = Y Y^T (w x w, row-major) of w rows, T (w x w, lower triangular) with T Y orthonormal
 // rows, or zero rows where a pivot was dropped. Returns the rows kept. work: w^2 + 2w doubles.
 HD int lora_orth_small(const float* G, int w, float* T, double* work) {
@@ -102,24 +123,8 @@ HD int lora_orth_small(const float* G, int w, float* T, double* work) {
             L[j * w + i] = s / lii;
         }
     }
-    // T = L^{-1} on the kept rows and columns (forward substitution), zero elsewhere; column j in double in col
-    double* col = work + w * w + w;
-    for (int i = 0; i < w * w; i++) T[i] = 0.0f;
-    for (int j = 0; j < w; j++) {
-        if (!keep[j]) continue;
-        col[j] = 1.0 / L[j * w + j];
-        T[j * w + j] = (float)col[j];
-        for (int i = j + 1; i < w; i++) {
-            if (!keep[i]) {
-                col[i] = 0.0;
-                continue;
-            }
-            double s = 0.0;
-            for (int k = j; k < i; k++) s += L[i * w + k] * col[k];
-            col[i] = -s / L[i * w + i];
-            T[i * w + j] = (float)col[i];
-        }
-    }
+    // T = L^{-1} on the kept rows and columns (forward substitution), zero elsewhere
+    for (int j = 0; j < w; j++) lora_inverse_column(L, keep, w, j, work + w * w + w, T);
     return kept;
 }
 
