@@ -23,18 +23,7 @@ static double nrand(void) { return sqrt(-2.0 * log(urand())) * cos(6.28318530717
 static double* random_orthonormal(int rows, int cols) {
     double* Q = (double*)xmalloc((size_t)rows * cols * sizeof(double));
     for (int i = 0; i < rows * cols; i++) Q[i] = nrand();
-    for (int j = 0; j < cols; j++)
-        for (int pass = 0; pass < 2; pass++) {
-            for (int k = 0; k < j; k++) {
-                double d = 0.0;
-                for (int i = 0; i < rows; i++) d += Q[i * cols + j] * Q[i * cols + k];
-                for (int i = 0; i < rows; i++) Q[i * cols + j] -= d * Q[i * cols + k];
-            }
-            double nrm = 0.0;
-            for (int i = 0; i < rows; i++) nrm += Q[i * cols + j] * Q[i * cols + j];
-            nrm = sqrt(nrm);
-            for (int i = 0; i < rows; i++) Q[i * cols + j] /= nrm;
-        }
+    test_orthonormalize_columns(Q, rows, cols);
     return Q;
 }
 
