@@ -724,10 +724,11 @@ static void check_every_variant(const char* path, const RecipeVariant* variants,
 //     relative L2 of the reference's, and a second forward + backward gives the same gradient bits.
 static void attn_fp4_step(GPT* m, const RefDump* d, float* grads, uint16_t* logits) {
     const int B = d->header[8], T = d->header[9], N = B * T;
-    gpt_zero_grad(m);
-    gpt_forward(m, d->x, d->y, B, T, 1, 1.0f / (float)N);
+    gpt_forward(m, d->x, d->y, B, T, 0, 0.0f);   // the logits: a forward that keeps them (no dlogits in their place)
     cuda_check(cudaMemcpy(logits, m->acts.logits, (size_t)N * m->config.padded_vocab_size * sizeof(uint16_t),
-                          cudaMemcpyDeviceToHost));   // (before the backward: the classifier overwrote them with dlogits)
+                          cudaMemcpyDeviceToHost));
+    gpt_zero_grad(m);
+    gpt_forward(m, d->x, d->y, B, T, 1, 1.0f / (float)N);   // again, with the classifier's dlogits, for the backward
     gpt_backward(m, d->x, B, T, 1);
     cuda_check(cudaMemcpy(grads, m->grads_memory, m->num_parameters * sizeof(float), cudaMemcpyDeviceToHost));
 }

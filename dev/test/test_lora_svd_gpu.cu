@@ -13,7 +13,8 @@
 // Tolerances: the GPU and the twin run the same FP32 algorithm and differ in summation order (about 1e-6 relative);
 // the factors are rounded to BF16 (2^-9 relative), so an element can land one BF16 ulp apart: E_R agrees to about
 // 2^-8 where the subspace is well determined (1e-2 allowed). The side GEMMs round T = X Vt^T (or S = dY US) and the
-// output to BF16: a one-ulp difference in either is allowed (2^-8 of |output| plus 2^-8 of sum |T_r US_or|).
+// output to BF16: a one-ulp difference in either is allowed (2^-7 of |output|, at least one ulp, plus 2^-8 of
+// sum |T_r US_or|).
 #define KERNEL_CHECK_SEED 0x10AA5ADull
 #include "llmc/nvfp4.cuh"
 #include "llmc/fp4/quant_cpu.h"
@@ -165,11 +166,12 @@ static void test_quant_residual(void) {
     lora_work_free(&wk);
 }
 
-// |got - want| <= 2^-8 |want| + 2^-8 mag + tiny, per element.
+// |got - want| <= 2^-7 |want| + 2^-8 mag + tiny, per element: 2^-7 |want| is at least one BF16 ulp of the output
+// (an ulp is between 2^-8 and 2^-7 of |x|; at 2^-8 a value just above a power of two failed by one ulp on the H100).
 static void check_side(const char* what, const std::vector<double>& got, const std::vector<double>& want,
                        const std::vector<double>& mag) {
     std::vector<double> tol(want.size());
-    for (size_t i = 0; i < want.size(); i++) tol[i] = 0x1p-8 * fabs(want[i]) + 0x1p-8 * mag[i] + 1e-30;
+    for (size_t i = 0; i < want.size(); i++) tol[i] = 0x1p-7 * fabs(want[i]) + 0x1p-8 * mag[i] + 1e-30;
     check_array(what, got, want, tol);
 }
 
