@@ -21,7 +21,7 @@
 #include "llmc/base/rng.h"               // defines: rng_key, rng_bits32
 #include "llmc/base/matmul.cuh"          // defines: matmul_forward, matmul_dgrad, matmul_wgrad
 #include "llmc/adamw.cuh"                // defines: adamw_update
-#include "llmc/muon.cuh"                 // defines: muon_update_gpu, MuonScratch
+#include "llmc/muon.cuh"                 // defines: muon_update_gpu, MuonScratch; NsFp4, ns_fp4_set (--ns-fp4)
 #include "llmc/model/muon_plan.h"         // defines: optimizer_of, muon_matrices, MuonConfig
 #include "llmc/model/gpt_config.h"       // defines: GPTConfig, config_from_descriptor, config_check
 #include "llmc/model/models.h"           // defines: ModelFamily, model_family, param_sizes; GPT-2's and Llama's tables
@@ -155,6 +155,7 @@ typedef struct {
     // keeps its momentum (and master) in muon_m (muon_master) at muon_off[i] (SIZE_MAX: another rank's).
     int optimizer;                  // OPTIMIZER_ADAMW or OPTIMIZER_MUON
     MuonConfig muon;
+    NsFp4 ns_fp4;                   // --ns-fp4: Newton-Schulz's quantized GEMMs (off: BF16)
     MuonMatrix* muon_mats;
     int muon_nmat;
     MuonScratch muon_scratch;
@@ -412,11 +413,13 @@ static void gpt_allocate_optimizer(GPT* m, int fp32_master, int nvfp4_state, siz
 }
 
 // --optimizer muon on the optimizer gpt_allocate_optimizer made (FP32 moments): the matrix list, with ZeRO-1 the
-// state of the matrices this rank owns, and the Newton-Schulz scratch, sized for the largest matrix. Needs m->dist.
-static void gpt_setup_muon(GPT* m, const MuonConfig* mc) {
+// state of the matrices this rank owns, and the Newton-Schulz scratch (with --ns-fp4's copies), sized for the largest
+// matrix. Needs m->dist.
+static void gpt_setup_muon(GPT* m, const MuonConfig* mc, const NsFp4* ns) {
     fail_if(m->opt4, "internal: --optimizer muon needs FP32 moments (not --optimizer-state nvfp4)");
     m->optimizer = OPTIMIZER_MUON;
     m->muon = *mc;
+    m->ns_fp4 = *ns;
     m->muon_nmat = muon_matrices(&m->config, mc->split_qkv, NULL);
     m->muon_mats = (MuonMatrix*)xmalloc((size_t)m->muon_nmat * sizeof(MuonMatrix));
     m->muon_off = (size_t*)xmalloc((size_t)m->muon_nmat * sizeof(size_t));
@@ -444,12 +447,18 @@ static void gpt_setup_muon(GPT* m, const MuonConfig* mc) {
                     "of Muon state; Muon's gradients are all-reduced, its matrices broadcast from their owners\n",
                     world, m->muon_owned * (m->master ? 8.0 : 4.0) / MiB);
     }
-    const size_t bytes = muon_scratch_alloc(&m->muon_scratch, max_nk ? max_nk : 1, max_nn ? max_nn : 1);
+    const size_t bytes = muon_scratch_alloc(&m->muon_scratch, max_nk ? max_nk : 1, max_nn ? max_nn : 1, ns);
+    char ns_text[256] = "BF16";
+    if (ns->on) {
+        char desc[200];
+        ns_fp4_describe(ns, desc, sizeof(desc));
+        snprintf(ns_text, sizeof(ns_text), "--ns-fp4 %s", desc);
+    }
     dist_printf(m->dist, "optimizer: Muon on %d matrices (%zu parameters; momentum %g%s, scale %s, QKV %s, %d "
-                "Newton-Schulz steps), AdamW on the other %zu parameters; Newton-Schulz scratch %.1f MiB\n",
+                "Newton-Schulz steps, %s), AdamW on the other %zu parameters; Newton-Schulz scratch %.1f MiB\n",
                 m->muon_nmat, muon_params, mc->beta, mc->nesterov ? " Nesterov" : "",
                 mc->scale_rule == MUON_SCALE_MOONLIGHT ? "moonlight" : "keller", mc->split_qkv ? "split" : "fused",
-                mc->ns_steps, m->num_parameters - muon_params, bytes / MiB);
+                mc->ns_steps, ns_text, m->num_parameters - muon_params, bytes / MiB);
 }
 
 static void gpt_free(GPT* m) {
@@ -954,8 +963,8 @@ static void gpt_update_muon(GPT* m, const OptimizerConfig* o, float lr, float gr
         }
         p.weight_decay = m->family->params[x->tensor].decay ? o->weight_decay : 0.0f;
         muon_update_gpu(m->params_memory + b, master, m->grads_memory + b, mom, x->rows, x->cols, &p, grad_scale,
-                        rng_key(seed, (uint32_t)step, 1000u + (uint32_t)x->tensor), x->offset, &m->muon_scratch,
-                        m->stream);
+                        rng_key(seed, (uint32_t)step, 1000u + (uint32_t)x->tensor), x->offset, &m->ns_fp4,
+                        &m->muon_scratch, m->stream);
     }
     if (!m->zero || !m->dist) return;
     const int world = m->dist->world;
@@ -1621,6 +1630,7 @@ typedef struct {
     float muon_momentum;
     int muon_nesterov, muon_split_qkv;
     const char* ns_fp4;
+    const char* ns_fp4_gemms;
     int seed;
     int val_every, val_batches, sample_every, sample_tokens, ckpt_every;
     float spike_z;
@@ -1676,6 +1686,7 @@ static TrainConfig default_config(void) {
     t.muon_nesterov = 1;
     t.muon_split_qkv = 0;
     t.ns_fp4 = "off";
+    t.ns_fp4_gemms = "";
     t.seed = 1337;
     t.val_every = 25; t.val_batches = 20; t.sample_every = 50; t.sample_tokens = 64; t.ckpt_every = 0;
     t.spike_z = 0.0f;
@@ -1741,12 +1752,13 @@ static int parse_command_line(TrainConfig* tc, int argc, char** argv) {
         {"grad-clip", 0, OPT_FLOAT, &tc->grad_clip, NULL, "clip the global gradient norm to this (0: off)"},
         {"master-weights", 0, OPT_CHOICE, &tc->master_weights, "bf16|fp32", "bf16: BF16 weights updated with stochastic rounding; fp32: FP32 master copy"},
         {"optimizer-state", 0, OPT_CHOICE, &tc->optimizer_state, "fp32|nvfp4", "AdamW's m and v in FP32, or nvfp4: m and sqrt(v) in NVFP4 blocks with stochastic rounding, 1.125 bytes per parameter instead of 8 (docs/FULLSTACK_FP4.md section 2; --recipe fullstack: nvfp4 unless given)"},
-        {"optimizer", 0, OPT_CHOICE, &tc->optimizer, "adamw|muon", "muon: Muon (momentum, 5 Newton-Schulz steps in BF16) on the blocks' linear weights, AdamW on embeddings, head, norms and biases; one lr and weight decay for both (docs/FULLSTACK_FP4.md section 3)"},
+        {"optimizer", 0, OPT_CHOICE, &tc->optimizer, "adamw|muon", "muon: Muon (momentum, 5 Newton-Schulz steps in BF16, or with --ns-fp4 some GEMMs in FP4) on the blocks' linear weights, AdamW on embeddings, head, norms and biases; one lr and weight decay for both (docs/FULLSTACK_FP4.md section 3)"},
         {"muon-scale", 0, OPT_CHOICE, &tc->muon_scale, "moonlight|keller", "Muon's update scale: moonlight 0.2 sqrt(max(rows, cols)), which matches AdamW's update RMS so the lr carries over; keller sqrt(max(1, rows/cols)), which wants a larger lr (about 0.02)"},
         {"muon-momentum", 0, OPT_FLOAT, &tc->muon_momentum, NULL, "Muon's momentum beta"},
         {"muon-nesterov", 0, OPT_BOOL, &tc->muon_nesterov, NULL, "Muon's Nesterov momentum (on|off)"},
         {"muon-split-qkv", 0, OPT_BOOL, &tc->muon_split_qkv, NULL, "orthogonalise the fused QKV weight's Q, K and V rows as three matrices (on|off)"},
-        {"ns-fp4", 0, OPT_STRING, &tc->ns_fp4, NULL, "quantize the Newton-Schulz GEMMs' operands: off only (FP4 Newton-Schulz is not built on the GPU; its CPU twin diverges, docs/FULLSTACK_FP4.md section 3)"},
+        {"ns-fp4", 0, OPT_STRING, &tc->ns_fp4, NULL, "--optimizer muon: off (BF16 Newton-Schulz), or a spec (nvfp4, nvfp4-2d, mxfp4, ...; round to nearest, no Hadamard) for the operands of the Newton-Schulz GEMMs --ns-fp4-gemms names: fake copies from the GPU quantizer, tensor scales in the GEMM's alpha (docs/FULLSTACK_FP4.md section 3)"},
+        {"ns-fp4-gemms", 0, OPT_STRING, &tc->ns_fp4_gemms, NULL, "with --ns-fp4 SPEC: which GEMMs of each Newton-Schulz step are quantized, comma separated: xx (A = X X^T), aa ((c A) A), bx (B X), or all; default xx, the set closest to the BF16 result (with aa or bx, Newton-Schulz diverges on dense random matrices: docs/FULLSTACK_FP4.md section 3)"},
         {"seed", 0, OPT_INT, &tc->seed, NULL, "seed for init, data order and stochastic rounding"},
         {"val-every", 'v', OPT_INT, &tc->val_every, NULL, "validation loss every N steps and at the end (0: off)"},
         {"val-batches", 'm', OPT_INT, &tc->val_batches, NULL, "batches per validation (0: the whole split)"},
@@ -1847,9 +1859,11 @@ static void check_options(const TrainConfig* tc) {
             tc->resume[0] ? " (not --resume)" : "");
     fail_if(tc->muon_momentum < 0.0f || tc->muon_momentum >= 1.0f, "--muon-momentum must be in [0, 1) (got %g)",
             tc->muon_momentum);
-    fail_if(strcmp(tc->ns_fp4, "off") != 0, "--ns-fp4 %s: FP4 Newton-Schulz is not built on the GPU: its CPU twin "
-            "(llmc/fp4/ns_fp4.h) diverges within five steps once all three GEMMs are quantized (docs/FULLSTACK_FP4.md "
-            "section 3); leave --ns-fp4 off (Muon's Newton-Schulz runs in BF16)", tc->ns_fp4);
+    NsFp4 ns;
+    char ns_err[512];
+    fail_if(ns_fp4_set(&ns, tc->ns_fp4, tc->ns_fp4_gemms, ns_err, sizeof(ns_err)), "%s", ns_err);
+    fail_if(ns.on && strcmp(tc->optimizer, "muon") != 0, "--ns-fp4 %s quantizes Muon's Newton-Schulz: it needs "
+            "--optimizer muon (this run's optimizer is %s)", tc->ns_fp4, tc->optimizer);
     char from[64] = "";   // the value a --recipe stack set (apply_recipe_stack), said so
     if (recipe_find_stack(tc->recipe) && !tc->optimizer_state_given)
         snprintf(from, sizeof(from), " (--recipe %s's)", tc->recipe);
@@ -1866,6 +1880,7 @@ typedef struct {
     // the launch: this process's place among those the launcher started, and the batch arithmetic
     int world, rank, zero;
     MuonConfig muon;               // --optimizer muon's settings (used only with it)
+    NsFp4 ns_fp4;                  // --ns-fp4, --ns-fp4-gemms (off unless --optimizer muon)
     int B, T, grad_accum;
     int64_t total_batch;           // tokens per optimizer step
     BatchPlan batch;
@@ -2082,6 +2097,33 @@ static void plan_attention_fp4(Run* r) {
     snprintf(r->recipe_text + n, sizeof(r->recipe_text) - n, "; attention: %s", desc);
 }
 
+// --ns-fp4 (with --optimizer muon; check_options refused it otherwise): the spec, the shapes of Muon's matrices it
+// must block, and the recipe text's "; newton-schulz: ..." (so that a checkpoint records it and --resume checks it).
+static void plan_ns_fp4(Run* r) {
+    const TrainConfig* tc = &r->tc;
+    char err[512];
+    fail_if(ns_fp4_set(&r->ns_fp4, tc->ns_fp4, tc->ns_fp4_gemms, err, sizeof(err)), "%s", err);
+    if (!r->ns_fp4.on) return;
+    const int nmat = muon_matrices(&r->config, r->muon.split_qkv, NULL);
+    MuonMatrix* mats = (MuonMatrix*)xmalloc((size_t)nmat * sizeof(MuonMatrix));
+    muon_matrices(&r->config, r->muon.split_qkv, mats);
+    const ModelFamily* f = model_family(&r->config);
+    const int side = r->ns_fp4.spec.block_l > r->ns_fp4.spec.block_w ? r->ns_fp4.spec.block_l : r->ns_fp4.spec.block_w;
+    for (int i = 0; i < nmat; i++) {
+        const int n = mats[i].rows < mats[i].cols ? mats[i].rows : mats[i].cols;
+        const int k = mats[i].rows < mats[i].cols ? mats[i].cols : mats[i].rows;
+        const char* why = ns_fp4_shape_problem(&r->ns_fp4, n, k);
+        fail_if(why, "--ns-fp4 %s: Muon's %s matrix is %d x %d, and %s (%d); use a model whose widths are multiples of "
+                "%d, or --ns-fp4 off", tc->ns_fp4, f->params[mats[i].tensor].name, mats[i].rows, mats[i].cols, why,
+                side, side);
+    }
+    free(mats);
+    char desc[256];
+    ns_fp4_describe(&r->ns_fp4, desc, sizeof(desc));
+    const size_t n = strlen(r->recipe_text);
+    snprintf(r->recipe_text + n, sizeof(r->recipe_text) - n, "; newton-schulz: %s", desc);
+}
+
 // The recipe, resolved for this depth, and the token and channel counts it must quantize.
 static void plan_recipe(Run* r) {
     const TrainConfig* tc = &r->tc;
@@ -2127,6 +2169,7 @@ static void plan_recipe(Run* r) {
     }
     recipe_describe(recipe, r->recipe_text, sizeof(r->recipe_text));
     plan_attention_fp4(r);
+    plan_ns_fp4(r);
     if (r->resume_path[0] && strcmp(r->saved_recipe, r->recipe_text) != 0)
         fail_if(!tc->allow_recipe_change, "cannot resume '%s': it was trained with recipe '%s', this run uses '%s' "
                 "(add --allow-recipe-change on to switch recipes on purpose)", r->resume_path, r->saved_recipe,
@@ -2217,7 +2260,7 @@ static void setup_gpu(Run* r) {
     if (!tc->eval_only) {
         gpt_allocate_optimizer(model, strcmp(tc->master_weights, "fp32") == 0, strcmp(tc->optimizer_state, "nvfp4") == 0,
                                opt_begin, opt_count);
-        if (!strcmp(tc->optimizer, "muon")) gpt_setup_muon(model, &r->muon);
+        if (!strcmp(tc->optimizer, "muon")) gpt_setup_muon(model, &r->muon, &r->ns_fp4);
     }
     if (r->world > 1)
         dist_printf(dist, "data parallel: %d processes (%s), ZeRO-1 %s\n", r->world, dist_launch_name(dist),
@@ -2320,7 +2363,8 @@ static void open_log(Run* r) {
     } else if (r->rank == 0) {
         logger_open(lg, tc->out_dir);
     }
-    char esc[4][1024];
+    char esc[4][1024], ns_desc[256];
+    ns_fp4_describe(&r->ns_fp4, ns_desc, sizeof(ns_desc));   // ("off" without --optimizer muon)
     const char* model_name = config_descriptor_of(config);   // the shape trained, also after --resume
     int cuda_runtime_version = 0;   // the libraries the run used: their versions decide GEMM and attention kernels
     cuda_check(cudaRuntimeGetVersion(&cuda_runtime_version));
@@ -2333,7 +2377,7 @@ static void open_log(Run* r) {
         "\"train_data\":\"%s\",\"val_data\":\"%s\",\"attention\":\"%s\",\"device\":\"%s\",\"sms\":%d,"
         "\"cuda_runtime\":%d,\"cublaslt\":%zu,\"cudnn\":%zu,\"resumed_at\":%d,\"arch\":\"%s\",\"kv_heads\":%d,"
         "\"mlp_hidden\":%d,\"tied\":%d,\"deterministic\":%d,\"optimizer_state\":\"%s\",\"optimizer\":\"%s\","
-        "\"muon_scale\":\"%s\",\"muon_momentum\":%g,\"muon_nesterov\":%d,\"muon_split_qkv\":%d}",
+        "\"muon_scale\":\"%s\",\"muon_momentum\":%g,\"muon_nesterov\":%d,\"muon_split_qkv\":%d,\"ns_fp4\":\"%s\"}",
         model_name ? model_name : "custom", config->num_layers, config->num_heads, config->channels, config->vocab_size,
         model->num_parameters, r->B, r->T, (long long)r->total_batch, r->grad_accum, r->world, tc->steps, tc->lr,
         tc->warmup, tc->schedule, tc->final_lr_frac, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, tc->grad_clip,
@@ -2343,7 +2387,8 @@ static void open_log(Run* r) {
         json_escape(r->prop.name, esc[2], sizeof(esc[2])), r->prop.multiProcessorCount, cuda_runtime_version,
         cublasLtGetVersion(), attention_cudnn_version(), r->rs.step, ARCH_NAMES[config->arch], config_kv_heads(config),
         (int)dim_value(config, r->model.family->linears[LIN_FCPROJ].in), config->tied, attention_is_deterministic(),
-        tc->optimizer_state, tc->optimizer, tc->muon_scale, tc->muon_momentum, tc->muon_nesterov, tc->muon_split_qkv);
+        tc->optimizer_state, tc->optimizer, tc->muon_scale, tc->muon_momentum, tc->muon_nesterov, tc->muon_split_qkv,
+        ns_desc);
     if (tc->lora_svd_rank)   // a line of its own, so that a run without the correction logs what it always did
         logger_line(lg, "{\"type\":\"lora_svd\",\"rank\":%d,\"every\":%d,\"oversample\":%d,\"power_steps\":%d}",
                     tc->lora_svd_rank, tc->lora_svd_every, LORA_OVERSAMPLE, LORA_POWER_STEPS);

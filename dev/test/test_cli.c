@@ -148,6 +148,8 @@ typedef struct {
     size_t muon_owned;       // ZeRO-1 with Muon: the header's H_OPTIMIZER 1 and H_MUON_OWNED, and (unless muon_missing)
                              // that many FP32 momenta after Adam v, before the LoRA-SVD factors (the trainer's order)
     int muon_missing;        // the header says muon_owned, but the momenta are not there
+    int muon;                // --optimizer muon without ZeRO-1: the header's H_OPTIMIZER 1 (the layout is AdamW's)
+    const char* recipe_tail; // appended to the recipe text (NULL: nothing), as the trainer appends "; newton-schulz: ..."
 } CkptSpec;
 
 // A checkpoint the trainer would have written after spec->step steps of a one-process run with this
@@ -161,7 +163,7 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     h[H_RANK] = spec->optimizer_shard; h[H_HAS_PARAMS] = !spec->optimizer_shard;
     h[H_OPT_STATE] = spec->opt_state;
     h[H_LORA_RANK] = spec->lora_rank;
-    if (spec->muon_owned) h[H_OPTIMIZER] = 1;   // (OPTIMIZER_MUON)
+    if (spec->muon_owned || spec->muon) h[H_OPTIMIZER] = 1;   // (OPTIMIZER_MUON)
     header_set_u64(h, H_MUON_OWNED_LO, spec->muon_owned);
     header_set_u64(h, H_OPT_BEGIN_LO, 0);
     size_t opt_count = spec->weights_bytes ? 0 : np;
@@ -171,6 +173,7 @@ static void write_checkpoint(const char* path, const CkptSpec* spec) {
     recipe_resolve_layers(&r, spec->config.num_layers);
     char text[2048];
     recipe_describe(&r, text, 1024);
+    if (spec->recipe_tail) snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s", spec->recipe_tail);
     if (spec->long_text) snprintf(text + strlen(text), sizeof(text) - strlen(text), "%*s", 1500 - (int)strlen(text), "");
     DataLoader dl;
     dataloader_init(&dl, train_shard, spec->B, spec->T, 0, spec->world, 1, (uint64_t)spec->seed, spec->config.vocab_size);
@@ -391,6 +394,79 @@ static void test_fullstack(void) {
          "fprop.w rounds stochastically", {BASE_ARGS, "--recipe", "fullstack", "--fprop-w", "nvfp4-2d,sr"}},
         {"--recipe fullstack with SR on fprop.w and --lora-svd-rank 0", NULL, GPU_CHECK, NULL,
          {BASE_ARGS, "--recipe", "fullstack", "--fprop-w", "nvfp4-2d,sr", "--lora-svd-rank", "0"}},
+    };
+    run_cases(cases, sizeof(cases) / sizeof(cases[0]));
+}
+
+// --ns-fp4 (docs/FULLSTACK_FP4.md section 3): the recipe text's "; newton-schulz: ..." is what --resume compares, and
+// every refusal of the spec, of --ns-fp4-gemms and of the shapes, each beside the nearest command line it takes.
+static void test_ns_fp4(void) {
+    // a 1-block model of 64 channels: Muon's matrices 192 x 64, 64 x 64, 256 x 64 and 64 x 256 (multiples of 32)
+    char ck[128], ck4[128];
+    snprintf(ck, sizeof(ck), "%s/muon.bin", tmpdir);
+    snprintf(ck4, sizeof(ck4), "%s/muon_ns.bin", tmpdir);
+    CkptSpec spec = {config_gpt2(1, 1, 64, 128, 128, 16), 4, 4, 16, 1, 1337, "bf16", 0};
+    spec.muon = 1;
+    write_checkpoint(ck, &spec);
+    spec.recipe_tail = "; newton-schulz: e2m1,1x16,e4m3,rne,h0 on xx";
+    write_checkpoint(ck4, &spec);
+    EXPECT("a Muon checkpoint resumed with its optimizer", NULL, GPU_CHECK, NULL, RESUME_ARGS, "--resume", ck,
+           "--optimizer", "muon");
+    EXPECT("a BF16-NS Muon checkpoint resumed with --ns-fp4 nvfp4", NULL, "this run uses 'bf16: ", "; newton-schulz: "
+           "e2m1,1x16,e4m3,rne,h0 on xx' (add --allow-recipe-change on", RESUME_ARGS, "--resume", ck, "--optimizer",
+           "muon", "--ns-fp4", "nvfp4");
+    EXPECT("... with --allow-recipe-change on", NULL, GPU_CHECK, NULL, RESUME_ARGS, "--resume", ck, "--optimizer", "muon",
+           "--ns-fp4", "nvfp4", "--allow-recipe-change", "on");
+    EXPECT("an --ns-fp4 nvfp4 checkpoint resumed with the same", NULL, GPU_CHECK, NULL, RESUME_ARGS, "--resume", ck4,
+           "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", "xx");
+    EXPECT("an --ns-fp4 nvfp4 checkpoint resumed with xx,bx", NULL, "h0 on xx,bx' (add --allow-recipe-change on",
+           "it was trained with recipe 'bf16:", RESUME_ARGS, "--resume", ck4, "--optimizer", "muon", "--ns-fp4", "nvfp4",
+           "--ns-fp4-gemms", "bx,xx");
+    EXPECT("an --ns-fp4 nvfp4 checkpoint resumed with BF16 NS", NULL, "on xx', this run uses 'bf16:", NULL, RESUME_ARGS,
+           "--resume", ck4, "--optimizer", "muon");
+    EXPECT("an --ns-fp4 nvfp4 checkpoint, --init-from with BF16 NS", NULL, GPU_CHECK, NULL, RESUME_ARGS, "--init-from",
+           ck4, "--optimizer", "muon");
+    remove(ck);
+    remove(ck4);
+    char list63[64], list64[65];   // "xx,xx,...,xx," (the parser's buffer holds 63 characters), and one more
+    for (int i = 0; i < 21; i++) memcpy(list63 + 3 * i, "xx,", 3);
+    list63[63] = '\0';
+    snprintf(list64, sizeof(list64), "%sx", list63);
+    const CliCase cases[] = {
+        {"--ns-fp4 nvfp4", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4"}},
+        {"--ns-fp4 mxfp4 on every GEMM", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "mxfp4", "--ns-fp4-gemms", "all"}},
+        {"--ns-fp4 nvfp4-2d on bx,aa, split QKV", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4-2d", "--ns-fp4-gemms", "bx,aa", "--muon-split-qkv", "on"}},
+        {"--ns-fp4 without --optimizer muon", NULL, "--ns-fp4 nvfp4 quantizes Muon's Newton-Schulz: it needs "
+         "--optimizer muon (this run's optimizer is adamw)", NULL, {BASE_ARGS, "--ns-fp4", "nvfp4"}},
+        {"--ns-fp4-gemms without --ns-fp4", NULL, "--ns-fp4-gemms xx needs --ns-fp4 SPEC (it is off)", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4-gemms", "xx"}},
+        {"--ns-fp4 with a bad block", NULL, "--ns-fp4 'nvfp4,7x7': block '7x7'", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4,7x7"}},
+        {"--ns-fp4 with SR", NULL, "--ns-fp4 'nvfp4,sr': Newton-Schulz's operands round to nearest (rne) only",
+         "(e.g. --ns-fp4 nvfp4)", {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4,sr"}},
+        {"--ns-fp4 with a Hadamard", NULL, "--ns-fp4 'nvfp4,h16': no Hadamard transform", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4,h16"}},
+        {"--ns-fp4 bf16", NULL, "--ns-fp4 'bf16': a BF16 spec quantizes nothing (use --ns-fp4 off)", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "bf16"}},
+        {"--ns-fp4 with src=fprop", NULL, "--ns-fp4 'nvfp4,src=fprop': src=fprop applies to the linears'", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4,src=fprop"}},
+        {"--ns-fp4-gemms yy", NULL, "--ns-fp4-gemms: unknown GEMM 'yy' (use xx, aa, bx, comma separated, or all)", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", "xx,yy"}},
+        {"--ns-fp4-gemms xx,xx", NULL, "--ns-fp4-gemms: 'xx,xx' names xx twice", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", "xx,xx"}},
+        {"--ns-fp4-gemms ,", NULL, "--ns-fp4-gemms: an empty list", NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", ","}},
+        {"--ns-fp4-gemms of 63 characters", NULL, "--ns-fp4-gemms: 'xx,xx", "names xx twice",
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", list63}},
+        {"--ns-fp4-gemms of 64 characters", NULL, "--ns-fp4-gemms: 'xx,xx", "is too long",
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--ns-fp4-gemms", list64}},
+        {"--ns-fp4 nvfp4 on 208 channels", NULL, GPU_CHECK, NULL,
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4", "--n-embd", "208", "--n-head", "1"}},
+        {"--ns-fp4 mxfp4 on 208 channels", NULL, "--ns-fp4 mxfp4: Muon's qkvw matrix is 624 x 208, and its sides must "
+         "be multiples of the spec's block length (32)", "or --ns-fp4 off",
+         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "mxfp4", "--n-embd", "208", "--n-head", "1"}},
     };
     run_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }
@@ -1034,8 +1110,6 @@ static void test_plan_checks(void) {
         {"--optimizer muon --zero on", NULL, GPU_CHECK, NULL, {BASE_ARGS, "--optimizer", "muon", "--zero", "on"}},
         {"--optimizer muon --optimizer-state nvfp4", NULL, "--optimizer muon with --optimizer-state nvfp4 is not built",
          NULL, {BASE_ARGS, "--optimizer", "muon", "--optimizer-state", "nvfp4"}},
-        {"--ns-fp4 nvfp4", NULL, "--ns-fp4 nvfp4: FP4 Newton-Schulz is not built on the GPU", NULL,
-         {BASE_ARGS, "--optimizer", "muon", "--ns-fp4", "nvfp4"}},
         {"--muon-momentum 1", NULL, "--muon-momentum must be in [0, 1)", NULL, {BASE_ARGS, "--muon-momentum", "1"}},
         {"--deterministic maybe", NULL, "--deterministic expects on or off", "got 'maybe'", {BASE_ARGS, "--deterministic", "maybe"}},
         {"a Hadamard on fprop.x alone", NULL, "the two operands of fprop must use the same Hadamard transform",
@@ -1293,6 +1367,8 @@ static const CheckSite CHECK_SITES[] = {
     {"llmc/fp4/recipe.h", "recipe_check"},    {"llmc/run/tokenizer.h", "tokenizer_init"},
     // helpers whose messages only the trainer's rows here draw
     {"llmc/model/gpt_config.h", "config_apply_shape", 1}, {"llmc/model/gpt_config.h", "config_check", 1},
+    {"train_gpt_fp4.cu", "plan_ns_fp4"},      {"llmc/fp4/ns_fp4.h", "ns_fp4_set", 1},
+    {"llmc/fp4/ns_fp4.h", "ns_fp4_gemms_parse", 1},
 };
 // Messages no command line can draw, with why.
 static const CheckExempt CHECK_EXEMPT[] = {
@@ -1317,6 +1393,7 @@ int main(int argc, char** argv) {
     test_options_and_batch();
     test_recipes();
     test_fullstack();
+    test_ns_fp4();
     test_models();
     test_data_files();
     test_checkpoints();

@@ -6,7 +6,8 @@
 // in double); the singular values of the result inside the band five steps give; transposition symmetry
 // (NS(G^T) = NS(G)^T); the two scale rules; zero gradients. The routing: every named tensor of both families goes to
 // the optimizer the Muon README gives it; the matrix list of d6 and llama-tiny (shapes, offsets, --muon-split-qkv's
-// Q/K/V rows) and the ZeRO-1 owner arithmetic, against hand-computed values.
+// Q/K/V rows) and the ZeRO-1 owner arithmetic, against hand-computed values. --ns-fp4 (llmc/fp4/ns_fp4.h): its
+// settings and their refusals, and its twin against the BF16 NS.
 #include "llmc/base/muon_ref.h"
 #include "llmc/model/muon_plan.h"
 #include "llmc/fp4/ns_fp4.h"
@@ -228,22 +229,85 @@ static void test_matrices(void) {
           "matrices 2 (layer 0 fcw, at 0) and 5 (layer 1 attprojw, at 589824), ...");
 }
 
-// --ns-fp4's twin (llmc/fp4/ns_fp4.h; the GPU path is not built): the specs it takes, one step against the BF16 NS
-// (the FP4 error of one step), and, printed only, what five steps with all three GEMMs quantized do (they diverge:
-// docs/FULLSTACK_FP4.md section 3).
-static void test_ns_fp4(void) {
-    const char* ok_specs[] = {"nvfp4", "mxfp4", "nvfp4-2d", "mxfp8"};
-    const char* bad_specs[] = {"nvfp4,sr", "nvfp4,h16", "bf16"};
+// A gradient-like matrix (n x k): rank 16, singular values falling by 0.7 per rank, plus N(0,1) noise of 10% of its
+// norm (dev/ns_fp4_table.c's grad-NxK, from this file's generator).
+static void gradient_like(float* x, int n, int k) {
+    const size_t nk = (size_t)n * k;
+    double* g = (double*)xmalloc(nk * sizeof(double));
+    double* u = (double*)xmalloc(n * sizeof(double));
+    double* v = (double*)xmalloc(k * sizeof(double));
+    memset(g, 0, nk * sizeof(double));
+    double s = 1.0, ss = 0.0;
+    for (int r = 0; r < 16 && r < n; r++, s *= 0.7) {
+        for (int i = 0; i < n; i++) u[i] = nrand() / sqrt((double)n);
+        for (int j = 0; j < k; j++) v[j] = nrand() / sqrt((double)k);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < k; j++) g[(size_t)i * k + j] += s * u[i] * v[j];
+    }
+    for (size_t i = 0; i < nk; i++) ss += g[i] * g[i];
+    const double noise = 0.1 * sqrt(ss / nk);
+    for (size_t i = 0; i < nk; i++) x[i] = (float)(0.01 * (g[i] + noise * nrand()));
+    free(g); free(u); free(v);
+}
+
+// --ns-fp4's settings (llmc/fp4/ns_fp4.h): the specs NS takes, --ns-fp4-gemms' lists, and the checks that refuse the
+// others, each with the words the trainer prints.
+static void test_ns_fp4_settings(void) {
+    const char* ok_specs[] = {"nvfp4", "mxfp4", "nvfp4-2d", "mxfp8", "mxfp4-2d"};
+    const char* bad_specs[] = {"nvfp4,sr", "nvfp4,h16", "bf16", "nvfp4,src=fprop"};
     QuantSpec sp;
     char err[512];
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         CHECK(quant_spec_parse(ok_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) == NULL,
               "--ns-fp4 %s is a spec NS can run", ok_specs[i]);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         CHECK(quant_spec_parse(bad_specs[i], &sp, err, sizeof(err)) == 0 && ns_fp4_spec_problem(&sp) != NULL,
               "--ns-fp4 %s is refused", bad_specs[i]);
-    quant_spec_parse("nvfp4", &sp, err, sizeof(err));
-    const QuantParams q = quant_params(&sp);
+    struct { const char* text; int gemms; } lists[] = {
+        {"xx", NS_GEMM_XX}, {"bx,xx", NS_GEMM_XX | NS_GEMM_BX}, {"aa", NS_GEMM_AA}, {"all", NS_GEMM_ALL},
+        {"xx,aa,bx", NS_GEMM_ALL}, {"xx,xx", -1}, {"yy", -1}, {"", -1}, {",", -1}, {"xx,", NS_GEMM_XX},
+    };
+    for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+        int g = 0;
+        const int rc = ns_fp4_gemms_parse(lists[i].text, &g, err, sizeof(err));
+        CHECK(lists[i].gemms < 0 ? rc != 0 : rc == 0 && g == lists[i].gemms, "--ns-fp4-gemms '%s': %s", lists[i].text,
+              lists[i].gemms < 0 ? "refused" : "parsed");
+    }
+    char text[160];
+    ns_fp4_gemms_format(NS_GEMM_BX | NS_GEMM_XX, text, sizeof(text));
+    CHECK(!strcmp(text, "xx,bx"), "the canonical list: '%s'", text);
+    NsFp4 f;
+    CHECK(ns_fp4_set(&f, "off", "", err, sizeof(err)) == 0 && !f.on, "--ns-fp4 off");
+    CHECK(ns_fp4_set(&f, "nvfp4", "", err, sizeof(err)) == 0 && f.on && f.gemms == NS_GEMM_XX &&
+          NS_FP4_GEMMS_DEFAULT == NS_GEMM_XX, "--ns-fp4 nvfp4 quantizes xx by default");
+    ns_fp4_describe(&f, text, sizeof(text));
+    CHECK(!strcmp(text, "e2m1,1x16,e4m3,rne,h0 on xx"), "described as '%s'", text);
+    const struct { const char* spec; const char* gemms; const char* want; } bad[] = {
+        {"off", "xx", "--ns-fp4-gemms xx needs --ns-fp4 SPEC (it is off)"},
+        {"nvfp4,7x7", "", "--ns-fp4 'nvfp4,7x7': block '7x7'"},
+        {"nvfp4,sr", "", "--ns-fp4 'nvfp4,sr': Newton-Schulz's operands round to nearest (rne) only"},
+        {"nvfp4", "xy", "--ns-fp4-gemms: unknown GEMM 'xy'"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        CHECK(ns_fp4_set(&f, bad[i].spec, bad[i].gemms, err, sizeof(err)) != 0 && strstr(err, bad[i].want),
+              "--ns-fp4 '%s' --ns-fp4-gemms '%s' refused with \"%s\" (got \"%s\")", bad[i].spec, bad[i].gemms,
+              bad[i].want, err);
+    }
+    ns_fp4_set(&f, "mxfp4", "", err, sizeof(err));
+    CHECK(ns_fp4_shape_problem(&f, 384, 1152) == NULL && ns_fp4_shape_problem(&f, 208, 624) != NULL &&
+          ns_fp4_shape_problem(&f, 384, 1136) != NULL, "mxfp4's 1x32 blocks: 384 x 1152 fits, 208 x 624 and 384 x 1136 "
+          "do not");
+}
+
+// --ns-fp4's twin: with no GEMM quantized it is the BF16 NS bit for bit (and the whole update muon_update_ref's); one
+// step with all three quantized is within 5% of the BF16 step; five steps of the default set (xx) stay near the BF16
+// result on a gradient-like matrix. Printed only: what five steps of each set do to a dense Gaussian matrix (those
+// with aa or bx diverge: docs/FULLSTACK_FP4.md section 3), and whether another summation order changes the result.
+static void test_ns_fp4_twin(void) {
+    NsFp4 f;
+    char err[512];
+    ns_fp4_set(&f, "nvfp4", "all", err, sizeof(err));
     const int n = 64, k = 256;
     const size_t nk = (size_t)n * k;
     float* x0 = (float*)xmalloc(nk * 4);
@@ -251,16 +315,53 @@ static void test_ns_fp4(void) {
     float* y = (float*)xmalloc(nk * 4);
     float* scratch = (float*)xmalloc((3 * (size_t)n * n + nk) * 4);
     for (size_t i = 0; i < nk; i++) x0[i] = (float)nrand() * 0.01f;
-    for (int steps = 1; steps <= 5; steps += 4) {
+    memcpy(x, x0, nk * 4);
+    memcpy(y, x0, nk * 4);
+    muon_newton_schulz_fp4_ref(x, n, k, 5, &f.q, 0);
+    muon_newton_schulz(y, n, k, 5, scratch);
+    CHECK(memcmp(x, y, nk * 4) == 0, "the FP4 twin with no GEMM quantized is the BF16 NS, bit for bit");
+    memcpy(x, x0, nk * 4);
+    memcpy(y, x0, nk * 4);
+    muon_newton_schulz_fp4_ref(x, n, k, 1, &f.q, NS_GEMM_ALL);
+    muon_newton_schulz(y, n, k, 1, scratch);
+    const double one = rel_l2(x, y, nk);
+    CHECK(one < 0.05, "one NVFP4 NS step (xx, aa, bx) within 5%% of the BF16 one: %.3g", one);
+    for (int g = 1; g <= NS_GEMM_ALL; g++) {
+        char names[16];
+        ns_fp4_gemms_format(g, names, sizeof(names));
         memcpy(x, x0, nk * 4);
         memcpy(y, x0, nk * 4);
-        muon_newton_schulz_fp4_ref(x, n, k, steps, &q);
-        muon_newton_schulz(y, n, k, steps, scratch);
-        const double rel = rel_l2(x, y, nk);
-        printf("  NS %dx%d, %d step%s, all three GEMMs in NVFP4: relative L2 %.3g from the BF16 NS\n", n, k, steps,
-               steps == 1 ? "" : "s", rel);
-        if (steps == 1) CHECK(rel < 0.05, "one NVFP4 NS step within 5%% of the BF16 one: %.3g", rel);
+        muon_newton_schulz_fp4_ref(x, n, k, 5, &f.q, g);
+        muon_newton_schulz(y, n, k, 5, scratch);
+        printf("  NS %dx%d (0.01 N(0,1)), 5 steps, %-8s in NVFP4: relative L2 %.3g from the BF16 NS\n", n, k, names,
+               rel_l2(x, y, nk));
     }
+    gradient_like(x0, n, k);
+    memcpy(x, x0, nk * 4);
+    memcpy(y, x0, nk * 4);
+    muon_newton_schulz_fp4_ref(x, n, k, 5, &f.q, NS_FP4_GEMMS_DEFAULT);
+    muon_newton_schulz(y, n, k, 5, scratch);
+    const double def = rel_l2(x, y, nk);
+    printf("  NS %dx%d gradient-like, 5 steps, xx in NVFP4: relative L2 %.3g from the BF16 NS\n", n, k, def);
+    CHECK(def < 0.25, "five steps of the default set (xx) on a gradient-like matrix within 0.25 of BF16: %.3g", def);
+    for (int g = NS_GEMM_XX; g <= NS_GEMM_ALL; g += NS_GEMM_ALL - NS_GEMM_XX) {
+        memcpy(x, x0, nk * 4);
+        memcpy(y, x0, nk * 4);
+        muon_newton_schulz_fp4_chunked(x, n, k, 5, &f.q, g, 0);
+        muon_newton_schulz_fp4_chunked(y, n, k, 5, &f.q, g, 32);
+        printf("  the same, %s in NVFP4, sums in 32-wide chunks against index order: relative L2 %.3g\n",
+               g == NS_GEMM_ALL ? "all three" : "xx", rel_l2(y, x, nk));
+    }
+    // the whole update, off: muon_update_ref's bits
+    MuonParams p = {0.02f, 0.95f, 0.1f, 1, MUON_SCALE_MOONLIGHT, 5};
+    const int rows = 96, cols = 32;
+    float g[96 * 32], w1[96 * 32], w2[96 * 32], m1[96 * 32] = {0}, m2[96 * 32] = {0}, u1[96 * 32], u2[96 * 32];
+    for (int i = 0; i < rows * cols; i++) { g[i] = (float)nrand(); w1[i] = w2[i] = 0.02f * (float)nrand(); }
+    ns_fp4_set(&f, "off", "", err, sizeof(err));
+    muon_update_ref(w1, g, m1, rows, cols, &p, u1);
+    muon_update_fp4_ref(w2, g, m2, rows, cols, &p, &f, u2);
+    CHECK(!memcmp(w1, w2, sizeof(w1)) && !memcmp(m1, m2, sizeof(m1)) && !memcmp(u1, u2, sizeof(u1)),
+          "muon_update_fp4_ref with --ns-fp4 off is muon_update_ref, bit for bit");
     free(x0); free(x); free(y); free(scratch);
 }
 
@@ -271,6 +372,7 @@ int main(void) {
     test_scalar_map();
     test_band_and_transpose();
     test_scales_and_zero();
-    test_ns_fp4();
+    test_ns_fp4_settings();
+    test_ns_fp4_twin();
     return test_summary("muon");
 }

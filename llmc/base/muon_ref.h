@@ -2,7 +2,8 @@
 // the reference twin that the GPU path (llmc/muon.cuh, --optimizer muon) is checked against by test_muon_gpu,
 // itself checked against Keller Jordan's PyTorch muon_update by dev/test/test_muon.c (golden values from
 // dev/ref/muon_ref.py).
-// defines: MuonParams, MUON_SCALE_*, muon_bf16(), muon_normalize(), muon_newton_schulz(), muon_update_ref()
+// defines: MuonParams, MUON_SCALE_*, muon_bf16(), muon_normalize(), muon_newton_schulz(), muon_momentum_ref(),
+//          muon_apply_ref(), muon_update_ref()
 //
 // The update of a weight W (rows x cols, row-major) with gradient G and momentum M:
 //   1. M <- beta M + (1 - beta) G; U = (1 - beta) G + beta M (Nesterov) or U = M (as the reference's lerps:
@@ -100,6 +101,33 @@ static inline float muon_scale(int rows, int cols, int rule) {
     return sqrtf(rows > cols ? (float)rows / (float)cols : 1.0f);
 }
 
+// Steps 1 and 2: the momentum m updated in place, and X (n x k, n <= k: transposed when rows > cols) into x, for the
+// update of a rows x cols matrix with gradient g.
+static inline void muon_momentum_ref(float* x, const float* g, float* m, int rows, int cols, const MuonParams* p) {
+    const size_t nk = (size_t)rows * cols;
+    const int tr = rows > cols;
+    for (size_t i = 0; i < nk; i++) {
+        m[i] = m[i] + (1.0f - p->beta) * (g[i] - m[i]);              // the reference's lerp: M.lerp_(G, 1 - beta)
+        const float u = p->nesterov ? g[i] + p->beta * (m[i] - g[i]) : m[i];   // G.lerp_(M, beta)
+        const int r = (int)(i / cols), c = (int)(i % cols);
+        x[tr ? (size_t)c * rows + r : i] = u;
+    }
+}
+
+// Steps 5 and 6: w (rows x cols) from Newton-Schulz's x (as muon_momentum_ref laid it out); the orthogonalised update
+// (before the learning rate) is left in update if it is not NULL.
+static inline void muon_apply_ref(float* w, const float* x, int rows, int cols, const MuonParams* p, float* update) {
+    const size_t nk = (size_t)rows * cols;
+    const int tr = rows > cols;
+    const float scale = muon_scale(rows, cols, p->scale_rule);
+    for (size_t i = 0; i < nk; i++) {
+        const int r = (int)(i / cols), c = (int)(i % cols);
+        const float up = x[tr ? (size_t)c * rows + r : i] * scale;
+        if (update) update[i] = up;
+        w[i] = w[i] * (1.0f - p->lr * p->weight_decay) - p->lr * up;
+    }
+}
+
 // One Muon update of w (rows x cols) from gradient g, momentum m updated in place; the orthogonalised update (before
 // the learning rate) is left in update if it is not NULL. Allocates its scratch.
 static inline void muon_update_ref(float* w, const float* g, float* m, int rows, int cols, const MuonParams* p,
@@ -108,20 +136,9 @@ static inline void muon_update_ref(float* w, const float* g, float* m, int rows,
     const int tr = rows > cols, n = tr ? cols : rows, k = tr ? rows : cols;
     float* x = (float*)xmalloc(nk * sizeof(float));
     float* scratch = (float*)xmalloc(((size_t)3 * n * n + nk) * sizeof(float));
-    for (size_t i = 0; i < nk; i++) {
-        m[i] = m[i] + (1.0f - p->beta) * (g[i] - m[i]);              // the reference's lerp: M.lerp_(G, 1 - beta)
-        const float u = p->nesterov ? g[i] + p->beta * (m[i] - g[i]) : m[i];   // G.lerp_(M, beta)
-        const int r = (int)(i / cols), c = (int)(i % cols);
-        x[tr ? (size_t)c * rows + r : i] = u;
-    }
+    muon_momentum_ref(x, g, m, rows, cols, p);
     muon_newton_schulz(x, n, k, p->ns_steps, scratch);
-    const float scale = muon_scale(rows, cols, p->scale_rule);
-    for (size_t i = 0; i < nk; i++) {
-        const int r = (int)(i / cols), c = (int)(i % cols);
-        const float up = x[tr ? (size_t)c * rows + r : i] * scale;
-        if (update) update[i] = up;
-        w[i] = w[i] * (1.0f - p->lr * p->weight_decay) - p->lr * up;
-    }
+    muon_apply_ref(w, x, rows, cols, p, update);
     free(x);
     free(scratch);
 }
