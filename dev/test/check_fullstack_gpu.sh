@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
-# check_fullstack_gpu.sh: one device call that checks the Full-Stack FP4 options of issue #50, and #51's MoE layer, on
+# check_fullstack_gpu.sh: one device call that checks the Full-Stack FP4 options of issue #50, and #51's MoE kernels, on
 # a GPU, every part at once (they share the GPU; each is a correctness check, none a timing): the GPU tests against
 # their CPU twins (test_muon_gpu with --ns-fp4's path, test_attention_fp4, test_attention, test_optim_state_gpu,
-# test_lora_svd_gpu, test_moe_gpu), test_gpt_fp4 with every dump (the attention-FP4 and MoE ones included), 50 d6 steps
-# with --optimizer muon, and with --ns-fp4 nvfp4 beside the same without it; bit-exact resume with Muon (alone, with --zero on --master-weights
-# fp32, with --ns-fp4 nvfp4), with --optimizer-state nvfp4 --zero on, with Muon and LoRA-SVD together (the merged
-# checkpoint layout), and of a llama-tiny MoE model; 100 d6 steps with --attention-fp4 nvfp4-2d beside the same run
-# without it; 50 steps of two MoE models (softmax nvfp4; sigmoid mxfp4-2d every second layer); and
-# dev/test/check_lora_svd.sh (rank 16 finite, rank 0 = no flag bit for bit, resume bit for bit).
+# test_lora_svd_gpu, test_moe_gpu), test_gpt_fp4 with every dump (the attention-FP4 ones included), 50 d6 steps
+# with --optimizer muon, and with --ns-fp4 nvfp4 beside the same without it; bit-exact resume with Muon (alone, with
+# --zero on --master-weights fp32, with --ns-fp4 nvfp4), with --optimizer-state nvfp4 --zero on, and with Muon and
+# LoRA-SVD together (the merged checkpoint layout); 100 d6 steps with --attention-fp4 nvfp4-2d beside the same run
+# without it; and dev/test/check_lora_svd.sh (rank 16 finite, rank 0 = no flag bit for bit, resume bit for bit).
 # usage: OUT=dir bash dev/test/check_fullstack_gpu.sh
 #   Binaries: ./train_gpt_fp4, ./test_gpt_fp4 and build/test_* as built here (make -j GPU_ARCHS=90 ...), or prebuilt
 #   ones carried in BIN_DIR (default .carry/vbin: copied in place and used as they are, without make).
@@ -60,21 +59,14 @@ st ns4_run 90 ./train_gpt_fp4 "${d6[@]}" --batch-size 8 --seq-len 256 --steps 50
 st ns4_base 90 ./train_gpt_fp4 "${d6[@]}" --batch-size 8 --seq-len 256 --steps 50 --val-every 0 --seed 7 --optimizer muon \
     --recipe nvfp4 --out-dir /tmp/ns4_base & pids+=($!)
 st ns4_resume 150 env CHECK_DIR=/tmp/cr_ns4 STEPS=12 bash scripts/check_resume.sh --optimizer muon --ns-fp4 nvfp4 & pids+=($!)
-moe=(--model llama-tiny --moe-experts 8 --moe-top-k 2 --moe-shared-experts 1 --moe-hidden 128)
-st moe_run 120 ./train_gpt_fp4 "${moe[@]}" --recipe nvfp4 --batch-size 16 --seq-len 256 --steps 50 --val-every 25 \
-    --diag-every 10 --sample-every 0 --ckpt-every -1 -o /tmp/moe_run & pids+=($!)
-st moe_sig_run 120 ./train_gpt_fp4 "${moe[@]}" --moe-score sigmoid --moe-every 2 --recipe mxfp4-2d --batch-size 16 \
-    --seq-len 256 --steps 50 --val-every 25 --diag-every 10 --sample-every 0 --ckpt-every -1 -o /tmp/moe_sig & pids+=($!)
-st moe_resume 150 env CHECK_DIR=/tmp/cr_moe STEPS=12 bash scripts/check_resume.sh "${moe[@]}" --recipe nvfp4 & pids+=($!)
 wait "${pids[@]}"
 kill "$PACKER" 2>/dev/null
-for f in /tmp/muon_run /tmp/attn4 /tmp/attn4b /tmp/ns4_run /tmp/ns4_base /tmp/moe_run /tmp/moe_sig; do
+for f in /tmp/muon_run /tmp/attn4 /tmp/attn4b /tmp/ns4_run /tmp/ns4_base; do
     echo "$f: $(grep -c '"type":"train"' $f/log.jsonl 2>/dev/null) train steps; first and last loss:" \
          "$(grep '"type":"train"' $f/log.jsonl 2>/dev/null | sed -n '1p;$p' | grep -o '"loss":[^,]*' | tr '\n' ' ')" |
         tee -a "$OUTD/summary.txt"
 done
 grep -E "attention|recipe" "$L/attn4_run.txt" | head -n 3 >> "$OUTD/summary.txt"
 cp /tmp/lora_check/lora16.txt "$L/" 2>/dev/null
-grep -h '"type":"moe"' /tmp/moe_run/log.jsonl | tail -n 2 >> "$OUTD/summary.txt"
 tar -C /tmp -czf "$OUTD/vlogs.tgz" vlogs
 echo "total $((SECONDS - T0)) s"
