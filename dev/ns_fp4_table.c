@@ -10,6 +10,7 @@
 // [0.68, 1.21]; a quantized NS that diverges leaves the band (max far above 1.2).
 #include <math.h>
 #include "llmc/fp4/ns_fp4.h"
+#include "dev/test/spectra.h"
 
 static uint64_t st = 0x9E3779B97F4A7C15ull;
 static double urand(void) {
@@ -40,57 +41,9 @@ static void make_input(const Input* in, float* x) {
         return;
     }
     double* g = (double*)xmalloc(nk * sizeof(double));
-    double* u = (double*)xmalloc(in->n * sizeof(double));
-    double* v = (double*)xmalloc(in->k * sizeof(double));
-    memset(g, 0, nk * sizeof(double));
-    double s = 1.0, ss = 0.0;
-    for (int r = 0; r < in->low_rank && r < in->n; r++, s *= 0.7) {   // random unit-ish directions, nearly orthogonal at this size
-        for (int i = 0; i < in->n; i++) u[i] = nrand() / sqrt((double)in->n);
-        for (int j = 0; j < in->k; j++) v[j] = nrand() / sqrt((double)in->k);
-        for (int i = 0; i < in->n; i++)
-            for (int j = 0; j < in->k; j++) g[(size_t)i * in->k + j] += s * u[i] * v[j];
-    }
-    for (size_t i = 0; i < nk; i++) ss += g[i] * g[i];
-    const double noise = 0.1 * sqrt(ss / nk);
-    for (size_t i = 0; i < nk; i++) x[i] = (float)(0.01 * (g[i] + noise * nrand()));
-    free(g); free(u); free(v);
-}
-
-// The smallest and largest singular value of x (n x k, n <= k): the eigenvalues of X X^T by cyclic Jacobi in double,
-// sweeps until no off-diagonal entry is above 1e-12 of its diagonal pair.
-static void singular_band(const float* x, int n, int k, double* lo, double* hi) {
-    double* a = (double*)xmalloc((size_t)n * n * sizeof(double));
-    for (int i = 0; i < n; i++)
-        for (int j = i; j < n; j++) {
-            double s = 0;
-            for (int t = 0; t < k; t++) s += (double)x[(size_t)i * k + t] * x[(size_t)j * k + t];
-            a[(size_t)i * n + j] = a[(size_t)j * n + i] = s;
-        }
-    for (int sweep = 0; sweep < 50; sweep++) {
-        int rotated = 0;
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                const double apq = a[(size_t)p * n + q], app = a[(size_t)p * n + p], aqq = a[(size_t)q * n + q];
-                if (fabs(apq) <= 1e-12 * sqrt(fabs(app * aqq)) || apq == 0) continue;
-                rotated = 1;
-                const double th = 0.5 * atan2(2 * apq, aqq - app), c = cos(th), s = sin(th);
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[(size_t)r * n + p], aq = a[(size_t)r * n + q];
-                    a[(size_t)r * n + p] = c * ap - s * aq; a[(size_t)r * n + q] = s * ap + c * aq;
-                }
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[(size_t)p * n + r], aq = a[(size_t)q * n + r];
-                    a[(size_t)p * n + r] = c * ap - s * aq; a[(size_t)q * n + r] = s * ap + c * aq;
-                }
-            }
-        if (!rotated) break;
-    }
-    *lo = INFINITY; *hi = 0;
-    for (int i = 0; i < n; i++) {
-        const double sv = sqrt(fmax(a[(size_t)i * n + i], 0));
-        *lo = fmin(*lo, sv); *hi = fmax(*hi, sv);
-    }
-    free(a);
+    test_gradient_like(g, in->n, in->k, in->low_rank, nrand);
+    for (size_t i = 0; i < nk; i++) x[i] = (float)(0.01 * g[i]);
+    free(g);
 }
 
 static double rel_l2(const float* a, const float* b, size_t n) {
@@ -110,7 +63,7 @@ static void table(const Input* in, const char* name, const char* const* specs, i
     memcpy(ref, x0, nk * sizeof(float));
     muon_newton_schulz(ref, in->n, in->k, steps, scratch);
     double lo, hi;
-    singular_band(ref, in->n, in->k, &lo, &hi);
+    test_singular_band(ref, in->n, in->k, &lo, &hi);
     printf("%s: BF16 band [%.3f, %.3f]\n", name, lo, hi);
     fflush(stdout);
     for (int si = 0; si < nspec; si++) {
@@ -125,7 +78,7 @@ static void table(const Input* in, const char* name, const char* const* specs, i
             const double rel = rel_l2(x, ref, nk);
             int finite = 1;
             for (size_t i = 0; i < nk; i++) finite &= isfinite(x[i]) != 0;
-            if (finite) singular_band(x, in->n, in->k, &lo, &hi);
+            if (finite) test_singular_band(x, in->n, in->k, &lo, &hi);
             else lo = hi = NAN;
             printf("  %-9s %-9s rel L2 %9.3g  band [%.3g, %.3g]\n", specs[si], names, rel, lo, hi);
             fflush(stdout);

@@ -11,6 +11,7 @@
 #include "llmc/fp4/lora_svd.h"
 #include "llmc/fp4/quant_cpu.h"
 #include "dev/test/testing.h"
+#include "dev/test/spectra.h"
 
 static uint64_t lcg = 0x2545F4914F6CDD1Dull;
 static double urand(void) {

@@ -19,6 +19,7 @@
 #include "llmc/nvfp4.cuh"
 #include "llmc/fp4/quant_cpu.h"
 #include "dev/test/kernel_check.cuh"
+#include "dev/test/spectra.h"
 
 static std::vector<double> orthonormal(int rows, int cols) {
     std::vector<double> Q((size_t)rows * cols);

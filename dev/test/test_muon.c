@@ -12,6 +12,7 @@
 #include "llmc/model/muon_plan.h"
 #include "llmc/fp4/ns_fp4.h"
 #include "dev/test/testing.h"
+#include "dev/test/spectra.h"
 
 static uint64_t lcg = 0xA4093822299F31D0ull;
 static double urand(void) {
@@ -99,7 +100,7 @@ static void test_scalar_map(void) {
     CHECK(offdiag0, "a diagonal matrix stays diagonal");
 }
 
-// The singular values of NS(G) for a random G: the eigenvalues of X X^T (Jacobi, double) lie in [0.6^2, 1.25^2]
+// The singular values of NS(G) for a random G (test_singular_band: Jacobi on X X^T, double) lie in [0.6, 1.25]
 // except for directions below the ~1e-3 floor, which random Gaussian matrices do not have.
 static void test_band_and_transpose(void) {
     const int n = 12, k = 40;
@@ -107,30 +108,8 @@ static void test_band_and_transpose(void) {
     for (int i = 0; i < n * k; i++) g[i] = (float)nrand();
     memcpy(x, g, sizeof(g));
     muon_newton_schulz(x, n, k, 5, scratch);
-    double a[144];
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            double t = 0;
-            for (int q = 0; q < k; q++) t += (double)x[i * k + q] * x[j * k + q];
-            a[i * n + j] = t;
-        }
-    for (int sweep = 0; sweep < 60; sweep++)   // cyclic Jacobi
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                if (fabs(a[p * n + q]) < 1e-14) continue;
-                const double th = 0.5 * atan2(2 * a[p * n + q], a[q * n + q] - a[p * n + p]);
-                const double c = cos(th), s = sin(th);
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[r * n + p], aq = a[r * n + q];
-                    a[r * n + p] = c * ap - s * aq; a[r * n + q] = s * ap + c * aq;
-                }
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[p * n + r], aq = a[q * n + r];
-                    a[p * n + r] = c * ap - s * aq; a[q * n + r] = s * ap + c * aq;
-                }
-            }
-    double lo = 1e9, hi = 0;
-    for (int i = 0; i < n; i++) { const double sv = sqrt(fmax(a[i * n + i], 0)); lo = fmin(lo, sv); hi = fmax(hi, sv); }
+    double lo, hi;
+    test_singular_band(x, n, k, &lo, &hi);
     printf("  NS of a random 12x40 matrix: singular values in [%.3f, %.3f]\n", lo, hi);
     CHECK(lo > 0.6 && hi < 1.25, "singular values in [0.6, 1.25]: [%.3f, %.3f]", lo, hi);
     // transposition: the update of G^T (40 x 12) is the transpose of G's
@@ -232,22 +211,10 @@ static void test_matrices(void) {
 // A gradient-like matrix (n x k): rank 16, singular values falling by 0.7 per rank, plus N(0,1) noise of 10% of its
 // norm (dev/ns_fp4_table.c's grad-NxK, from this file's generator).
 static void gradient_like(float* x, int n, int k) {
-    const size_t nk = (size_t)n * k;
-    double* g = (double*)xmalloc(nk * sizeof(double));
-    double* u = (double*)xmalloc(n * sizeof(double));
-    double* v = (double*)xmalloc(k * sizeof(double));
-    memset(g, 0, nk * sizeof(double));
-    double s = 1.0, ss = 0.0;
-    for (int r = 0; r < 16 && r < n; r++, s *= 0.7) {
-        for (int i = 0; i < n; i++) u[i] = nrand() / sqrt((double)n);
-        for (int j = 0; j < k; j++) v[j] = nrand() / sqrt((double)k);
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < k; j++) g[(size_t)i * k + j] += s * u[i] * v[j];
-    }
-    for (size_t i = 0; i < nk; i++) ss += g[i] * g[i];
-    const double noise = 0.1 * sqrt(ss / nk);
-    for (size_t i = 0; i < nk; i++) x[i] = (float)(0.01 * (g[i] + noise * nrand()));
-    free(g); free(u); free(v);
+    double* g = (double*)xmalloc((size_t)n * k * sizeof(double));
+    test_gradient_like(g, n, k, 16, nrand);
+    for (size_t i = 0; i < (size_t)n * k; i++) x[i] = (float)(0.01 * g[i]);
+    free(g);
 }
 
 // --ns-fp4's settings (llmc/fp4/ns_fp4.h): the specs NS takes, --ns-fp4-gemms' lists, and the checks that refuse the

@@ -32,6 +32,7 @@
 #include "llmc/muon.cuh"
 #define KERNEL_CHECK_SEED 0x5D3C2A8BF00D1234ull
 #include "dev/test/kernel_check.cuh"
+#include "dev/test/spectra.h"
 
 static MuonScratch g_scratch;   // with every --ns-fp4 copy (its BF16 path ignores them)
 
@@ -45,19 +46,10 @@ static NsFp4 ns_fp4_of(const char* spec, const char* gemms) {
 // A gradient-like matrix (rows x cols): rank 16, singular values falling by 0.7 per rank, plus noise of 10% of its
 // norm (test_muon.c's and dev/ns_fp4_table.c's generator, with this file's random numbers), scaled by `scale`.
 static std::vector<float> gradient_like(int rows, int cols, double scale) {
-    const size_t n = (size_t)rows * cols;
-    std::vector<double> g(n, 0.0), u(rows), v(cols);
-    double s = 1.0, ss = 0.0;
-    for (int r = 0; r < 16 && r < rows && r < cols; r++, s *= 0.7) {
-        for (int i = 0; i < rows; i++) u[i] = randn() / sqrt((double)rows);
-        for (int j = 0; j < cols; j++) v[j] = randn() / sqrt((double)cols);
-        for (int i = 0; i < rows; i++)
-            for (int j = 0; j < cols; j++) g[(size_t)i * cols + j] += s * u[i] * v[j];
-    }
-    for (size_t i = 0; i < n; i++) ss += g[i] * g[i];
-    const double noise = 0.1 * sqrt(ss / n), norm = sqrt(ss / n);
-    std::vector<float> out(n);
-    for (size_t i = 0; i < n; i++) out[i] = (float)(scale * (g[i] + noise * randn()) / norm);
+    std::vector<double> g((size_t)rows * cols);
+    const double norm = test_gradient_like(g.data(), rows, cols, 16, randn);
+    std::vector<float> out(g.size());
+    for (size_t i = 0; i < g.size(); i++) out[i] = (float)(scale * g[i] / norm);
     return out;
 }
 static std::vector<floatX> to_bf16(const std::vector<float>& v) {
@@ -218,36 +210,11 @@ static void test_ns_fp4(const char* spec, const char* gemms, int n, int k) {
     check_bits(what, again, got);
 }
 
-// Singular values of x (n x k, n <= k): the square roots of X X^T's eigenvalues, by cyclic Jacobi in double.
+// Singular values of x (n x k, n <= k, BF16): test_singular_band on its float values.
 static void singular_range(const std::vector<floatX>& x, int n, int k, double* lo, double* hi) {
-    std::vector<double> a((size_t)n * n);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            double s = 0;
-            for (int t = 0; t < k; t++) s += (double)bf(x[(size_t)i * k + t]) * bf(x[(size_t)j * k + t]);
-            a[(size_t)i * n + j] = s;
-        }
-    for (int sweep = 0; sweep < 30; sweep++)
-        for (int p = 0; p < n; p++)
-            for (int q = p + 1; q < n; q++) {
-                const double apq = a[(size_t)p * n + q];
-                if (fabs(apq) < 1e-15) continue;
-                const double th = 0.5 * atan2(2 * apq, a[(size_t)q * n + q] - a[(size_t)p * n + p]);
-                const double c = cos(th), s = sin(th);
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[(size_t)r * n + p], aq = a[(size_t)r * n + q];
-                    a[(size_t)r * n + p] = c * ap - s * aq; a[(size_t)r * n + q] = s * ap + c * aq;
-                }
-                for (int r = 0; r < n; r++) {
-                    const double ap = a[(size_t)p * n + r], aq = a[(size_t)q * n + r];
-                    a[(size_t)p * n + r] = c * ap - s * aq; a[(size_t)q * n + r] = s * ap + c * aq;
-                }
-            }
-    *lo = 1e9; *hi = 0;
-    for (int i = 0; i < n; i++) {
-        const double sv = sqrt(fmax(a[(size_t)i * n + i], 0));
-        *lo = fmin(*lo, sv); *hi = fmax(*hi, sv);
-    }
+    std::vector<float> f(x.size());
+    for (size_t i = 0; i < x.size(); i++) f[i] = bf(x[i]);
+    test_singular_band(f.data(), n, k, lo, hi);
 }
 
 static void test_band(int n, int k) {

@@ -1,6 +1,6 @@
 // testing.h: the tiny test harness every test binary uses.
 // defines: CHECK(cond, ...), CHECK_CLOSE(), test_skip(), test_fixture_ok(), test_summary(), test_run_child(),
-//          test_run_child_io(), test_orthonormalize_columns()
+//          test_run_child_io()
 // Each binary prints PASS/FAIL/SKIP lines and ends with one line
 //   TESTS <name>: passed=P failed=F skipped=S
 // which scripts/run_tests.sh sums into the closing "N passed, N failed, N skipped".
@@ -89,21 +89,4 @@ static inline int test_run_child_io(void (*fn)(const void*), const void* arg, ch
 }
 static inline int test_run_child(void (*fn)(const void*), const void* arg, char* err, size_t cap) {
     return test_run_child_io(fn, arg, err, cap, 0);
-}
-
-// Orthonormalizes the columns of Q (rows x cols, row-major, double) in place: Gram-Schmidt, each column twice against
-// the ones before it. Tests that build matrices with a known spectrum fill Q with noise and call this.
-static inline void test_orthonormalize_columns(double* Q, int rows, int cols) {
-    for (int j = 0; j < cols; j++)
-        for (int pass = 0; pass < 2; pass++) {
-            for (int k = 0; k < j; k++) {
-                double d = 0.0;
-                for (int i = 0; i < rows; i++) d += Q[i * cols + j] * Q[i * cols + k];
-                for (int i = 0; i < rows; i++) Q[i * cols + j] -= d * Q[i * cols + k];
-            }
-            double nrm = 0.0;
-            for (int i = 0; i < rows; i++) nrm += Q[i * cols + j] * Q[i * cols + j];
-            nrm = sqrt(nrm);
-            for (int i = 0; i < rows; i++) Q[i * cols + j] /= nrm;
-        }
 }
