@@ -5,5 +5,5 @@
 #                             (GPU test: skips without a GPU)
 CPU_TESTS += build/test_lora_svd
 GPU_TESTS += build/test_lora_svd_gpu
-build/test_lora_svd: llmc/fp4/lora_svd.h $(FP4_HEADERS)
-build/test_lora_svd_gpu: llmc/fp4/lora_svd.h llmc/fp4/lora_svd.cuh dev/test/kernel_check.cuh
+build/test_lora_svd: llmc/fp4/lora_svd.h dev/test/spectra.h $(FP4_HEADERS)
+build/test_lora_svd_gpu: llmc/fp4/lora_svd.h llmc/fp4/lora_svd.cuh dev/test/kernel_check.cuh dev/test/spectra.h

@@ -18,10 +18,10 @@ build/test_optim_state_gpu: llmc/fp4/optim_state.h llmc/base/adamw_step.h llmc/a
 #                                copies, scales and alphas bit for bit, its NS and update against its twin (GPU test)
 CPU_TESTS += build/test_muon
 GPU_TESTS += build/test_muon_gpu
-build/test_muon: llmc/base/muon_ref.h llmc/model/muon_plan.h llmc/fp4/ns_fp4.h dev/golden/muon_golden.bin
-build/test_muon_gpu: llmc/base/muon_ref.h llmc/muon.cuh llmc/fp4/ns_fp4.h dev/test/kernel_check.cuh
+build/test_muon: llmc/base/muon_ref.h llmc/model/muon_plan.h llmc/fp4/ns_fp4.h dev/golden/muon_golden.bin dev/test/spectra.h
+build/test_muon_gpu: llmc/base/muon_ref.h llmc/muon.cuh llmc/fp4/ns_fp4.h dev/test/kernel_check.cuh dev/test/spectra.h
 #   build/ns_fp4_table           --ns-fp4's table (docs/FULLSTACK_FP4.md section 3): the twin's Newton-Schulz with each
 #                                set of GEMMs quantized against BF16's, per spec and input (a CPU tool, not a test)
-build/ns_fp4_table: dev/ns_fp4_table.c llmc/base/muon_ref.h llmc/fp4/ns_fp4.h $(FP4_HEADERS)
+build/ns_fp4_table: dev/ns_fp4_table.c llmc/base/muon_ref.h llmc/fp4/ns_fp4.h dev/test/spectra.h $(FP4_HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXX_FLAGS) -x c++ $< -o $@ -lm
